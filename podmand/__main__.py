@@ -1,0 +1,46 @@
+"""Command line: ``podmand serve [options]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from . import __version__, config
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="podmand", description="OpenShell compute driver for rootless Podman")
+    p.add_argument("--version", action="version", version=f"podmand {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the ComputeDriver gRPC API",
+                           description="Serve openshell.compute.v1.ComputeDriver on a Unix socket.")
+    config.add_arguments(serve)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    command = args.__dict__.pop("command")
+    try:
+        settings = config.load(args)
+    except config.ConfigError as exc:
+        print(f"podmand: {exc}", file=sys.stderr)
+        return 2
+    if command == "serve":
+        from .discovery import NoPodmanSocket
+        from .server import SocketError, serve
+
+        try:
+            return asyncio.run(serve(settings))
+        except config.ConfigError as exc:
+            print(f"podmand: {exc}", file=sys.stderr)
+            return 2
+        except (NoPodmanSocket, SocketError) as exc:
+            print(f"podmand: {exc}", file=sys.stderr)
+            return 1
+    return 2  # pragma: no cover - argparse enforces the choices
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,4 @@
+"""Generated protobuf and gRPC modules. Do not edit by hand.
+
+Regenerate with ``python proto/generate.py``.
+"""

@@ -1,0 +1,301 @@
+"""Settings: one msgspec struct, from defaults < TOML file < environment < flags.
+
+Settings the upstream standalone Rust driver has keep its environment names,
+so the pex is a drop-in for it; podmand's own settings use ``PODMAND_``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+DEFAULT_ADMISSION_LABELS = {
+    "openshell.ai/sandbox-attachable": "true",
+    "openshell.ai/workspace": "${workspace}",
+}
+USERNS_MODES = ("auto", "host", "keep-id", "nomap", "private")
+
+
+class ConfigError(Exception):
+    """A setting is invalid; the message names it."""
+
+
+class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    socket: str = ""
+    listen_tcp: str = ""
+    podman_socket: str = ""
+    podman_wait: float = 3.0
+    sandbox_image: str = "ghcr.io/nvidia/openshell-community/sandboxes/base:latest"
+    image_pull_policy: Literal["always", "missing", "never", "newer"] = "missing"
+    supervisor_image: str = "ghcr.io/nvidia/openshell/supervisor:latest"
+    grpc_endpoint: str = ""
+    gateway_port: int = 17670
+    network_name: str = "openshell"
+    host_gateway_ip: str = ""
+    ssh_socket_path: str = "/run/openshell/ssh.sock"
+    stop_timeout: int = 45
+    pids_limit: int = 2048
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    userns: str = "auto"
+    uidmap: list[str] = msgspec.field(default_factory=list)
+    gidmap: list[str] = msgspec.field(default_factory=list)
+    enable_bind_mounts: bool = False
+    health_check_interval: int = 0
+    allow_driver_config: bool = False
+    admission_enabled: bool = True
+    admission_labels: dict[str, str] = msgspec.field(default_factory=lambda: dict(DEFAULT_ADMISSION_LABELS))
+    telemetry_enabled: bool = True
+    state_dir: str = ""
+    log_level: str = "info"
+
+    @property
+    def tls_enabled(self) -> bool:
+        return bool(self.tls_ca)
+
+    @property
+    def endpoint(self) -> str:
+        """The gateway URL as seen from inside a sandbox."""
+        if self.grpc_endpoint:
+            return self.grpc_endpoint
+        scheme = "https" if self.tls_enabled else "http"
+        return f"{scheme}://host.containers.internal:{self.gateway_port}"
+
+    @property
+    def userns_base(self) -> str:
+        return self.userns.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class Option:
+    field: str
+    env: str
+    flag: str
+    help: str
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("socket", "OPENSHELL_COMPUTE_DRIVER_SOCKET", "--socket", "gRPC Unix socket to serve on"),
+    Option("listen_tcp", "OPENSHELL_COMPUTE_DRIVER_BIND", "--listen-tcp", "also serve on this loopback host:port (development)"),
+    Option("podman_socket", "OPENSHELL_PODMAN_SOCKET", "--podman-socket", "libpod API socket (default: discovered)"),
+    Option("podman_wait", "PODMAND_PODMAN_WAIT", "--podman-wait", "seconds to wait for a Podman socket that exists but does not answer"),
+    Option("sandbox_image", "OPENSHELL_SANDBOX_IMAGE", "--sandbox-image", "default sandbox image"),
+    Option("image_pull_policy", "OPENSHELL_SANDBOX_IMAGE_PULL_POLICY", "--sandbox-image-pull-policy", "always, missing, never or newer"),
+    Option("supervisor_image", "OPENSHELL_SUPERVISOR_IMAGE", "--supervisor-image", "image holding /openshell-sandbox"),
+    Option("grpc_endpoint", "OPENSHELL_GRPC_ENDPOINT", "--grpc-endpoint", "gateway URL given to sandboxes"),
+    Option("gateway_port", "OPENSHELL_GATEWAY_PORT", "--gateway-port", "gateway port for the default endpoint"),
+    Option("network_name", "OPENSHELL_NETWORK_NAME", "--network-name", "prefix of the per-workspace Podman networks"),
+    Option("host_gateway_ip", "OPENSHELL_PODMAN_HOST_GATEWAY_IP", "--host-gateway-ip", "IP for host.containers.internal"),
+    Option("ssh_socket_path", "OPENSHELL_SANDBOX_SSH_SOCKET_PATH", "--sandbox-ssh-socket-path", "supervisor SSH socket in the sandbox"),
+    Option("stop_timeout", "OPENSHELL_STOP_TIMEOUT", "--stop-timeout", "seconds from SIGTERM to SIGKILL"),
+    Option("pids_limit", "OPENSHELL_SANDBOX_PIDS_LIMIT", "--sandbox-pids-limit", "pids limit per sandbox (0: runtime default)"),
+    Option("tls_ca", "OPENSHELL_PODMAN_TLS_CA", "--podman-tls-ca", "client CA for the sandbox's gateway connection"),
+    Option("tls_cert", "OPENSHELL_PODMAN_TLS_CERT", "--podman-tls-cert", "client certificate"),
+    Option("tls_key", "OPENSHELL_PODMAN_TLS_KEY", "--podman-tls-key", "client key"),
+    Option("userns", "OPENSHELL_PODMAN_USERNS", "--userns", "auto[:opts], host, keep-id[:opts], nomap or private"),
+    Option("uidmap", "OPENSHELL_PODMAN_UIDMAP", "--uidmap", "container_id:host_id:size (userns=private; repeatable, comma-separated in env)"),
+    Option("gidmap", "OPENSHELL_PODMAN_GIDMAP", "--gidmap", "container_id:host_id:size (userns=private)"),
+    Option("enable_bind_mounts", "OPENSHELL_ENABLE_BIND_MOUNTS", "--enable-bind-mounts", "allow host bind mounts in driver_config"),
+    Option("health_check_interval", "OPENSHELL_HEALTH_CHECK_INTERVAL_SECS", "--health-check-interval-secs", "probe the supervisor every N s (0: off)"),
+    Option("allow_driver_config", "PODMAND_ALLOW_DRIVER_CONFIG", "--allow-driver-config", "accept per-sandbox driver_config"),
+    Option("admission_enabled", "PODMAND_RESOURCE_ADMISSION", "--resource-admission", "advertise resource admission as enabled"),
+    Option("telemetry_enabled", "OPENSHELL_TELEMETRY_ENABLED", "--telemetry-enabled", "value of OPENSHELL_TELEMETRY_ENABLED in sandboxes"),
+    Option("state_dir", "PODMAND_STATE_DIR", "--state-dir", "directory for token files and the supervisor cache"),
+    Option("log_level", "OPENSHELL_LOG_LEVEL", "--log-level", "debug, info, warning or error"),
+)
+_LIST_FIELDS = {"uidmap", "gidmap"}
+_BOOL_FIELDS = {"enable_bind_mounts", "allow_driver_config", "admission_enabled", "telemetry_enabled"}
+_FALSE = {"0", "false", "no", "off"}
+_TRUE = {"1", "true", "yes", "on"}
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_RESERVED_ADMISSION_KEYS = {"openshell.ai/managed-by", "openshell.ai/gateway-id", "openshell.ai/sandbox-workspace"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML settings file (keys are the field names in README)")
+    for opt in OPTIONS:
+        kwargs: dict[str, Any] = {"dest": opt.field, "default": argparse.SUPPRESS, "help": f"{opt.help} [{opt.env}]"}
+        if opt.field in _LIST_FIELDS:
+            kwargs["action"] = "append"
+        parser.add_argument(opt.flag, **kwargs)
+
+
+def _describe(field: str) -> str:
+    for opt in OPTIONS:
+        if opt.field == field:
+            return f"{field} ({opt.flag} / {opt.env})"
+    return field
+
+
+def _coerce_bool(field: str, value: Any) -> Any:
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise ConfigError(f"invalid setting {_describe(field)}: expected true or false, got {value!r}")
+    return value
+
+
+def load(
+    args: argparse.Namespace | None = None,
+    environ: dict[str, str] | None = None,
+) -> Settings:
+    """Merge defaults, the TOML file, the environment and flags; validate."""
+    env = dict(os.environ if environ is None else environ)
+    flags = dict(vars(args)) if args is not None else {}
+    raw: dict[str, Any] = {}
+
+    config_file = flags.pop("config", None) or env.get("PODMAND_CONFIG")
+    if config_file:
+        try:
+            with open(config_file, "rb") as fh:
+                raw.update(tomllib.load(fh))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc}") from exc
+
+    for opt in OPTIONS:
+        if opt.env in env and env[opt.env] != "":
+            value: Any = env[opt.env]
+            if opt.field in _LIST_FIELDS:
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            raw[opt.field] = value
+    admission_json = env.get("OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON", "")
+    if admission_json:
+        raw.update(_admission_from_json(admission_json))
+    known = {opt.field for opt in OPTIONS}
+    raw.update({k: v for k, v in flags.items() if k in known})
+
+    for field in _BOOL_FIELDS & raw.keys():
+        raw[field] = _coerce_bool(field, raw[field])
+    try:
+        settings = msgspec.convert(raw, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        match = re.search(r"at `\$\.(\w+)", text)
+        where = _describe(match.group(1)) if match else "config"
+        raise ConfigError(f"invalid setting {where}: {text.split(' - at')[0]}") from exc
+    validate(settings)
+    return settings
+
+
+def _admission_from_json(text: str) -> dict[str, Any]:
+    try:
+        data = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"invalid setting OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON: {exc}") from exc
+    if not isinstance(data, dict) or set(data) - {"allow_driver_config", "resource_admission"}:
+        raise ConfigError(
+            "invalid setting OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON: expected an object with "
+            "allow_driver_config and resource_admission"
+        )
+    out: dict[str, Any] = {}
+    if "allow_driver_config" in data:
+        out["allow_driver_config"] = data["allow_driver_config"]
+    adm = data.get("resource_admission")
+    if adm is not None:
+        if not isinstance(adm, dict) or set(adm) - {"enabled", "required_labels"}:
+            raise ConfigError("invalid setting OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON: bad resource_admission")
+        if "enabled" in adm:
+            out["admission_enabled"] = adm["enabled"]
+        if "required_labels" in adm:
+            out["admission_labels"] = adm["required_labels"]
+    return out
+
+
+def _check_idmap(field: str, entries: list[str]) -> None:
+    for entry in entries:
+        parts = entry.split(":")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise ConfigError(f"invalid setting {_describe(field)}: entry {entry!r} must be 'container_id:host_id:size'")
+        if int(parts[2]) == 0:
+            raise ConfigError(f"invalid setting {_describe(field)}: entry {entry!r}: size must be greater than 0")
+
+
+def validate(s: Settings) -> None:
+    def bad(field: str, why: str) -> ConfigError:
+        return ConfigError(f"invalid setting {_describe(field)}: {why}")
+
+    if s.stop_timeout < 0:
+        raise bad("stop_timeout", "must be zero or greater")
+    if s.pids_limit < 0:
+        raise bad("pids_limit", "must be zero or greater")
+    if s.health_check_interval < 0:
+        raise bad("health_check_interval", "must be zero or greater")
+    if not 0 < s.gateway_port < 65536:
+        raise bad("gateway_port", "must be a TCP port (1-65535)")
+    if s.podman_wait < 0:
+        raise bad("podman_wait", "must be zero or greater")
+    if s.host_gateway_ip:
+        try:
+            ipaddress.ip_address(s.host_gateway_ip)
+        except ValueError as exc:
+            raise bad("host_gateway_ip", f"{s.host_gateway_ip!r} is not an IP address") from exc
+    tls = {"tls_ca": s.tls_ca, "tls_cert": s.tls_cert, "tls_key": s.tls_key}
+    if any(tls.values()) and not all(tls.values()):
+        missing = ", ".join(_describe(k) for k, v in tls.items() if not v)
+        raise ConfigError(f"partial TLS configuration: all three TLS paths must be set together; missing {missing}")
+    for key, path in tls.items():
+        if path and not os.path.isfile(path):
+            raise bad(key, f"{path} is not a readable file")
+    if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", s.network_name):
+        raise bad("network_name", "must match [a-zA-Z0-9][a-zA-Z0-9_.-]*")
+    if not s.ssh_socket_path.startswith("/"):
+        raise bad("ssh_socket_path", "must be an absolute path")
+    if s.log_level.lower() not in ("debug", "info", "warning", "warn", "error"):
+        raise bad("log_level", "must be debug, info, warning or error")
+    base, _, params = s.userns.partition(":")
+    if base.lower() == "no-map":
+        base = "nomap"
+    if base.lower() not in USERNS_MODES:
+        raise bad("userns", f"unsupported userns mode {base!r}; supported modes: {', '.join(USERNS_MODES)}")
+    if params and base.lower() not in ("auto", "keep-id"):
+        raise bad("userns", f"userns mode {base!r} does not accept parameters")
+    s.userns = base.lower() + (":" + params if params else "")
+    if s.userns == "private" and not (s.uidmap and s.gidmap):
+        raise bad("userns", "userns mode 'private' requires at least one uidmap and one gidmap entry")
+    if (s.uidmap or s.gidmap) and s.userns != "private":
+        raise bad("uidmap", "uidmap/gidmap are only valid with userns = private")
+    _check_idmap("uidmap", s.uidmap)
+    _check_idmap("gidmap", s.gidmap)
+    if s.listen_tcp:
+        host, _, port = s.listen_tcp.rpartition(":")
+        host = host.strip("[]")
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback if host != "localhost" else True
+        except ValueError:
+            loopback = False
+        if not loopback or not port.isdigit():
+            raise bad("listen_tcp", "must be a loopback host:port such as 127.0.0.1:50061 (TCP has no authentication)")
+    if s.admission_enabled:
+        if not s.admission_labels or all(v == "${workspace}" for v in s.admission_labels.values()):
+            raise ConfigError("invalid resource admission: enabled admission needs at least one fixed required label")
+    for key, value in s.admission_labels.items():
+        if key in _RESERVED_ADMISSION_KEYS or not _LABEL_KEY.match(key):
+            raise ConfigError(f"invalid resource admission label key {key!r}")
+        if value != "${workspace}" and not _LABEL_VALUE.match(value):
+            raise ConfigError(f"invalid resource admission label value {value!r} for {key!r}")
+
+
+def default_state_dir() -> str:
+    if os.geteuid() == 0:
+        return "/var/lib/podmand"
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "podmand")
+
+
+def default_socket() -> str:
+    if os.geteuid() == 0:
+        return "/run/podmand/compute-driver.sock"
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.geteuid()}"
+    return os.path.join(runtime, "podmand", "compute-driver.sock")

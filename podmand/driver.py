@@ -1,0 +1,578 @@
+"""Sandbox lifecycle on Podman: what each RPC does, independent of gRPC.
+
+State lives in Podman.  A create request is recorded durably as the labels of
+the sandbox's workspace volume before anything slow happens; pulling, creating
+and starting then continue in the background and are reported on the watch
+stream.  After a restart, ``resume`` finishes what the volumes say was asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import names, state
+from ._proto import compute_driver_pb2 as pb
+from .config import Settings
+from .errors import AlreadyExists, DriverError, FailedPrecondition, InvalidArgument, NotFound
+from .files import SandboxFiles
+from .podman import ContainerInspect, ContainerListEntry, PodmanClient, PodmanError, PodmanUnavailable
+from .spec import Plan, check_name, container_spec, decode_intent, intent_labels, validate
+from .state import Condition
+from .supervisor import SupervisorCache
+
+log = logging.getLogger("podmand.driver")
+
+Publish = Callable[[pb.WatchSandboxesEvent], None]
+
+
+class ProvisionFailed(Exception):
+    """A terminal provisioning failure, shown as Ready=False with this reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass
+class Pending:
+    """A sandbox with no container yet: provisioning, failed, or stopped early."""
+
+    plan: Plan
+    ready: Condition
+    stopped: bool = False
+    task: asyncio.Task[None] | None = None
+
+    def snapshot(self) -> pb.DriverSandbox:
+        p = self.plan
+        return state.pending(p.sandbox_id, p.name, p.workspace, p.container_name, self.ready, stopped=self.stopped)
+
+
+def platform_event(sandbox_id: str, reason: str, message: str, *, warning: bool = False,
+                   metadata: dict[str, str] | None = None) -> pb.WatchSandboxesEvent:
+    event = pb.DriverPlatformEvent(source="podman", type="Warning" if warning else "Normal", reason=reason,
+                                   message=message, metadata=metadata or {})
+    event.event_time.CopyFrom(state.now())
+    return pb.WatchSandboxesEvent(platform_event=pb.WatchSandboxesPlatformEvent(sandbox_id=sandbox_id, event=event))
+
+
+def sandbox_event(sandbox: pb.DriverSandbox) -> pb.WatchSandboxesEvent:
+    return pb.WatchSandboxesEvent(sandbox=pb.WatchSandboxesSandboxEvent(sandbox=sandbox))
+
+
+def deleted_event(sandbox_id: str) -> pb.WatchSandboxesEvent:
+    return pb.WatchSandboxesEvent(deleted=pb.WatchSandboxesDeletedEvent(sandbox_id=sandbox_id))
+
+
+def supervisor_pull_policy(image: str) -> str:
+    """Mutable tags are refreshed ('newer'); pinned ones only pulled when missing."""
+    last = image.rsplit("/", 1)[-1]
+    if "@" in last:
+        return "missing"
+    tag = last.split(":", 1)[1] if ":" in last else ""
+    return "newer" if tag in ("", "latest", "dev") else "missing"
+
+
+class Driver:
+    def __init__(self, settings: Settings, podman: PodmanClient, state_dir: Path) -> None:
+        self.settings = settings
+        self.podman = podman
+        self.files = SandboxFiles(state_dir)
+        self.supervisor = SupervisorCache(podman, state_dir)
+        self.publish: Publish = lambda event: None
+        self.refresh: Callable[[str], None] = lambda container_id: None
+        self._locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self._pending: dict[str, Pending] = {}
+        self._deleting: set[str] = set()
+        self._health: dict[str, str] = {}
+        self._probes: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _spawn(self, coro: object) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self) -> None:
+        """Cancel background work; durable intent lets the next start resume it."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------ lookups
+
+    async def _containers(self, sandbox_id: str | None = None) -> list[ContainerListEntry]:
+        labels = list(names.MANAGED_FILTER)
+        if sandbox_id is not None:
+            labels.append(f"{names.SANDBOX_ID}={sandbox_id}")
+        return await self.podman.list_containers(labels)
+
+    async def _find(self, sandbox_id: str) -> ContainerListEntry | None:
+        entries = await self._containers(sandbox_id)
+        return entries[0] if entries else None
+
+    def _stopped(self, sandbox_id: str, container_id: str) -> bool:
+        return self.files.stopped_container(sandbox_id) == container_id
+
+    def _from_inspect(self, info: ContainerInspect) -> pb.DriverSandbox:
+        sandbox_id = info.labels.get(names.SANDBOX_ID, "")
+        health = info.state.health.status if info.state.health else ""
+        self._health[info.id] = health
+        if info.state.running and self.settings.health_check_interval and info.config.healthcheck:
+            self._ensure_probe(info.id)
+        return state.from_inspect(info, health=health, stopped=self._stopped(sandbox_id, info.id))
+
+    async def observe(self, container_id: str) -> pb.DriverSandbox | None:
+        """A fresh snapshot of one container, or None when it is gone."""
+        try:
+            info = await self.podman.inspect_container(container_id)
+        except PodmanError as exc:
+            if exc.gone:
+                return None
+            raise
+        return self._from_inspect(info)
+
+    async def get(self, sandbox_id: str) -> pb.DriverSandbox:
+        if not sandbox_id:
+            raise InvalidArgument("sandbox_id: is required")
+        entry = await self._find(sandbox_id)
+        if entry is not None:
+            snap = await self.observe(entry.id)
+            if snap is not None:
+                return snap
+        pending = self._pending.get(sandbox_id)
+        if pending is not None:
+            return pending.snapshot()
+        raise NotFound("sandbox not found")
+
+    async def list(self) -> list[pb.DriverSandbox]:
+        """Every managed sandbox from one Podman list call plus those still provisioning."""
+        out = []
+        seen = set()
+        for entry in await self._containers():
+            sandbox_id = (entry.labels or {}).get(names.SANDBOX_ID, "")
+            if not sandbox_id or sandbox_id in seen:
+                continue
+            seen.add(sandbox_id)
+            out.append(state.from_list_entry(entry, health=self._health.get(entry.id, ""),
+                                             stopped=self._stopped(sandbox_id, entry.id)))
+        out += [p.snapshot() for sid, p in self._pending.items() if sid not in seen]
+        out.sort(key=lambda s: (s.name, s.id))
+        return out
+
+    # ------------------------------------------------------------ create
+
+    async def validate(self, sandbox: pb.DriverSandbox | None) -> Plan:
+        plan = validate(sandbox, self.settings)
+        for i, mount in enumerate(plan.mounts):
+            if mount.kind == "volume" and await self.podman.inspect_volume(mount.source) is None:
+                raise FailedPrecondition(
+                    f"sandbox.spec.template.driver_config.mounts[{i}].source: podman volume {mount.source!r} does not exist"
+                )
+        return plan
+
+    async def _existing_hash(self, plan: Plan) -> str | None:
+        pending = self._pending.get(plan.sandbox_id)
+        if pending is not None:
+            return pending.plan.spec_hash
+        volume = await self.podman.inspect_volume(plan.volume_name)
+        if volume is not None:
+            return (volume.labels or {}).get(names.SPEC_HASH, "")
+        entry = await self._find(plan.sandbox_id)
+        if entry is not None:
+            return (entry.labels or {}).get(names.SPEC_HASH, "")
+        return None
+
+    def _tls_files(self) -> dict[str, Path]:
+        s = self.settings
+        if not s.tls_enabled:
+            return {}
+        return {"ca.crt": Path(s.tls_ca), "tls.crt": Path(s.tls_cert), "tls.key": Path(s.tls_key)}
+
+    async def create(self, sandbox: pb.DriverSandbox | None) -> None:
+        plan = await self.validate(sandbox)
+        assert sandbox is not None
+        async with self._locks[plan.sandbox_id]:
+            existing = await self._existing_hash(plan)
+            if existing is not None:
+                if existing == plan.spec_hash:
+                    return  # an identical retry: already accepted
+                raise AlreadyExists("sandbox already exists with a different spec")
+            if self.settings.image_pull_policy == "never":
+                await self._require_local_image(plan.image)
+            try:
+                self.files.write_secrets(plan.sandbox_id, sandbox.spec.sandbox_token, self._tls_files())
+                await self.podman.create_volume(plan.volume_name, intent_labels(plan))
+            except BaseException:
+                self.files.remove(plan.sandbox_id)
+                raise
+            self._start_provisioning(plan)
+
+    async def _require_local_image(self, image: str) -> None:
+        try:
+            await self.podman.inspect_image(image)
+        except PodmanError as exc:
+            if exc.status == 404:
+                raise FailedPrecondition(
+                    f"sandbox.spec.template.image: image {image!r} is not present and the pull policy is 'never'"
+                ) from exc
+            raise
+
+    def _start_provisioning(self, plan: Plan) -> None:
+        ready = Condition("False", "Starting", f"Sandbox accepted; preparing image {plan.image}", state.now())
+        pending = Pending(plan, ready)
+        self._pending[plan.sandbox_id] = pending
+        self.publish(sandbox_event(pending.snapshot()))
+        self.publish(platform_event(plan.sandbox_id, "Scheduled", "Sandbox accepted by podmand", metadata={
+            names.PROGRESS_COMPLETE_STEP: names.STEP_REQUESTING,
+            names.PROGRESS_COMPLETE_LABEL: "Sandbox requested",
+            names.PROGRESS_ACTIVE_STEP: names.STEP_PULLING,
+            names.PROGRESS_ACTIVE_DETAIL: plan.image,
+        }))
+        pending.task = self._spawn(self._provision(pending))
+
+    def _set_pending(self, pending: Pending, reason: str, message: str, status: str = "False") -> None:
+        pending.ready = Condition(status, reason, message, state.now())
+        self.publish(sandbox_event(pending.snapshot()))
+
+    async def _provision(self, pending: Pending) -> None:
+        sandbox_id = pending.plan.sandbox_id
+        delay = 0.5
+        while True:
+            try:
+                await self._provision_once(pending)
+                return
+            except PodmanUnavailable as exc:
+                log.warning("sandbox %s: Podman unavailable while provisioning, retrying: %s", sandbox_id, exc)
+                self._set_pending(pending, "DependenciesNotReady", f"Podman is unavailable; retrying: {exc}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+            except ProvisionFailed as exc:
+                self._fail(pending, exc.reason, exc.message)
+                return
+            except (PodmanError, DriverError, OSError) as exc:
+                self._fail(pending, "ProvisioningFailed", str(exc))
+                return
+
+    def _fail(self, pending: Pending, reason: str, message: str) -> None:
+        log.warning("sandbox %s: provisioning failed (%s): %s", pending.plan.sandbox_id, reason, message)
+        self._set_pending(pending, reason, message)
+        self.publish(platform_event(pending.plan.sandbox_id, reason, message, warning=True))
+
+    async def _pull(self, ref: str, policy: str, reason: str) -> tuple[str, str]:
+        """Pull per policy and pin the image: (image ID, Config.User)."""
+        if policy != "never":
+            try:
+                async for _ in self.podman.pull_image(ref, policy):
+                    pass
+            except PodmanError as exc:
+                raise ProvisionFailed(reason, f"pulling image {ref!r} failed: {exc.message}") from exc
+        try:
+            info = await self.podman.inspect_image(ref)
+        except PodmanError as exc:
+            if exc.status == 404:
+                raise ProvisionFailed(reason, f"image {ref!r} is not present (pull policy {policy!r})") from exc
+            raise
+        if not info.id:
+            raise ProvisionFailed(reason, f"inspecting image {ref!r} returned no immutable image ID")
+        return info.id, info.config.user
+
+    async def _provision_once(self, pending: Pending) -> None:
+        plan, s = pending.plan, self.settings
+        if plan.has_token and not self.files.has_token(plan.sandbox_id):
+            raise ProvisionFailed("SandboxTokenMissing",
+                                  "the sandbox token file is gone from the state directory; delete and recreate")
+        sup_id, _ = await self._pull(s.supervisor_image, supervisor_pull_policy(s.supervisor_image),
+                                     "SupervisorImageUnavailable")
+        try:
+            supervisor_path = await self.supervisor.binary(sup_id)
+        except FailedPrecondition as exc:
+            raise ProvisionFailed("SupervisorImageUnavailable", exc.message) from exc
+        self._set_pending(pending, "Starting", f"Pulling image {plan.image}")
+        image_id, image_user = await self._pull(plan.image, s.image_pull_policy, "ImagePullFailed")
+        self.publish(platform_event(plan.sandbox_id, "Pulled", f"Image {plan.image} is ready", metadata={
+            names.PROGRESS_COMPLETE_STEP: names.STEP_PULLING,
+            names.PROGRESS_COMPLETE_LABEL: f"Image {plan.image} pulled",
+            names.PROGRESS_ACTIVE_STEP: names.STEP_STARTING,
+        }))
+        self._set_pending(pending, "ContainerStarting", "Creating the sandbox container")
+        async with self._locks[f"ws:{plan.workspace}"]:
+            network = await self._ensure_network(plan.workspace)
+            spec = container_spec(plan, s, image_id=image_id, image_user=image_user, network=network,
+                                  supervisor_path=str(supervisor_path),
+                                  secrets_dir=str(self.files.dir(plan.sandbox_id)))
+            container_id = await self._create_container(plan, spec)
+        info = await self.podman.inspect_container(container_id)
+        if not info.state.running:
+            try:
+                await self.podman.start_container(container_id)
+            except PodmanError as exc:
+                with contextlib.suppress(PodmanError, PodmanUnavailable):
+                    await self.podman.remove_container(container_id, 0)
+                raise ProvisionFailed("ContainerStartFailed", f"starting the sandbox container failed: {exc.message}")
+        self._pending.pop(plan.sandbox_id, None)
+        self.publish(platform_event(plan.sandbox_id, "Started", "Sandbox container started", metadata={
+            names.PROGRESS_COMPLETE_STEP: names.STEP_STARTING,
+            names.PROGRESS_COMPLETE_LABEL: "Sandbox started",
+        }))
+        self.refresh(container_id)
+
+    async def _create_container(self, plan: Plan, spec: dict[str, object]) -> str:
+        try:
+            container_id, warnings = await self.podman.create_container(spec)
+        except PodmanError as exc:
+            if exc.status == 409:
+                # Our own earlier attempt (podmand restarted mid-create): adopt it.
+                entry = await self._find(plan.sandbox_id)
+                if entry is not None and (entry.labels or {}).get(names.SPEC_HASH) == plan.spec_hash:
+                    return entry.id
+                raise ProvisionFailed("ContainerNameConflict",
+                                      f"a container named {plan.container_name!r} already exists") from exc
+            raise ProvisionFailed("ContainerCreateFailed", f"creating the sandbox container failed: {exc.message}")
+        for warning in warnings:
+            self.publish(platform_event(plan.sandbox_id, "PodmanWarning", warning, warning=True))
+        return container_id
+
+    async def resume(self) -> int:
+        """Finish creates that the volumes record but no container carries out."""
+        volumes = await self.podman.list_volumes([f"{names.OWNER}={names.OWNER_VALUE}"])
+        have = {(e.labels or {}).get(names.SANDBOX_ID) for e in await self._containers()}
+        resumed = 0
+        for volume in volumes:
+            labels = volume.labels or {}
+            sandbox_id = labels.get(names.SANDBOX_ID, "")
+            if not sandbox_id or sandbox_id in have or sandbox_id in self._pending or names.INTENT not in labels:
+                continue
+            try:
+                plan = validate(decode_intent(labels[names.INTENT]), self.settings)
+            except (DriverError, ValueError) as exc:
+                log.warning("sandbox %s: recorded create request is unusable: %s", sandbox_id, exc)
+                continue
+            if labels.get(names.HAS_TOKEN) == "true":
+                plan = _with_token(plan)
+            log.info("sandbox %s: resuming interrupted create", sandbox_id)
+            self._start_provisioning(plan)
+            resumed += 1
+        return resumed
+
+    # ------------------------------------------------------------ stop / start
+
+    async def stop(self, sandbox_id: str) -> None:
+        if not sandbox_id:
+            raise InvalidArgument("sandbox_id: is required")
+        async with self._locks[sandbox_id]:
+            entry = await self._find(sandbox_id)
+            if entry is None:
+                pending = self._pending.get(sandbox_id)
+                if pending is None:
+                    raise NotFound("sandbox not found")
+                await _cancel(pending.task)
+                pending.stopped = True
+                self._set_pending(pending, "ContainerStopped", "Sandbox was stopped before its container started")
+                return
+            self.files.mark_stopped(sandbox_id, entry.id)
+            try:
+                if entry.state == "paused":
+                    await self.podman.call("POST", f"/containers/{entry.id}/unpause")
+                if entry.state not in ("exited", "stopped", "created", "configured"):
+                    await self.podman.stop_container(entry.id, self.settings.stop_timeout)
+                await self._wait_stopped(entry.id)
+            except BaseException:
+                self.files.clear_stopped(sandbox_id)
+                raise
+        self.refresh(entry.id)
+
+    async def _wait_stopped(self, container_id: str) -> None:
+        deadline = time.monotonic() + self.settings.stop_timeout + 5
+        while True:
+            info = await self.podman.inspect_container(container_id)
+            if info.state.status in ("exited", "stopped", "created", "configured"):
+                return
+            if time.monotonic() > deadline:
+                raise DriverError(f"container {container_id[:12]} did not stop in time (state {info.state.status})")
+            await asyncio.sleep(0.05)
+
+    async def start(self, sandbox_id: str) -> None:
+        if not sandbox_id:
+            raise InvalidArgument("sandbox_id: is required")
+        async with self._locks[sandbox_id]:
+            entry = await self._find(sandbox_id)
+            if entry is None:
+                pending = self._pending.get(sandbox_id)
+                if pending is None:
+                    raise NotFound("sandbox not found")
+                if pending.task is None or pending.task.done():
+                    pending.stopped = False
+                    self._set_pending(pending, "Starting", "Resuming provisioning")
+                    pending.task = self._spawn(self._provision(pending))
+                return
+            self.files.clear_stopped(sandbox_id)
+            if entry.state == "running":
+                return
+            try:
+                await self.podman.start_container(entry.id)
+            except PodmanError as exc:
+                raise DriverError(f"starting the sandbox container failed: {exc.message}") from exc
+        self.refresh(entry.id)
+
+    # ------------------------------------------------------------ delete
+
+    async def delete(self, sandbox_id: str) -> bool:
+        if not sandbox_id:
+            raise InvalidArgument("sandbox_id: is required")
+        self._deleting.add(sandbox_id)
+        try:
+            async with self._locks[sandbox_id]:
+                existed, workspace = await self._remove_everything(sandbox_id)
+        finally:
+            self._deleting.discard(sandbox_id)
+        if existed:
+            self.publish(deleted_event(sandbox_id))
+        if workspace is not None:
+            await self._maybe_remove_network(workspace)
+        return existed
+
+    async def _remove_everything(self, sandbox_id: str) -> tuple[bool, str | None]:
+        existed = False
+        workspace: str | None = None
+        pending = self._pending.pop(sandbox_id, None)
+        if pending is not None:
+            existed, workspace = True, pending.plan.workspace
+            await _cancel(pending.task)
+        for entry in await self._containers(sandbox_id):
+            workspace = (entry.labels or {}).get(names.SANDBOX_WORKSPACE, "")
+            self._health.pop(entry.id, None)
+            existed |= await self.podman.remove_container(entry.id, self.settings.stop_timeout)
+        volume = await self.podman.inspect_volume(names.volume_name(sandbox_id))
+        if volume is not None:
+            if workspace is None:
+                workspace = (volume.labels or {}).get(names.SANDBOX_WORKSPACE)
+            existed |= await self.podman.remove_volume(volume.name)
+        self.files.remove(sandbox_id)
+        return existed, workspace
+
+    async def forget(self, sandbox_id: str) -> bool:
+        """The container vanished (removed out of band): clean up what podmand
+        made for it.  True when the sandbox is gone and Deleted should be sent."""
+        if sandbox_id in self._deleting or sandbox_id in self._pending:
+            return False
+        async with self._locks[sandbox_id]:
+            if await self._find(sandbox_id) is not None or sandbox_id in self._pending:
+                return False
+            _, workspace = await self._remove_everything(sandbox_id)
+        if workspace is not None:
+            await self._maybe_remove_network(workspace)
+        return True
+
+    # ------------------------------------------------------------ workspaces
+
+    def _network(self, workspace: str) -> str:
+        return names.network_name(self.settings.network_name, workspace)
+
+    async def _ensure_network(self, workspace: str) -> str:
+        name = self._network(workspace)
+        if await self.podman.inspect_network(name) is None:
+            body = {"name": name, "driver": "bridge", "dns_enabled": True, "options": {"isolate": "true"},
+                    "labels": {names.OWNER: names.OWNER_VALUE, names.SANDBOX_WORKSPACE: workspace}}
+            try:
+                await self.podman.create_network(body)
+            except PodmanError as exc:
+                if exc.status != 409:
+                    raise
+        return name
+
+    async def _maybe_remove_network(self, workspace: str) -> None:
+        """Remove the workspace's network once its last sandbox is gone."""
+        async with self._locks[f"ws:{workspace}"]:
+            if any(p.plan.workspace == workspace for p in self._pending.values()):
+                return
+            for entry in await self._containers():
+                if (entry.labels or {}).get(names.SANDBOX_WORKSPACE) == workspace:
+                    return
+            await self._remove_network(workspace, quiet=True)
+
+    async def _remove_network(self, workspace: str, *, quiet: bool) -> None:
+        name = self._network(workspace)
+        network = await self.podman.inspect_network(name)
+        if network is None or (network.labels or {}).get(names.OWNER) != names.OWNER_VALUE:
+            return
+        try:
+            await self.podman.remove_network(name)
+        except PodmanError as exc:
+            if not quiet:
+                raise FailedPrecondition(f"workspace network {name!r} cannot be removed: {exc.message}") from exc
+            log.info("workspace network %s kept: %s", name, exc.message)
+
+    async def ensure_workspace(self, workspace: str) -> None:
+        check_name("workspace", workspace, required=False)
+        async with self._locks[f"ws:{workspace}"]:
+            await self._ensure_network(workspace)
+
+    async def delete_workspace(self, workspace: str) -> None:
+        check_name("workspace", workspace, required=False)
+        async with self._locks[f"ws:{workspace}"]:
+            left = [e for e in await self._containers()
+                    if (e.labels or {}).get(names.SANDBOX_WORKSPACE) == workspace]
+            left_ids = {(e.labels or {}).get(names.SANDBOX_ID) for e in left}
+            left_ids |= {sid for sid, p in self._pending.items() if p.plan.workspace == workspace}
+            if left_ids:
+                raise FailedPrecondition(f"workspace {workspace!r} still has {len(left_ids)} sandbox(es)")
+            await self._remove_network(workspace, quiet=False)
+
+    # ------------------------------------------------------------ watch support
+
+    async def snapshot_all(self) -> list[pb.DriverSandbox]:
+        """Full snapshot for a new watch stream: inspect-fresh, like live events."""
+        out = []
+        for entry in await self._containers():
+            snap = await self.observe(entry.id)
+            if snap is not None:
+                out.append(snap)
+        known = {s.id for s in out}
+        out += [p.snapshot() for sid, p in self._pending.items() if sid not in known]
+        return out
+
+    def is_busy(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._deleting or sandbox_id in self._pending
+
+    # ------------------------------------------------------------ health probes
+
+    def _ensure_probe(self, container_id: str) -> None:
+        if container_id not in self._probes:
+            task = self._spawn(self._probe(container_id))
+            self._probes[container_id] = task
+            task.add_done_callback(lambda _t: self._probes.pop(container_id, None))
+
+    async def _probe(self, container_id: str) -> None:
+        """Run the container's healthcheck ourselves: no systemd timers here."""
+        last = self._health.get(container_id, "")
+        while True:
+            try:
+                status = await self.podman.healthcheck(container_id)
+            except (PodmanError, PodmanUnavailable):
+                return  # stopped or gone: the watcher reports that
+            if status != last:
+                last = status
+                self.refresh(container_id)
+            await asyncio.sleep(self.settings.health_check_interval if status == "healthy" else 1.0)
+
+
+def _with_token(plan: Plan) -> Plan:
+    return dataclasses.replace(plan, has_token=True)
+
+
+async def _cancel(task: asyncio.Task[None] | None) -> None:
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,84 @@
+"""Per-sandbox host files under the state directory.
+
+Secrets reach the sandbox as single-file bind mounts with Podman's ``U``
+option: Podman chowns each file to the container's root, whatever the user
+namespace, and the 0400 mode keeps every other uid out.  Directories are 0711
+so that a remapped container root can traverse them but not list them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+DIR_MODE = 0o711
+
+
+def ensure_dir(path: Path) -> Path:
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    os.chmod(path, DIR_MODE)
+    return path
+
+
+def write_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Write via a temporary file and rename, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.chmod(tmp, mode)
+    tmp.replace(path)
+
+
+class SandboxFiles:
+    """``<state>/sandboxes/<id>/``: token, TLS copies and the stop marker."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.root = state_dir / "sandboxes"
+
+    def setup(self) -> None:
+        ensure_dir(self.root.parent)
+        ensure_dir(self.root)
+
+    def dir(self, sandbox_id: str) -> Path:
+        return self.root / sandbox_id
+
+    def write_secrets(self, sandbox_id: str, token: str, tls: dict[str, Path]) -> None:
+        """Write the token (``<jwt>\\n``) and copies of the TLS files, each 0400."""
+        d = ensure_dir(self.dir(sandbox_id))
+        if token:
+            write_atomic(d / "sandbox.jwt", token.strip().encode() + b"\n", 0o400)
+        for name, src in tls.items():
+            write_atomic(d / name, src.read_bytes(), 0o400)
+
+    def has_token(self, sandbox_id: str) -> bool:
+        return (self.dir(sandbox_id) / "sandbox.jwt").exists()
+
+    def remove(self, sandbox_id: str) -> None:
+        shutil.rmtree(self.dir(sandbox_id), ignore_errors=True)
+
+    def mark_stopped(self, sandbox_id: str, container_id: str) -> None:
+        d = ensure_dir(self.dir(sandbox_id))
+        write_atomic(d / "stopped", container_id.encode(), 0o600)
+
+    def clear_stopped(self, sandbox_id: str) -> None:
+        (self.dir(sandbox_id) / "stopped").unlink(missing_ok=True)
+
+    def stopped_container(self, sandbox_id: str) -> str:
+        """The container StopSandbox stopped last, or ''."""
+        try:
+            return (self.dir(sandbox_id) / "stopped").read_text()
+        except OSError:
+            return ""
+
+    def sandbox_ids(self) -> list[str]:
+        try:
+            return sorted(p.name for p in self.root.iterdir() if p.is_dir())
+        except FileNotFoundError:
+            return []

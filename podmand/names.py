@@ -1,0 +1,98 @@
+"""Wire strings shared with the upstream driver and the supervisor.
+
+Labels, resource names, in-container paths and condition reasons are part of
+the contract: keep them byte-identical to upstream.
+"""
+
+from __future__ import annotations
+
+# ---- labels on containers (and, for podmand, on volumes and networks)
+MANAGED = "openshell.managed"
+SANDBOX_ID = "openshell.ai/sandbox-id"
+SANDBOX_NAME = "openshell.ai/sandbox-name"
+SANDBOX_NAMESPACE = "openshell.ai/sandbox-namespace"
+SANDBOX_WORKSPACE = "openshell.ai/sandbox-workspace"
+DRIVER_CONFIG_USED = "openshell.ai/caller-driver-config-used"
+# podmand's own: ownership needs more than one public label (GC never trusts one).
+OWNER = "io.podmand.owner"
+OWNER_VALUE = "podmand"
+SPEC_HASH = "io.podmand.spec-hash"
+INTENT = "io.podmand.intent"
+HAS_TOKEN = "io.podmand.has-token"
+
+MANAGED_FILTER = [f"{MANAGED}=true", f"{OWNER}={OWNER_VALUE}"]
+
+# ---- paths inside the sandbox
+SUPERVISOR_BIN = "/opt/openshell/bin/openshell-sandbox"
+SUPERVISOR_IN_IMAGE = "/openshell-sandbox"
+TOKEN_PATH = "/etc/openshell/auth/sandbox.jwt"
+TLS_DIR = "/etc/openshell/tls/client"
+WORKSPACE_PATH = "/sandbox"
+NETNS_DIR = "/run/netns"
+SSH_READY_MARKER = "/var/run/openshell-ssh-ready"
+RESERVED_ROOTS = (
+    "/opt/openshell",
+    "/etc/openshell",
+    "/etc/openshell-tls",
+    "/run/openshell",
+    "/run/openshell-sidecar",
+    "/run/netns",
+    "/var/run/netns",
+    "/sandbox",
+)
+
+# ---- env names the supervisor reads
+ENV_LOG_LEVEL = "OPENSHELL_LOG_LEVEL"
+ENV_SANDBOX = "OPENSHELL_SANDBOX"
+ENV_SANDBOX_ID = "OPENSHELL_SANDBOX_ID"
+ENV_ENDPOINT = "OPENSHELL_ENDPOINT"
+ENV_SSH_SOCKET = "OPENSHELL_SSH_SOCKET_PATH"
+ENV_IMAGE = "OPENSHELL_CONTAINER_IMAGE"
+ENV_MAIN_PROCESS = "OPENSHELL_MAIN_PROCESS_SPEC"
+ENV_USER_ENV = "OPENSHELL_USER_ENVIRONMENT"
+ENV_TELEMETRY = "OPENSHELL_TELEMETRY_ENABLED"
+ENV_IMAGE_USER = "OPENSHELL_OCI_IMAGE_USER"
+ENV_UID = "OPENSHELL_SANDBOX_UID"
+ENV_GID = "OPENSHELL_SANDBOX_GID"
+ENV_TOKEN_FILE = "OPENSHELL_SANDBOX_TOKEN_FILE"
+ENV_TLS_CA = "OPENSHELL_TLS_CA"
+ENV_TLS_CERT = "OPENSHELL_TLS_CERT"
+ENV_TLS_KEY = "OPENSHELL_TLS_KEY"
+
+# ---- condition vocabulary
+READY = "Ready"
+SUSPENDED = "Suspended"
+TRANSIENT_REASONS = frozenset(
+    r.lower()
+    for r in (
+        "ReconcilerError",
+        "DependenciesNotReady",
+        "SupervisorNotConnected",
+        "Starting",
+        "ContainerStarting",
+        "ContainerCreated",
+        "HealthCheckStarting",
+        "InspectFailed",
+    )
+)
+
+# ---- progress metadata for platform events
+PROGRESS_ACTIVE_STEP = "openshell.progress.active_step"
+PROGRESS_ACTIVE_DETAIL = "openshell.progress.active_detail"
+PROGRESS_COMPLETE_STEP = "openshell.progress.complete_step"
+PROGRESS_COMPLETE_LABEL = "openshell.progress.complete_label"
+STEP_REQUESTING = "requesting_sandbox"
+STEP_PULLING = "pulling_image"
+STEP_STARTING = "starting_sandbox"
+
+
+def container_name(workspace: str, name: str, sandbox_id: str) -> str:
+    return f"openshell-{workspace}--{name}-{sandbox_id}"
+
+
+def volume_name(sandbox_id: str) -> str:
+    return f"openshell-sandbox-{sandbox_id}-workspace"
+
+
+def network_name(prefix: str, workspace: str) -> str:
+    return f"{prefix}-{workspace}" if workspace else prefix

@@ -1,0 +1,94 @@
+"""GetCapabilities: PeerMetadata negotiation and the admission policy string.
+
+The gateway calls GetCapabilities before every validate, create and start and
+requires a byte-identical admission string, so the response is built once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from . import __version__
+from ._proto import compute_driver_pb2 as pb
+from ._proto import extension_pb2 as ext
+from .config import Settings
+from .errors import FailedPrecondition
+
+PROTOCOL_MAJOR = 1
+PROTOCOL_MINOR = 0
+CONTRACT = "openshell.compute.contract"
+IMPLEMENTATION_NAME = "podmand/podman"
+_CAPABILITY = re.compile(r"^openshell(\.[a-z0-9-]+){2,}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def admission_policy(settings: Settings) -> str:
+    """``v1:`` + compact JSON, keys in declaration order, labels sorted."""
+    doc = {
+        "allow_driver_config": settings.allow_driver_config,
+        "resource_admission": {
+            "enabled": settings.admission_enabled,
+            "required_labels": dict(sorted(settings.admission_labels.items())),
+        },
+    }
+    return "v1:" + json.dumps(doc, separators=(",", ":"))
+
+
+def capabilities(settings: Settings, *, limits_enforced: bool) -> pb.GetCapabilitiesResponse:
+    return pb.GetCapabilitiesResponse(
+        driver_name="podman",
+        driver_version=__version__,
+        default_image=settings.sandbox_image,
+        gateway_manages_lifecycle=True,
+        supports_sandbox_authentication=False,
+        driver_reports_runtime_readiness=False,
+        resource_capabilities=pb.ResourceCapabilities(
+            cpu=pb.CpuResourceCapabilities(limit_supported=limits_enforced),
+            memory=pb.MemoryResourceCapabilities(limit_supported=limits_enforced),
+            gpu=pb.GpuResourceCapabilities(default_selection_supported=False, count_selection_supported=True),
+        ),
+        rootfs_tar_staging_dir="",
+        rootfs_tar_max_bytes=0,
+        extension=ext.PeerMetadata(
+            protocol_version=ext.ProtocolVersion(major=PROTOCOL_MAJOR, minor=PROTOCOL_MINOR),
+            implementation_name=IMPLEMENTATION_NAME,
+            implementation_version=__version__,
+            supported_capabilities=[CONTRACT],
+            required_capabilities=[CONTRACT],
+        ),
+        resource_admission_policy=admission_policy(settings),
+    )
+
+
+def check_gateway(request: pb.GetCapabilitiesRequest, ours: ext.PeerMetadata) -> None:
+    """Reject a gateway we cannot work with (FAILED_PRECONDITION, saying why)."""
+    if not request.HasField("gateway"):
+        raise FailedPrecondition(
+            "gateway did not provide protocol metadata; upgrade the gateway and podmand together"
+        )
+    gw = request.gateway
+    if not gw.HasField("protocol_version"):
+        raise FailedPrecondition("gateway metadata has no protocol_version")
+    if gw.protocol_version.major != PROTOCOL_MAJOR:
+        raise FailedPrecondition(
+            f"gateway uses unsupported protocol {gw.protocol_version.major}.{gw.protocol_version.minor}; "
+            f"podmand supports {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}"
+        )
+    for field in ("implementation_name", "implementation_version"):
+        value = getattr(gw, field)
+        if not value.strip() or len(value.encode()) > 128 or _CONTROL.search(value):
+            raise FailedPrecondition(f"gateway.{field}: must be 1-128 bytes without control characters")
+    for field in ("supported_capabilities", "required_capabilities"):
+        values = list(getattr(gw, field))
+        if len(values) > 128 or len(set(values)) != len(values):
+            raise FailedPrecondition(f"gateway.{field}: at most 128 entries without duplicates")
+        for value in values:
+            if len(value) > 128 or not _CAPABILITY.match(value):
+                raise FailedPrecondition(f"gateway.{field}: {value!r} is not a valid capability name")
+    missing = sorted(set(gw.required_capabilities) - set(ours.supported_capabilities))
+    if missing:
+        raise FailedPrecondition(f"gateway requires capabilities podmand does not support: {', '.join(missing)}")
+    unmet = sorted(set(ours.required_capabilities) - set(gw.supported_capabilities))
+    if unmet:
+        raise FailedPrecondition(f"gateway is missing capabilities required by podmand: {', '.join(unmet)}")

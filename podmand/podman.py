@@ -1,0 +1,499 @@
+"""A small asyncio client for the libpod REST API over a Unix socket.
+
+HTTP/1.1 with a keep-alive pool, Content-Length and chunked bodies, and a
+cancellable line stream for ``/events`` and pulls.  podman-py is sync and
+heavy; this is the only Podman client the server uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import urllib.parse
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import msgspec
+
+API_PREFIX = "/v4.0.0/libpod"
+_MAX_HEADER_BYTES = 64 * 1024
+_MAX_LINE_BYTES = 4 * 1024 * 1024
+
+
+class PodmanError(Exception):
+    """Podman answered with a non-2xx status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"podman API error ({status}): {message}")
+        self.status = status
+        self.message = message
+
+    @property
+    def gone(self) -> bool:
+        """The container does not exist (Podman says 500 while removing one)."""
+        return self.status == 404 or "no such container" in self.message
+
+
+class PodmanUnavailable(Exception):
+    """The Podman socket could not be reached or the connection broke."""
+
+
+# ---------------------------------------------------------------- libpod shapes
+
+
+class HealthState(msgspec.Struct, rename="pascal"):
+    status: str = ""
+
+
+class ContainerState(msgspec.Struct, rename="pascal"):
+    status: str = ""
+    running: bool = False
+    paused: bool = False
+    exit_code: int = 0
+    oom_killed: bool = msgspec.field(default=False, name="OOMKilled")
+    started_at: str = ""
+    finished_at: str = ""
+    health: HealthState | None = None
+    stopped_by_user: bool = False
+
+
+class HealthConfig(msgspec.Struct, rename="pascal"):
+    test: list[str] | None = None
+
+
+class ContainerConfig(msgspec.Struct, rename="pascal"):
+    labels: dict[str, str] | None = None
+    healthcheck: HealthConfig | None = None
+    user: str = ""
+
+
+class ContainerInspect(msgspec.Struct, rename="pascal"):
+    id: str
+    name: str = ""
+    created: str = ""
+    state: ContainerState = msgspec.field(default_factory=ContainerState)
+    config: ContainerConfig = msgspec.field(default_factory=ContainerConfig)
+    image: str = ""
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.config.labels or {}
+
+
+class ContainerListEntry(msgspec.Struct, rename="pascal"):
+    id: str
+    names: list[str] | None = None
+    state: str = ""
+    labels: dict[str, str] | None = None
+    exit_code: int = 0
+    exited: bool = False
+    exited_at: int = 0
+    started_at: int = 0
+    created: str = ""
+
+
+class ImageConfig(msgspec.Struct, rename="pascal"):
+    user: str = ""
+    env: list[str] | None = None
+
+
+class ImageInspect(msgspec.Struct, rename="pascal"):
+    id: str = ""
+    config: ImageConfig = msgspec.field(default_factory=ImageConfig)
+
+
+class VolumeInspect(msgspec.Struct, rename="pascal"):
+    name: str
+    labels: dict[str, str] | None = None
+    created_at: str = ""
+
+
+class NetworkInspect(msgspec.Struct):
+    name: str
+    labels: dict[str, str] | None = None
+
+
+class EventActor(msgspec.Struct, rename="pascal"):
+    id: str = msgspec.field(default="", name="ID")
+    attributes: dict[str, str] | None = None
+
+
+class Event(msgspec.Struct):
+    Type: str = ""
+    Action: str = ""
+    Actor: EventActor = msgspec.field(default_factory=EventActor)
+    timeNano: int = 0
+
+
+class PullLine(msgspec.Struct):
+    stream: str = ""
+    error: str = ""
+    id: str = ""
+    images: list[str] | None = None
+
+
+class HostSecurity(msgspec.Struct):
+    rootless: bool = False
+
+
+class HostInfo(msgspec.Struct):
+    cgroupVersion: str = ""
+    security: HostSecurity = msgspec.field(default_factory=HostSecurity)
+    ociRuntime: dict[str, Any] | None = None
+
+
+class StoreInfo(msgspec.Struct):
+    graphDriverName: str = ""
+
+
+class VersionInfo(msgspec.Struct, rename="pascal"):
+    version: str = ""
+    api_version: str = msgspec.field(default="", name="APIVersion")
+
+
+class Info(msgspec.Struct):
+    host: HostInfo = msgspec.field(default_factory=HostInfo)
+    store: StoreInfo = msgspec.field(default_factory=StoreInfo)
+    version: VersionInfo = msgspec.field(default_factory=VersionInfo)
+
+
+# ---------------------------------------------------------------- HTTP layer
+
+
+class Response:
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def error_message(self) -> str:
+        try:
+            data = msgspec.json.decode(self.body)
+        except msgspec.DecodeError:
+            return self.body.decode("utf-8", "replace").strip()
+        if isinstance(data, dict):
+            return str(data.get("message") or data.get("cause") or data)
+        return str(data)
+
+
+class _Conn:
+    __slots__ = ("reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as exc:
+        raise PodmanUnavailable("connection closed by Podman") from exc
+    except asyncio.LimitOverrunError as exc:
+        raise PodmanUnavailable("response header too large") from exc
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
+        raise PodmanUnavailable(f"malformed status line from Podman: {lines[0]!r}")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if ":" in line:
+            key, value = line.split(":", 1)
+            headers[key.strip().lower()] = value.strip()
+    return int(parts[1]), headers
+
+
+async def _iter_body(reader: asyncio.StreamReader, status: int, headers: Mapping[str, str]) -> AsyncIterator[bytes]:
+    """Yield body chunks; handles chunked, Content-Length and read-to-close."""
+    if status in (204, 304) or status < 200:
+        return
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        while True:
+            size_line = await reader.readline()
+            if not size_line:
+                raise PodmanUnavailable("connection closed inside a chunked body")
+            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                await reader.readline()  # trailing CRLF (no trailers from Podman)
+                return
+            data = await reader.readexactly(size)
+            await reader.readexactly(2)
+            yield data
+    elif "content-length" in headers:
+        remaining = int(headers["content-length"])
+        while remaining:
+            data = await reader.read(min(remaining, 65536))
+            if not data:
+                raise PodmanUnavailable("connection closed inside a response body")
+            remaining -= len(data)
+            yield data
+    else:
+        while data := await reader.read(65536):
+            yield data
+
+
+def _build_request(method: str, path: str, body: bytes | None, content_type: str) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: d", "User-Agent: podmand"]
+    if body is not None:
+        lines += [f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
+    elif method in ("POST", "PUT"):
+        lines.append("Content-Length: 0")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
+
+
+def _path(path: str, query: Mapping[str, Any] | None) -> str:
+    full = path if path.startswith("/_") else API_PREFIX + path
+    if query:
+        items = []
+        for key, value in query.items():
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            elif isinstance(value, (dict, list)):
+                value = msgspec.json.encode(value).decode()
+            items.append((key, str(value)))
+        if items:
+            full += "?" + urllib.parse.urlencode(items, quote_via=urllib.parse.quote)
+    return full
+
+
+def quote(name: str) -> str:
+    """Percent-encode one path segment (image references contain '/' and ':')."""
+    return urllib.parse.quote(name, safe="")
+
+
+class PodmanClient:
+    """libpod over a Unix socket: one keep-alive pool, one connection per stream."""
+
+    def __init__(self, socket_path: str, *, pool_size: int = 8, timeout: float = 30.0) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._idle: list[_Conn] = []
+        self._pool_size = pool_size
+        self._closed = False
+
+    async def _connect(self) -> _Conn:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(self.socket_path, limit=_MAX_LINE_BYTES), 5.0
+            )
+        except (TimeoutError, OSError) as exc:
+            raise PodmanUnavailable(f"cannot connect to Podman at {self.socket_path}: {exc}") from exc
+        return _Conn(reader, writer)
+
+    def _release(self, conn: _Conn, headers: Mapping[str, str]) -> None:
+        reusable = headers.get("connection", "").lower() != "close"
+        if reusable and not self._closed and len(self._idle) < self._pool_size:
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        json: Any = None,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> Response:
+        if json is not None:
+            body = msgspec.json.encode(json)
+        raw = _build_request(method, _path(path, query), body, content_type)
+        try:
+            return await asyncio.wait_for(self._roundtrip(raw), timeout or self.timeout)
+        except TimeoutError as exc:
+            raise PodmanUnavailable(f"Podman did not answer {method} {path} in time") from exc
+
+    async def _roundtrip(self, raw: bytes) -> Response:
+        # A pooled connection may have been closed by the server while idle:
+        # retry once on a fresh connection when the reused one breaks at once.
+        for attempt in range(2):
+            reused = bool(self._idle)
+            conn = self._idle.pop() if reused else await self._connect()
+            try:
+                conn.writer.write(raw)
+                await conn.writer.drain()
+                status, headers = await _read_head(conn.reader)
+                body = b"".join([chunk async for chunk in _iter_body(conn.reader, status, headers)])
+            except (OSError, PodmanUnavailable, asyncio.IncompleteReadError) as exc:
+                conn.close()
+                if reused and attempt == 0:
+                    continue
+                raise PodmanUnavailable(f"connection to Podman failed: {exc}") from exc
+            except BaseException:
+                conn.close()
+                raise
+            self._release(conn, headers)
+            return Response(status, headers, body)
+        raise AssertionError("unreachable")
+
+    async def call(self, method: str, path: str, **kwargs: Any) -> Response:
+        """Like :meth:`request`, but raise :class:`PodmanError` on non-2xx (304 is fine)."""
+        resp = await self.request(method, path, **kwargs)
+        if resp.status >= 400:
+            raise PodmanError(resp.status, resp.error_message())
+        return resp
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, method: str, path: str, *, query: Mapping[str, Any] | None = None, json: Any = None
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Open a dedicated connection and yield an iterator of body lines."""
+        body = msgspec.json.encode(json) if json is not None else None
+        conn = await self._connect()
+        try:
+            conn.writer.write(_build_request(method, _path(path, query), body, "application/json"))
+            await conn.writer.drain()
+            status, headers = await _read_head(conn.reader)
+            if status >= 400:
+                data = b"".join([c async for c in _iter_body(conn.reader, status, headers)])
+                raise PodmanError(status, Response(status, headers, data).error_message())
+            yield _lines(_iter_body(conn.reader, status, headers))
+        except OSError as exc:
+            raise PodmanUnavailable(f"connection to Podman failed: {exc}") from exc
+        finally:
+            conn.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        while self._idle:
+            self._idle.pop().close()
+
+    # ------------------------------------------------------------ endpoints
+
+    async def ping(self) -> Response:
+        return await self.request("GET", "/_ping", timeout=2.0)
+
+    async def info(self) -> Info:
+        return msgspec.json.decode((await self.call("GET", "/info")).body, type=Info)
+
+    async def list_containers(self, labels: list[str]) -> list[ContainerListEntry]:
+        resp = await self.call("GET", "/containers/json", query={"all": True, "filters": {"label": labels}})
+        return msgspec.json.decode(resp.body, type=list[ContainerListEntry] | None) or []
+
+    async def inspect_container(self, name: str) -> ContainerInspect:
+        resp = await self.call("GET", f"/containers/{quote(name)}/json")
+        return msgspec.json.decode(resp.body, type=ContainerInspect)
+
+    async def create_container(self, spec: Mapping[str, Any]) -> tuple[str, list[str]]:
+        resp = await self.call("POST", "/containers/create", json=spec)
+        data = msgspec.json.decode(resp.body)
+        return str(data["Id"]), list(data.get("Warnings") or [])
+
+    async def start_container(self, name: str) -> None:
+        await self.call("POST", f"/containers/{quote(name)}/start", timeout=120.0)
+
+    async def stop_container(self, name: str, timeout: int) -> None:
+        await self.call(
+            "POST", f"/containers/{quote(name)}/stop", query={"timeout": timeout}, timeout=timeout + 30.0
+        )
+
+    async def remove_container(self, name: str, timeout: int) -> bool:
+        """Force-remove; False when it was already gone."""
+        resp = await self.request(
+            "DELETE",
+            f"/containers/{quote(name)}",
+            query={"force": True, "timeout": timeout},
+            timeout=timeout + 60.0,
+        )
+        if resp.status == 404:
+            return False
+        if resp.status >= 400:
+            raise PodmanError(resp.status, resp.error_message())
+        return True
+
+    async def healthcheck(self, name: str) -> str:
+        resp = await self.call("GET", f"/containers/{quote(name)}/healthcheck", timeout=60.0)
+        return str(msgspec.json.decode(resp.body).get("Status", ""))
+
+    async def archive(self, name: str, path: str) -> bytes:
+        return (await self.call("GET", f"/containers/{quote(name)}/archive", query={"path": path})).body
+
+    async def inspect_image(self, ref: str) -> ImageInspect:
+        resp = await self.call("GET", f"/images/{quote(ref)}/json")
+        return msgspec.json.decode(resp.body, type=ImageInspect)
+
+    async def pull_image(self, ref: str, policy: str) -> AsyncIterator[PullLine]:
+        """Pull, yielding progress lines; raises PodmanError on a failed pull."""
+        async with self.stream("POST", "/images/pull", query={"reference": ref, "policy": policy}) as lines:
+            async for line in lines:
+                item = msgspec.json.decode(line, type=PullLine)
+                if item.error:
+                    raise PodmanError(500, item.error)
+                yield item
+
+    async def create_volume(self, name: str, labels: Mapping[str, str]) -> None:
+        await self.call("POST", "/volumes/create", json={"Name": name, "Label": dict(labels)})
+
+    async def inspect_volume(self, name: str) -> VolumeInspect | None:
+        resp = await self.request("GET", f"/volumes/{quote(name)}/json")
+        if resp.status == 404:
+            return None
+        if resp.status >= 400:
+            raise PodmanError(resp.status, resp.error_message())
+        return msgspec.json.decode(resp.body, type=VolumeInspect)
+
+    async def list_volumes(self, labels: list[str]) -> list[VolumeInspect]:
+        resp = await self.call("GET", "/volumes/json", query={"filters": {"label": labels}})
+        return msgspec.json.decode(resp.body, type=list[VolumeInspect] | None) or []
+
+    async def remove_volume(self, name: str) -> bool:
+        resp = await self.request("DELETE", f"/volumes/{quote(name)}", query={"force": True})
+        if resp.status == 404:
+            return False
+        if resp.status >= 400:
+            raise PodmanError(resp.status, resp.error_message())
+        return True
+
+    async def create_network(self, body: Mapping[str, Any]) -> None:
+        await self.call("POST", "/networks/create", json=body)
+
+    async def inspect_network(self, name: str) -> NetworkInspect | None:
+        resp = await self.request("GET", f"/networks/{quote(name)}/json")
+        if resp.status == 404:
+            return None
+        if resp.status >= 400:
+            raise PodmanError(resp.status, resp.error_message())
+        return msgspec.json.decode(resp.body, type=NetworkInspect)
+
+    async def remove_network(self, name: str) -> bool:
+        resp = await self.request("DELETE", f"/networks/{quote(name)}")
+        if resp.status == 404:
+            return False
+        if resp.status >= 400:
+            raise PodmanError(resp.status, resp.error_message())
+        return True
+
+    @contextlib.asynccontextmanager
+    async def events(self, labels: list[str]) -> AsyncIterator[AsyncIterator[Event]]:
+        query = {"stream": True, "filters": {"label": labels, "type": ["container"]}}
+        async with self.stream("GET", "/events", query=query) as lines:
+            yield _decode_events(lines)
+
+
+async def _decode_events(lines: AsyncIterator[bytes]) -> AsyncIterator[Event]:
+    async for line in lines:
+        yield msgspec.json.decode(line, type=Event)
+
+
+async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    buf = b""
+    async for chunk in chunks:
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.strip():
+                yield line
+        if len(buf) > _MAX_LINE_BYTES:
+            raise PodmanUnavailable("Podman sent an over-long line")
+    if buf.strip():
+        yield buf

@@ -1,0 +1,135 @@
+"""``podmand serve``: the process around the servicer.
+
+Finds Podman, binds the driver socket safely (parent 0700, socket 0600, only
+our own stale socket replaced), serves, and on SIGTERM/SIGINT stops accepting,
+finishes in-flight RPCs, ends watch streams and removes the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import stat
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from . import __version__
+from ._proto import compute_driver_pb2_grpc
+from .config import ConfigError, Settings, default_socket, default_state_dir
+from .discovery import discover
+from .driver import Driver
+from .negotiation import capabilities
+from .podman import PodmanClient
+from .servicer import ComputeDriverServicer
+from .watcher import Hub
+
+log = logging.getLogger("podmand")
+SERVICE = "openshell.compute.v1.ComputeDriver"
+
+
+class SocketError(Exception):
+    """The driver socket path cannot be used safely."""
+
+
+def prepare_socket(path: str) -> None:
+    """Make the parent 0700 and ours; clear a stale socket of ours, refuse anything else."""
+    parent = Path(path).parent
+    if parent.is_symlink():
+        raise SocketError(f"driver socket directory {parent} is a symlink; refusing to use it")
+    parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = parent.stat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise SocketError(f"driver socket directory {parent} must be a directory owned by uid {os.geteuid()}")
+    os.chmod(parent, 0o700)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+        raise SocketError(f"driver socket path {path!r} exists but is not an owned Unix socket; remove it by hand")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            os.unlink(path)  # stale: nobody listens
+            return
+    raise SocketError(f"another process is already serving on {path}")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper().replace("WARN", "WARNING").replace("WARNINGING", "WARNING")),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("grpc").setLevel(logging.WARNING)
+
+
+async def serve(settings: Settings) -> int:
+    _setup_logging(settings.log_level)
+    podman_path = await discover(settings.podman_socket, settings.podman_wait)
+    podman = PodmanClient(podman_path)
+    info = await podman.info()
+    rootless = info.host.security.rootless
+    if settings.userns_base == "keep-id" and not rootless:
+        raise ConfigError("invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman")
+    state_dir = Path(settings.state_dir or default_state_dir())
+    driver = Driver(settings, podman, state_dir)
+    driver.files.setup()
+    hub = Hub(podman, driver)
+    enforced = not (rootless and info.host.cgroupVersion == "v1")
+    servicer = ComputeDriverServicer(driver, hub, capabilities(settings, limits_enforced=enforced))
+
+    server = grpc.aio.server()
+    compute_driver_pb2_grpc.add_ComputeDriverServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    socket_path = settings.socket.removeprefix("unix://") or default_socket()
+    prepare_socket(socket_path)
+    old_umask = os.umask(0o177)
+    try:
+        server.add_insecure_port(f"unix://{socket_path}")
+    finally:
+        os.umask(old_umask)
+    if settings.listen_tcp:
+        server.add_insecure_port(settings.listen_tcp)
+
+    hub_task = asyncio.create_task(hub.run())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await asyncio.wait_for(hub.connected.wait(), 10.0)
+        await server.start()
+        os.chmod(socket_path, 0o600)
+        resumed = await driver.resume()
+        for name in ("", SERVICE):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "podmand %s ready: serving unix://%s%s (Podman %s at %s, %s, userns=%s, state %s%s)",
+            __version__, socket_path, f" and {settings.listen_tcp}" if settings.listen_tcp else "",
+            info.version.version, podman_path, "rootless" if rootless else "rootful", settings.userns,
+            state_dir, f", resumed {resumed} create(s)" if resumed else "",
+        )
+        await stop.wait()
+        log.info("shutting down: finishing in-flight RPCs")
+    finally:
+        for name in ("", SERVICE):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        hub.close()
+        await server.stop(grace=10.0)
+        await driver.close()
+        hub_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hub_task
+        await podman.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(socket_path)
+    log.info("stopped")
+    return 0

@@ -1,0 +1,130 @@
+"""The gRPC servicer: translate requests and errors, delegate to the driver."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from ._proto import compute_driver_pb2 as pb
+from .driver import Driver
+from .errors import DriverError
+from .negotiation import check_gateway
+from .podman import PodmanError, PodmanUnavailable
+from .watcher import End, Hub
+
+log = logging.getLogger("podmand.rpc")
+T = TypeVar("T")
+
+
+class ComputeDriverServicer:
+    def __init__(self, driver: Driver, hub: Hub, capabilities: pb.GetCapabilitiesResponse) -> None:
+        self.driver = driver
+        self.hub = hub
+        self.capabilities = capabilities
+
+    async def _run(self, method: str, sandbox_id: str, context: Any, call: Callable[[], Awaitable[T]]) -> T:
+        """Run one RPC: map errors to status codes, log one line (never the request)."""
+        started = time.monotonic()
+        code, message = grpc.StatusCode.OK, ""
+        try:
+            return await call()
+        except DriverError as exc:
+            code, message = exc.code, exc.message
+        except PodmanUnavailable as exc:
+            code, message = grpc.StatusCode.UNAVAILABLE, f"Podman is unavailable: {exc}"
+        except PodmanError as exc:
+            code, message = grpc.StatusCode.INTERNAL, str(exc)
+        finally:
+            level = logging.INFO if code in (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND) else logging.WARNING
+            log.log(level, "rpc=%s sandbox=%s code=%s duration_ms=%.1f%s", method, sandbox_id or "-", code.name,
+                    (time.monotonic() - started) * 1000, f" error={message!r}" if message else "")
+        await context.abort(code, message)
+        raise AssertionError("abort returned")  # pragma: no cover
+
+    async def GetCapabilities(self, request: pb.GetCapabilitiesRequest, context: Any) -> pb.GetCapabilitiesResponse:
+        async def call() -> pb.GetCapabilitiesResponse:
+            check_gateway(request, self.capabilities.extension)
+            return self.capabilities
+
+        return await self._run("GetCapabilities", "", context, call)
+
+    async def AuthenticateSandbox(self, request: pb.AuthenticateSandboxRequest, context: Any) -> pb.AuthenticateSandboxResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "podmand does not authenticate sandbox credentials yet")
+        raise AssertionError("abort returned")  # pragma: no cover
+
+    async def ValidateSandboxCreate(self, request: pb.ValidateSandboxCreateRequest, context: Any) -> pb.ValidateSandboxCreateResponse:
+        async def call() -> pb.ValidateSandboxCreateResponse:
+            await self.driver.validate(request.sandbox if request.HasField("sandbox") else None)
+            return pb.ValidateSandboxCreateResponse()
+
+        return await self._run("ValidateSandboxCreate", request.sandbox.id, context, call)
+
+    async def CreateSandbox(self, request: pb.CreateSandboxRequest, context: Any) -> pb.CreateSandboxResponse:
+        async def call() -> pb.CreateSandboxResponse:
+            await self.driver.create(request.sandbox if request.HasField("sandbox") else None)
+            return pb.CreateSandboxResponse()
+
+        return await self._run("CreateSandbox", request.sandbox.id, context, call)
+
+    async def GetSandbox(self, request: pb.GetSandboxRequest, context: Any) -> pb.GetSandboxResponse:
+        async def call() -> pb.GetSandboxResponse:
+            return pb.GetSandboxResponse(sandbox=await self.driver.get(request.sandbox_id))
+
+        return await self._run("GetSandbox", request.sandbox_id, context, call)
+
+    async def ListSandboxes(self, request: pb.ListSandboxesRequest, context: Any) -> pb.ListSandboxesResponse:
+        async def call() -> pb.ListSandboxesResponse:
+            return pb.ListSandboxesResponse(sandboxes=await self.driver.list())
+
+        return await self._run("ListSandboxes", "", context, call)
+
+    async def StopSandbox(self, request: pb.StopSandboxRequest, context: Any) -> pb.StopSandboxResponse:
+        async def call() -> pb.StopSandboxResponse:
+            await self.driver.stop(request.sandbox_id)
+            return pb.StopSandboxResponse()
+
+        return await self._run("StopSandbox", request.sandbox_id, context, call)
+
+    async def StartSandbox(self, request: pb.StartSandboxRequest, context: Any) -> pb.StartSandboxResponse:
+        async def call() -> pb.StartSandboxResponse:
+            await self.driver.start(request.sandbox_id)
+            return pb.StartSandboxResponse()
+
+        return await self._run("StartSandbox", request.sandbox_id, context, call)
+
+    async def DeleteSandbox(self, request: pb.DeleteSandboxRequest, context: Any) -> pb.DeleteSandboxResponse:
+        async def call() -> pb.DeleteSandboxResponse:
+            return pb.DeleteSandboxResponse(deleted=await self.driver.delete(request.sandbox_id))
+
+        return await self._run("DeleteSandbox", request.sandbox_id, context, call)
+
+    async def EnsureWorkspace(self, request: pb.EnsureWorkspaceRequest, context: Any) -> pb.EnsureWorkspaceResponse:
+        async def call() -> pb.EnsureWorkspaceResponse:
+            await self.driver.ensure_workspace(request.workspace)
+            return pb.EnsureWorkspaceResponse()
+
+        return await self._run("EnsureWorkspace", "", context, call)
+
+    async def DeleteWorkspace(self, request: pb.DeleteWorkspaceRequest, context: Any) -> pb.DeleteWorkspaceResponse:
+        async def call() -> pb.DeleteWorkspaceResponse:
+            await self.driver.delete_workspace(request.workspace)
+            return pb.DeleteWorkspaceResponse()
+
+        return await self._run("DeleteWorkspace", "", context, call)
+
+    async def WatchSandboxes(self, request: pb.WatchSandboxesRequest, context: Any) -> AsyncIterator[pb.WatchSandboxesEvent]:
+        stream = await self._run("WatchSandboxes", "", context, self.hub.subscribe)
+        try:
+            while True:
+                item = await stream.get()
+                if isinstance(item, End):
+                    log.info("rpc=WatchSandboxes ended code=%s message=%r", item.code.name, item.message)
+                    await context.abort(item.code, item.message)
+                    return
+                yield item
+        finally:
+            self.hub.unsubscribe(stream)

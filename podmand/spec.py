@@ -1,0 +1,527 @@
+"""Sandbox request validation and the libpod container spec, as pure functions.
+
+``validate`` turns a ``DriverSandbox`` into a :class:`Plan` or raises an error
+naming the offending field; ``container_spec`` turns a plan plus what
+provisioning resolved (image ID, paths) into the SpecGenerator JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import posixpath
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from google.protobuf import json_format
+
+from . import names
+from ._proto import compute_driver_pb2 as pb
+from .config import Settings
+from .errors import FailedPrecondition, InvalidArgument
+
+_ID_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CPU_RE = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(m?)$")
+_MEM_RE = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E)?$")
+_MEM_UNITS = {
+    "": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+CPU_PERIOD = 100_000
+MIN_CPU_QUOTA = 1_000  # the kernel refuses a CFS quota below 1 ms
+MIN_MEMORY = 6 * 2**20  # Podman refuses less than 6 MiB
+DEFAULT_CPU_QUOTA = 2 * CPU_PERIOD
+DEFAULT_MEMORY = 4 * 2**30
+CAP_ADD = ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYSLOG", "DAC_READ_SEARCH", "SETPCAP"]
+CAP_DROP = ["DAC_OVERRIDE", "FSETID", "KILL", "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SYS_CHROOT"]
+DEFAULT_COMMAND = ["/bin/bash", "-l"]
+MAX_TOKEN_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Mount:
+    kind: str  # bind | volume | tmpfs
+    target: str
+    source: str = ""
+    read_only: bool = True
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated sandbox request: everything provisioning needs, secrets apart."""
+
+    sandbox_id: str
+    name: str
+    workspace: str
+    image: str
+    log_level: str
+    user_env: dict[str, str]
+    labels: dict[str, str]
+    command: list[str]
+    tty: bool
+    await_attach: bool
+    ssh_socket_path: str
+    cpu_quota: int
+    memory_bytes: int
+    userns: str
+    mounts: tuple[Mount, ...] = ()
+    cdi_devices: tuple[str, ...] = ()
+    driver_config_used: bool = False
+    spec_hash: str = ""
+    intent: str = ""
+    has_token: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def container_name(self) -> str:
+        return names.container_name(self.workspace, self.name, self.sandbox_id)
+
+    @property
+    def volume_name(self) -> str:
+        return names.volume_name(self.sandbox_id)
+
+
+def _check_text(where: str, value: str, *, allow_empty: bool = True) -> None:
+    if not value and not allow_empty:
+        raise InvalidArgument(f"{where}: is required")
+    if _CONTROL.search(value):
+        raise InvalidArgument(f"{where}: must not contain control characters")
+
+
+def check_name(where: str, value: str, *, required: bool) -> None:
+    if not value:
+        if required:
+            raise InvalidArgument(f"{where}: is required")
+        return
+    if len(value) > 128 or not _ID_RE.match(value):
+        raise InvalidArgument(
+            f"{where}: {value!r} must be 1-128 characters of [a-zA-Z0-9._-] starting with a letter or digit"
+        )
+
+
+def parse_cpu(where: str, text: str) -> int:
+    """A Kubernetes CPU quantity as a CFS quota in microseconds per 100 ms."""
+    match = _CPU_RE.match(text.strip())
+    if not match:
+        raise InvalidArgument(f"{where}: {text!r} is not a CPU quantity (e.g. 500m, 2, 1.5)")
+    cores = Decimal(match.group(1)) / (1000 if match.group(2) else 1)
+    quota = int(cores * CPU_PERIOD)
+    if quota < MIN_CPU_QUOTA:
+        raise InvalidArgument(f"{where}: {text!r} is below the minimum of 10m")
+    return quota
+
+
+def parse_memory(where: str, text: str) -> int:
+    """A Kubernetes memory quantity in bytes."""
+    match = _MEM_RE.match(text.strip())
+    if not match:
+        raise InvalidArgument(f"{where}: {text!r} is not a memory quantity (e.g. 512Mi, 4Gi, 1.5G)")
+    try:
+        value = int(Decimal(match.group(1)) * _MEM_UNITS[match.group(2) or ""])
+    except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
+        raise InvalidArgument(f"{where}: {text!r} is not a memory quantity") from exc
+    if value < MIN_MEMORY:
+        raise InvalidArgument(f"{where}: {text!r} is below the minimum of 6Mi")
+    return value
+
+
+def _resources(tpl: pb.DriverSandboxTemplate) -> tuple[int, int]:
+    res = tpl.resources
+    base = "sandbox.spec.template.resources"
+    cpu = parse_cpu(f"{base}.cpu_limit", res.cpu_limit) if res.cpu_limit else DEFAULT_CPU_QUOTA
+    mem = parse_memory(f"{base}.memory_limit", res.memory_limit) if res.memory_limit else DEFAULT_MEMORY
+    if res.cpu_request:
+        req = parse_cpu(f"{base}.cpu_request", res.cpu_request)
+        if res.cpu_limit and req > cpu:
+            raise InvalidArgument(f"{base}.cpu_request: {res.cpu_request!r} exceeds cpu_limit {res.cpu_limit!r}")
+    if res.memory_request:
+        req = parse_memory(f"{base}.memory_request", res.memory_request)
+        if res.memory_limit and req > mem:
+            raise InvalidArgument(
+                f"{base}.memory_request: {res.memory_request!r} exceeds memory_limit {res.memory_limit!r}"
+            )
+    return cpu, mem
+
+
+def _env(where: str, env: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in env.items():
+        if not _ENV_KEY_RE.match(key):
+            raise InvalidArgument(f"{where}: key {key!r} is not a valid environment variable name")
+        if "\x00" in value:
+            raise InvalidArgument(f"{where}[{key}]: value must not contain NUL")
+        out[key] = value
+    return out
+
+
+def normalize_target(where: str, target: str) -> str:
+    if not isinstance(target, str) or not target.startswith("/") or target != target.strip() or _CONTROL.search(target):
+        raise InvalidArgument(f"{where}: mount target must be an absolute path")
+    parts = [p for p in target.split("/") if p]
+    if any(p in (".", "..") for p in parts) or not parts:
+        raise InvalidArgument(f"{where}: mount target {target!r} must be normalised and not '/'")
+    norm = "/" + "/".join(parts)
+    for root in names.RESERVED_ROOTS:
+        if norm == root or norm.startswith(root + "/") or root.startswith(norm + "/"):
+            raise InvalidArgument(f"{where}: mount target {norm!r} conflicts with reserved OpenShell path {root!r}")
+    return norm
+
+
+def _driver_config(sandbox: pb.DriverSandbox, settings: Settings) -> tuple[tuple[Mount, ...], tuple[str, ...], bool]:
+    tpl = sandbox.spec.template
+    if not tpl.HasField("driver_config") or not tpl.driver_config.fields:
+        return (), (), False
+    where = "sandbox.spec.template.driver_config"
+    if not settings.allow_driver_config:
+        raise FailedPrecondition(
+            f"{where}: caller driver config is disabled; a gateway administrator must enable allow_driver_config"
+        )
+    cfg = json_format.MessageToDict(tpl.driver_config)
+    unknown = set(cfg) - {"cdi_devices", "mounts"}
+    if unknown:
+        raise InvalidArgument(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    devices = cfg.get("cdi_devices", [])
+    if not isinstance(devices, list) or not all(isinstance(d, str) and d.strip() for d in devices):
+        raise InvalidArgument(f"{where}.cdi_devices: must be a list of non-empty strings")
+    if len(set(devices)) != len(devices):
+        raise InvalidArgument(f"{where}.cdi_devices: contains duplicate device IDs")
+    mounts: list[Mount] = []
+    seen: set[str] = set()
+    raw_mounts = cfg.get("mounts", [])
+    if not isinstance(raw_mounts, list):
+        raise InvalidArgument(f"{where}.mounts: must be a list")
+    for i, m in enumerate(raw_mounts):
+        mw = f"{where}.mounts[{i}]"
+        if not isinstance(m, dict):
+            raise InvalidArgument(f"{mw}: must be an object")
+        kind = m.get("type")
+        allowed = {"bind": {"source", "target", "read_only"}, "volume": {"source", "target", "read_only"},
+                   "tmpfs": {"target", "size_bytes", "mode"}}
+        if kind not in allowed:
+            raise InvalidArgument(f"{mw}.type: must be bind, volume or tmpfs")
+        extra = set(m) - allowed[kind] - {"type"}
+        if extra:
+            raise InvalidArgument(f"{mw}: unknown field(s) {', '.join(sorted(extra))}")
+        target = normalize_target(f"{mw}.target", m.get("target", ""))
+        if target in seen:
+            raise InvalidArgument(f"{mw}.target: duplicate mount target {target!r}")
+        seen.add(target)
+        read_only = m.get("read_only", True)
+        if not isinstance(read_only, bool):
+            raise InvalidArgument(f"{mw}.read_only: must be a boolean")
+        if kind == "bind":
+            if not settings.enable_bind_mounts:
+                raise FailedPrecondition(f"{mw}: bind mounts require enable_bind_mounts (OPENSHELL_ENABLE_BIND_MOUNTS)")
+            source = m.get("source", "")
+            if not isinstance(source, str) or not posixpath.isabs(source) or _CONTROL.search(source):
+                raise InvalidArgument(f"{mw}.source: bind source must be an absolute host path")
+            mounts.append(Mount("bind", target, source, read_only))
+        elif kind == "volume":
+            source = m.get("source", "")
+            if not isinstance(source, str) or not _ID_RE.match(source):
+                raise InvalidArgument(f"{mw}.source: must be a Podman volume name")
+            mounts.append(Mount("volume", target, source, read_only))
+        else:
+            opts = ["rw", "nosuid", "nodev"]
+            size, mode = m.get("size_bytes"), m.get("mode")
+            if size is not None:
+                if not isinstance(size, (int, float)) or size != int(size) or size <= 0:
+                    raise InvalidArgument(f"{mw}.size_bytes: must be a positive integer")
+                opts.append(f"size={int(size)}")
+            if mode is not None:
+                if not isinstance(mode, (int, float)) or mode != int(mode) or not 0 <= mode <= 0o7777:
+                    raise InvalidArgument(f"{mw}.mode: must be an integer permission mode")
+                opts.append(f"mode={int(mode):o}")
+            mounts.append(Mount("tmpfs", target, "", False, tuple(opts)))
+    return tuple(mounts), tuple(devices), True
+
+
+def _gpu(sandbox: pb.DriverSandbox, devices: tuple[str, ...]) -> tuple[str, ...]:
+    spec = sandbox.spec
+    if not spec.resource_requirements.HasField("gpu"):
+        if devices:
+            raise InvalidArgument("sandbox.spec.template.driver_config.cdi_devices: requires a gpu request")
+        return ()
+    gpu = spec.resource_requirements.gpu
+    count = gpu.count if gpu.HasField("count") else 1
+    if count == 0:
+        raise InvalidArgument("sandbox.spec.resource_requirements.gpu.count: must be greater than 0")
+    if devices:
+        if len(devices) != count:
+            raise InvalidArgument(
+                f"sandbox.spec.resource_requirements.gpu.count: gpu count ({count}) must match "
+                f"driver_config.cdi_devices length ({len(devices)})"
+            )
+        return devices
+    raise FailedPrecondition(
+        "sandbox.spec.resource_requirements.gpu: no NVIDIA CDI GPU devices were discovered; "
+        "set driver_config.cdi_devices explicitly"
+    )
+
+
+def _userns(tpl: pb.DriverSandboxTemplate, settings: Settings) -> str:
+    if not tpl.HasField("user_namespaces"):
+        return settings.userns
+    if not tpl.user_namespaces:
+        return "host"
+    return settings.userns if settings.userns_base != "host" else "auto"
+
+
+def strip_secrets(sandbox: pb.DriverSandbox) -> pb.DriverSandbox:
+    clean = pb.DriverSandbox()
+    clean.CopyFrom(sandbox)
+    clean.ClearField("status")
+    clean.spec.ClearField("sandbox_token")
+    clean.spec.ClearField("launch_authentication")
+    return clean
+
+
+def encode_intent(sandbox: pb.DriverSandbox) -> tuple[str, str]:
+    """(spec hash, base64 intent) of the request without its secrets."""
+    blob = strip_secrets(sandbox).SerializeToString(deterministic=True)
+    return hashlib.sha256(blob).hexdigest(), base64.b64encode(blob).decode()
+
+
+def decode_intent(intent: str) -> pb.DriverSandbox:
+    sandbox = pb.DriverSandbox()
+    sandbox.ParseFromString(base64.b64decode(intent))
+    return sandbox
+
+
+def validate(sandbox: pb.DriverSandbox | None, settings: Settings) -> Plan:
+    """Check everything that can be checked without allocating anything."""
+    if sandbox is None:
+        raise InvalidArgument("sandbox: is required")
+    check_name("sandbox.id", sandbox.id, required=True)
+    check_name("sandbox.name", sandbox.name, required=True)
+    check_name("sandbox.workspace", sandbox.workspace, required=False)
+    cname = names.container_name(sandbox.workspace, sandbox.name, sandbox.id)
+    if len(cname) > 255:
+        raise InvalidArgument(f"sandbox.name: container name {cname!r} exceeds 255 characters")
+    if not sandbox.HasField("spec"):
+        raise InvalidArgument("sandbox.spec: is required")
+    spec, tpl = sandbox.spec, sandbox.spec.template
+    image = tpl.image or settings.sandbox_image
+    if not image:
+        raise FailedPrecondition(
+            "sandbox.spec.template.image: no sandbox image configured; set OPENSHELL_SANDBOX_IMAGE "
+            "or give an image in the sandbox template"
+        )
+    if re.search(r"\s", image) or _CONTROL.search(image):
+        raise InvalidArgument(f"sandbox.spec.template.image: {image!r} is not an image reference")
+    _check_text("sandbox.spec.log_level", spec.log_level)
+    user_env = _env("sandbox.spec.template.environment", tpl.environment)
+    user_env.update(_env("sandbox.spec.environment", spec.environment))
+    labels: dict[str, str] = {}
+    for key, value in tpl.labels.items():
+        if not key or "=" in key or _CONTROL.search(key) or _CONTROL.search(value):
+            raise InvalidArgument(f"sandbox.spec.template.labels: invalid label {key!r}")
+        labels[key] = value
+    for i, arg in enumerate(spec.command):
+        if "\x00" in arg:
+            raise InvalidArgument(f"sandbox.spec.command[{i}]: must not contain NUL")
+    ssh_socket = tpl.agent_socket_path or settings.ssh_socket_path
+    if not ssh_socket.startswith("/") or _CONTROL.search(ssh_socket):
+        raise InvalidArgument("sandbox.spec.template.agent_socket_path: must be an absolute path")
+    token = spec.sandbox_token
+    if token and (len(token) > MAX_TOKEN_BYTES or re.search(r"\s", token.strip()) or _CONTROL.search(token.strip())):
+        raise InvalidArgument("sandbox.spec.sandbox_token: must be a single token without whitespace, at most 64 KiB")
+    cpu, mem = _resources(tpl)
+    mounts, devices, used = _driver_config(sandbox, settings)
+    devices = _gpu(sandbox, devices)
+    spec_hash, intent = encode_intent(sandbox)
+    return Plan(
+        sandbox_id=sandbox.id,
+        name=sandbox.name,
+        workspace=sandbox.workspace,
+        image=image,
+        log_level=spec.log_level,
+        user_env=user_env,
+        labels=labels,
+        command=list(spec.command),
+        tty=spec.tty,
+        await_attach=spec.await_main_process_attachment,
+        ssh_socket_path=ssh_socket,
+        cpu_quota=cpu,
+        memory_bytes=mem,
+        userns=_userns(tpl, settings),
+        mounts=mounts,
+        cdi_devices=devices,
+        driver_config_used=used,
+        spec_hash=spec_hash,
+        intent=intent,
+        has_token=bool(token.strip()),
+    )
+
+
+# ---------------------------------------------------------------- building
+
+
+def main_process_spec(plan: Plan) -> str:
+    if plan.command:
+        doc: dict[str, Any] = {"version": 1, "command": plan.command, "tty": plan.tty,
+                               "await_main_process_attachment": plan.await_attach}
+    else:
+        doc = {"version": 1, "command": DEFAULT_COMMAND, "tty": True}
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def sandbox_env(plan: Plan, settings: Settings, *, image_user: str) -> dict[str, str]:
+    """The supervisor's environment. User values travel only inside
+    OPENSHELL_USER_ENVIRONMENT, so they cannot steer the root supervisor."""
+    env: dict[str, str] = {}
+    if plan.log_level:
+        env[names.ENV_LOG_LEVEL] = plan.log_level
+    if plan.user_env:
+        env[names.ENV_USER_ENV] = json.dumps(plan.user_env, separators=(",", ":"), sort_keys=True)
+    env.update({
+        names.ENV_SANDBOX: plan.name,
+        names.ENV_SANDBOX_ID: plan.sandbox_id,
+        names.ENV_ENDPOINT: settings.endpoint,
+        names.ENV_SSH_SOCKET: plan.ssh_socket_path,
+        names.ENV_IMAGE: plan.image,
+        names.ENV_MAIN_PROCESS: main_process_spec(plan),
+        names.ENV_TELEMETRY: "true" if settings.telemetry_enabled else "false",
+        names.ENV_IMAGE_USER: image_user,
+        names.ENV_UID: "",
+        names.ENV_GID: "",
+    })
+    if settings.tls_enabled:
+        env[names.ENV_TLS_CA] = f"{names.TLS_DIR}/ca.crt"
+        env[names.ENV_TLS_CERT] = f"{names.TLS_DIR}/tls.crt"
+        env[names.ENV_TLS_KEY] = f"{names.TLS_DIR}/tls.key"
+    if plan.has_token:
+        env[names.ENV_TOKEN_FILE] = names.TOKEN_PATH
+    return env
+
+
+def container_labels(plan: Plan) -> dict[str, str]:
+    labels = dict(plan.labels)
+    labels.update({
+        names.MANAGED: "true",
+        names.OWNER: names.OWNER_VALUE,
+        names.SANDBOX_ID: plan.sandbox_id,
+        names.SANDBOX_NAME: plan.name,
+        names.SANDBOX_NAMESPACE: "",
+        names.SANDBOX_WORKSPACE: plan.workspace,
+        names.DRIVER_CONFIG_USED: "true" if plan.driver_config_used else "false",
+        names.SPEC_HASH: plan.spec_hash,
+    })
+    return labels
+
+
+def intent_labels(plan: Plan) -> dict[str, str]:
+    """Labels of the workspace volume: the durable record of a create request."""
+    return {
+        names.OWNER: names.OWNER_VALUE,
+        names.SANDBOX_ID: plan.sandbox_id,
+        names.SANDBOX_WORKSPACE: plan.workspace,
+        names.SPEC_HASH: plan.spec_hash,
+        names.HAS_TOKEN: "true" if plan.has_token else "false",
+        names.INTENT: plan.intent,
+    }
+
+
+def userns_spec(mode: str) -> dict[str, Any]:
+    """userns + idmappings: Podman 4.3.1 ignores nsmode=auto without AutoUserNs."""
+    base, _, params = mode.partition(":")
+    if base == "host":
+        return {"userns": {"nsmode": "host"}}
+    out: dict[str, Any] = {"userns": {"nsmode": base, **({"value": params} if params else {})}}
+    if base == "auto":
+        opts: dict[str, Any] = {}
+        for item in params.split(","):
+            key, _, value = item.partition("=")
+            if key == "size" and value.isdigit():
+                opts["Size"] = int(value)
+        out["idmappings"] = {"HostUIDMapping": False, "HostGIDMapping": False, "AutoUserNs": True,
+                             **({"AutoUserNsOpts": opts} if opts else {})}
+    return out
+
+
+def _idmap(entries: list[str]) -> list[dict[str, int]]:
+    out = []
+    for entry in entries:
+        c, h, s = (int(x) for x in entry.split(":"))
+        out.append({"container_id": c, "host_id": h, "size": s})
+    return out
+
+
+def container_spec(
+    plan: Plan,
+    settings: Settings,
+    *,
+    image_id: str,
+    image_user: str,
+    network: str,
+    supervisor_path: str,
+    secrets_dir: str,
+) -> dict[str, Any]:
+    """The libpod SpecGenerator for one sandbox container (V1 single-container layout)."""
+    mounts: list[dict[str, Any]] = [
+        {"destination": names.NETNS_DIR, "type": "tmpfs", "source": "tmpfs", "options": ["rw", "nosuid", "nodev"]},
+        {"destination": names.SUPERVISOR_BIN, "type": "bind", "source": supervisor_path, "options": ["bind", "ro"]},
+    ]
+    # Per-sandbox copies, chowned by Podman ("U") to the container's root, so only it can read them.
+    if plan.has_token:
+        mounts.append({"destination": names.TOKEN_PATH, "type": "bind",
+                       "source": f"{secrets_dir}/sandbox.jwt", "options": ["bind", "ro", "U"]})
+    if settings.tls_enabled:
+        for fname in ("ca.crt", "tls.crt", "tls.key"):
+            mounts.append({"destination": f"{names.TLS_DIR}/{fname}", "type": "bind",
+                           "source": f"{secrets_dir}/{fname}", "options": ["bind", "ro", "U"]})
+    volumes: list[dict[str, Any]] = [{"Name": plan.volume_name, "Dest": names.WORKSPACE_PATH, "Options": ["rw"]}]
+    for m in plan.mounts:
+        if m.kind == "bind":
+            mounts.append({"destination": m.target, "type": "bind", "source": m.source,
+                           "options": ["rbind", "ro" if m.read_only else "rw"]})
+        elif m.kind == "tmpfs":
+            mounts.append({"destination": m.target, "type": "tmpfs", "source": "tmpfs", "options": list(m.options)})
+        else:
+            volumes.append({"Name": m.source, "Dest": m.target, "Options": ["ro" if m.read_only else "rw"]})
+    hosts = ["host.openshell.internal"]
+    if settings.host_gateway_ip:
+        hosts.insert(0, "host.containers.internal")
+    hostadd = [f"{h}:{settings.host_gateway_ip or 'host-gateway'}" for h in hosts]
+    limits: dict[str, Any] = {"cpu": {"quota": plan.cpu_quota, "period": CPU_PERIOD},
+                              "memory": {"limit": plan.memory_bytes}}
+    if settings.pids_limit:
+        limits["pids"] = {"limit": settings.pids_limit}
+    spec: dict[str, Any] = {
+        "name": plan.container_name,
+        "hostname": f"sandbox-{plan.name}"[:63],
+        "image": image_id,
+        "labels": container_labels(plan),
+        "entrypoint": [names.SUPERVISOR_BIN],
+        "command": ["--workdir", names.WORKSPACE_PATH],
+        "user": "0:0",
+        "cap_add": CAP_ADD,
+        "cap_drop": CAP_DROP,
+        "no_new_privileges": True,
+        "seccomp_profile_path": "unconfined",
+        "env": sandbox_env(plan, settings, image_user=image_user),
+        "mounts": mounts,
+        "volumes": volumes,
+        "netns": {"nsmode": "bridge"},
+        "Networks": {network: {}},
+        "hostadd": hostadd,
+        "stop_timeout": settings.stop_timeout,
+        "resource_limits": limits,
+        **userns_spec(plan.userns),
+    }
+    if plan.userns == "private":
+        spec["idmappings"] = {"HostUIDMapping": False, "HostGIDMapping": False,
+                              "UIDMap": _idmap(settings.uidmap), "GIDMap": _idmap(settings.gidmap)}
+    if settings.health_check_interval:
+        probe = (f"test -e {names.SSH_READY_MARKER} || test -S {plan.ssh_socket_path}")
+        spec["healthconfig"] = {"Test": ["CMD-SHELL", probe], "Interval": settings.health_check_interval * 10**9,
+                                "Timeout": 2 * 10**9, "Retries": 10, "StartPeriod": 0}
+    if plan.cdi_devices:
+        spec["devices"] = [{"path": d} for d in plan.cdi_devices]
+    return spec

@@ -1,0 +1,180 @@
+"""Mapping Podman's view of a sandbox to contract snapshots (pure functions)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from . import names
+from ._proto import compute_driver_pb2 as pb
+from .podman import ContainerInspect, ContainerListEntry
+
+_RFC3339 = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
+# Seconds of 0001-01-01 and 9999-12-31T23:59:59: the gateway rejects anything outside.
+_MIN_SECONDS = -62135596800
+_MAX_SECONDS = 253402300799
+
+
+def timestamp(seconds: int, nanos: int = 0) -> Timestamp | None:
+    """A canonical Timestamp, or None for Go's zero time and other junk."""
+    if seconds <= 0 or not _MIN_SECONDS <= seconds <= _MAX_SECONDS or not 0 <= nanos < 10**9:
+        return None
+    return Timestamp(seconds=seconds, nanos=nanos)
+
+
+def parse_time(text: str) -> Timestamp | None:
+    """Podman's RFC 3339 times (nanosecond fractions, any offset)."""
+    match = _RFC3339.match(text.strip()) if text else None
+    if not match:
+        return None
+    base, frac, zone = match.groups()
+    zone = "+00:00" if zone == "Z" else zone
+    try:
+        dt = datetime.fromisoformat(base + zone)
+    except ValueError:
+        return None
+    # Whole seconds: the list endpoint reports only seconds, and a condition's
+    # transition_time must not differ between List, Get and Watch.
+    del frac
+    return timestamp(int(dt.timestamp()))
+
+
+@dataclass(frozen=True)
+class Condition:
+    status: str
+    reason: str
+    message: str
+    time: Timestamp | None = None
+
+
+def _condition(type_: str, c: Condition) -> pb.DriverCondition:
+    out = pb.DriverCondition(type=type_, status=c.status, reason=c.reason, message=c.message)
+    if c.time is not None:
+        out.transition_time.CopyFrom(c.time)
+    return out
+
+
+def exited_condition(exit_code: int, oom: bool, time: Timestamp | None) -> Condition:
+    if oom:
+        return Condition("False", "OOMKilled", "Container was killed by the OOM killer", time)
+    if exit_code == 78:
+        return Condition("False", "WorkspaceValidationFailed",
+                         "Supervisor exited with code 78: the workspace is not usable by the sandbox identity", time)
+    return Condition("False", "ContainerExited", f"Container exited with code {exit_code}", time)
+
+
+def ready_from_state(
+    status: str,
+    *,
+    exit_code: int = 0,
+    oom: bool = False,
+    health: str = "",
+    stopped: bool = False,
+    started: Timestamp | None = None,
+    finished: Timestamp | None = None,
+    created: Timestamp | None = None,
+) -> Condition:
+    """The Ready condition for a container state.
+
+    ``health`` is the last probe result ("" when no healthcheck is configured);
+    ``stopped`` says StopSandbox stopped this run of the container.
+    """
+    if status == "running":
+        if health in ("", "none"):
+            return Condition("True", "ContainerRunning", "Container is running", started)
+        if health == "healthy":
+            return Condition("True", "HealthCheckPassed", "Supervisor health check passed", started)
+        if health == "unhealthy":
+            return Condition("False", "HealthCheckFailed", "Supervisor health check failed", started)
+        return Condition("False", "HealthCheckStarting", "Waiting for the supervisor health check", started)
+    if status in ("exited", "stopped"):
+        if stopped:
+            return Condition("False", "ContainerStopped", "Sandbox was stopped", finished)
+        return exited_condition(exit_code, oom, finished)
+    if status in ("created", "configured", "initialized"):
+        return Condition("False", "ContainerCreated", "Container created; starting", created)
+    if status == "paused":
+        return Condition("False", "ContainerPaused", "Container is paused", None)
+    if status == "stopping":
+        return Condition("False", "ContainerStarting" if not stopped else "ContainerStopped",
+                         "Container is stopping", None)
+    if status == "removing":
+        return Condition("False", "ContainerRemoving", "Container is being removed", None)
+    return Condition("Unknown", "Unknown", f"Unknown container state: {status}", None)
+
+
+def snapshot(
+    labels: dict[str, str],
+    *,
+    container_name: str,
+    container_id: str,
+    ready: Condition,
+    stopped: bool = False,
+    deleting: bool = False,
+) -> pb.DriverSandbox:
+    status = pb.DriverSandboxStatus(
+        name=container_name,
+        instance_id=container_id[:12],
+        deleting=deleting,
+        conditions=[_condition(names.READY, ready)],
+    )
+    if stopped:
+        status.conditions.append(
+            _condition(names.SUSPENDED, Condition("True", "ContainerStopped", "Sandbox was stopped", ready.time))
+        )
+    return pb.DriverSandbox(
+        id=labels.get(names.SANDBOX_ID, ""),
+        name=labels.get(names.SANDBOX_NAME, ""),
+        workspace=labels.get(names.SANDBOX_WORKSPACE, ""),
+        status=status,
+    )
+
+
+def from_inspect(info: ContainerInspect, *, health: str = "", stopped: bool = False) -> pb.DriverSandbox:
+    state = info.state
+    stopped = stopped and state.status in ("exited", "stopped", "stopping")
+    ready = ready_from_state(
+        state.status,
+        exit_code=state.exit_code,
+        oom=state.oom_killed,
+        health=health if info.config.healthcheck and info.config.healthcheck.test else "",
+        stopped=stopped,
+        started=parse_time(state.started_at),
+        finished=parse_time(state.finished_at),
+        created=parse_time(info.created),
+    )
+    return snapshot(info.labels, container_name=info.name.lstrip("/"), container_id=info.id, ready=ready,
+                    stopped=stopped, deleting=state.status == "removing")
+
+
+def from_list_entry(entry: ContainerListEntry, *, health: str = "", stopped: bool = False) -> pb.DriverSandbox:
+    stopped = stopped and entry.state in ("exited", "stopped", "stopping")
+    ready = ready_from_state(
+        entry.state,
+        exit_code=entry.exit_code,
+        health=health,
+        stopped=stopped,
+        started=timestamp(entry.started_at),
+        finished=timestamp(entry.exited_at),
+        created=parse_time(entry.created),
+    )
+    labels = entry.labels or {}
+    return snapshot(labels, container_name=(entry.names or [""])[0], container_id=entry.id, ready=ready,
+                    stopped=stopped, deleting=entry.state == "removing")
+
+
+def pending(
+    sandbox_id: str, name: str, workspace: str, container_name: str, ready: Condition, *, stopped: bool = False
+) -> pb.DriverSandbox:
+    """A sandbox that has no container yet (provisioning, failed or stopped early)."""
+    labels = {names.SANDBOX_ID: sandbox_id, names.SANDBOX_NAME: name, names.SANDBOX_WORKSPACE: workspace}
+    return snapshot(labels, container_name=container_name, container_id="", ready=ready, stopped=stopped)
+
+
+def now() -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(datetime.now(UTC))
+    return ts

@@ -1,0 +1,203 @@
+"""One Podman event subscription feeding every WatchSandboxes stream.
+
+A single hub task serialises everything that changes what streams see: Podman
+events, the driver's own publications and new subscribers.  A new stream gets
+its full snapshot computed inside that task, so no live change can be ordered
+before it.  When Podman's stream breaks, every open stream ends UNAVAILABLE
+(the gateway reconnects and gets a fresh snapshot) and the hub resubscribes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from dataclasses import dataclass
+
+import grpc
+import msgspec
+
+from . import names
+from ._proto import compute_driver_pb2 as pb
+from .driver import Driver, deleted_event, sandbox_event
+from .errors import Unavailable
+from .podman import Event, PodmanClient, PodmanError, PodmanUnavailable
+
+log = logging.getLogger("podmand.watcher")
+
+# libpod says "died" for a natural exit ("die" only on the Docker-compat API).
+STATE_ACTIONS = frozenset({
+    "create", "init", "start", "restart", "died", "die", "cleanup", "kill", "stop", "pause", "unpause",
+    "health_status", "remove", "oom",
+})
+
+
+@dataclass(frozen=True)
+class End:
+    code: grpc.StatusCode
+    message: str
+
+
+class Stream:
+    """A bounded per-client buffer; overflow ends this stream alone."""
+
+    def __init__(self, limit: int) -> None:
+        self._items: collections.deque[pb.WatchSandboxesEvent] = collections.deque()
+        self._limit = limit
+        self._wake = asyncio.Event()
+        self.end: End | None = None
+
+    def put(self, event: pb.WatchSandboxesEvent) -> None:
+        if self.end is not None:
+            return
+        if len(self._items) >= self._limit:
+            self.close(grpc.StatusCode.RESOURCE_EXHAUSTED, "watch stream consumer fell behind; reconnect")
+            return
+        self._items.append(event)
+        self._wake.set()
+
+    def close(self, code: grpc.StatusCode, message: str) -> None:
+        if self.end is None:
+            self.end = End(code, message)
+            self._items.clear()
+            self._wake.set()
+
+    async def get(self) -> pb.WatchSandboxesEvent | End:
+        while not self._items:
+            if self.end is not None:
+                return self.end
+            self._wake.clear()
+            await self._wake.wait()
+        return self._items.popleft()
+
+
+class Hub:
+    def __init__(self, podman: PodmanClient, driver: Driver, *, buffer: int = 1024) -> None:
+        self.podman = podman
+        self.driver = driver
+        self.buffer = buffer
+        self.connected = asyncio.Event()
+        self._inbox: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
+        self._streams: set[Stream] = set()
+        self._last: dict[str, bytes] = {}
+        self._closed = False
+        driver.publish = lambda event: self._inbox.put_nowait(("publish", event))
+        driver.refresh = lambda container_id: self._inbox.put_nowait(("refresh", container_id))
+
+    # ------------------------------------------------------------ public
+
+    async def subscribe(self, timeout: float = 5.0) -> Stream:
+        if self._closed:
+            raise Unavailable("podmand is shutting down")
+        try:
+            await asyncio.wait_for(self.connected.wait(), timeout)
+        except TimeoutError as exc:
+            raise Unavailable("podmand is not connected to Podman's event stream") from exc
+        stream = Stream(self.buffer)
+        self._inbox.put_nowait(("subscribe", stream))
+        return stream
+
+    def unsubscribe(self, stream: Stream) -> None:
+        self._streams.discard(stream)
+
+    def close(self) -> None:
+        self._closed = True
+        self._end_all(grpc.StatusCode.UNAVAILABLE, "podmand is shutting down")
+
+    async def run(self) -> None:
+        """Subscribe to Podman events forever, with backoff between attempts."""
+        delay = 0.25
+        while not self._closed:
+            try:
+                async with self.podman.events([f"{names.MANAGED}=true"]) as events:
+                    self.connected.set()
+                    delay = 0.25
+                    pump = asyncio.create_task(self._pump(events))
+                    try:
+                        await self._process()
+                    finally:
+                        pump.cancel()
+            except (PodmanUnavailable, PodmanError, msgspec.DecodeError, OSError) as exc:
+                reason = str(exc)
+            else:
+                reason = "Podman's event stream ended"
+            self.connected.clear()
+            if self._closed:
+                return
+            log.warning("lost Podman's event stream (%s); ending %d watch stream(s)", reason, len(self._streams))
+            self._end_all(grpc.StatusCode.UNAVAILABLE, f"Podman event stream lost: {reason}")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    # ------------------------------------------------------------ internals
+
+    def _end_all(self, code: grpc.StatusCode, message: str) -> None:
+        for stream in list(self._streams):
+            stream.close(code, message)
+        self._streams.clear()
+        self._last.clear()
+
+    async def _pump(self, events: object) -> None:
+        try:
+            async for event in events:  # type: ignore[attr-defined]
+                self._inbox.put_nowait(("event", event))
+        except (PodmanUnavailable, PodmanError, msgspec.DecodeError, OSError) as exc:
+            self._inbox.put_nowait(("lost", exc))
+        else:
+            self._inbox.put_nowait(("lost", None))
+
+    async def _process(self) -> None:
+        while True:
+            kind, item = await self._inbox.get()
+            if kind == "lost":
+                if isinstance(item, Exception):
+                    raise item
+                return
+            try:
+                await self._handle(kind, item)
+            except PodmanUnavailable:
+                raise
+            except PodmanError as exc:
+                log.warning("watch: Podman error while handling %s: %s", kind, exc)
+
+    async def _handle(self, kind: str, item: object) -> None:
+        if kind == "subscribe":
+            assert isinstance(item, Stream)
+            for snap in await self.driver.snapshot_all():
+                item.put(sandbox_event(snap))
+            self._streams.add(item)
+        elif kind == "publish":
+            assert isinstance(item, pb.WatchSandboxesEvent)
+            self._emit(item)
+        elif kind == "refresh":
+            await self._observe(str(item), "")
+        elif kind == "event":
+            assert isinstance(item, Event)
+            attrs = item.Actor.attributes or {}
+            sandbox_id = attrs.get(names.SANDBOX_ID, "")
+            if sandbox_id and attrs.get(names.OWNER) == names.OWNER_VALUE and item.Action in STATE_ACTIONS:
+                await self._observe(item.Actor.id, sandbox_id)
+
+    async def _observe(self, container_id: str, sandbox_id: str) -> None:
+        snap = await self.driver.observe(container_id)
+        if snap is not None:
+            self._emit(sandbox_event(snap))
+        elif sandbox_id and await self.driver.forget(sandbox_id):
+            self._emit(deleted_event(sandbox_id))
+
+    def _emit(self, event: pb.WatchSandboxesEvent) -> None:
+        kind = event.WhichOneof("payload")
+        if kind == "sandbox":
+            key, value = event.sandbox.sandbox.id, event.SerializeToString(deterministic=True)
+        elif kind == "deleted":
+            key, value = event.deleted.sandbox_id, b"deleted"
+        else:
+            key, value = "", b""
+        if key:
+            if self._last.get(key) == value:
+                return  # nothing changed for this sandbox
+            self._last[key] = value
+        for stream in list(self._streams):
+            stream.put(event)
+            if stream.end is not None:
+                self._streams.discard(stream)

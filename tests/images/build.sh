@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# tests/images/build.sh - build podmand's test images without any registry and
+# load them into the rootful store and/or the rootless test user's store.
+#
+#   bash tests/images/build.sh [rootful] [rootless]     (default: both; run as root)
+#
+# Images:
+#   localhost/podmand-test/sandbox:1     busybox-static rootfs, users root/sandbox/nobody
+#   localhost/podmand-test/supervisor:1  just /openshell-sandbox, the static test
+#                                        stand-in built from supervisor/openshell-sandbox.c
+#
+# Rootfs tars are cached in /var/cache/podmand-test and rebuilt only when their
+# inputs (this script, the C source, /bin/busybox) change. The tars are
+# reproducible (sorted, fixed mtime), and each image carries a label with the
+# sha256 of its tar plus its config, so a store is only touched when that
+# label differs.
+set -euo pipefail
+
+TEST_USER="${PODMAND_TEST_USER:-podmand}"
+CACHE=/var/cache/podmand-test
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SRC="$HERE/supervisor/openshell-sandbox.c"
+LABEL=io.podmand-test.content
+SANDBOX_IMAGE=localhost/podmand-test/sandbox:1
+SUPERVISOR_IMAGE=localhost/podmand-test/supervisor:1
+PATH_ENV=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+say()  { printf 'images: %s\n' "$*" >&2; }
+fail() { say "FAILED: $*"; exit 1; }
+[ "$(id -u)" -eq 0 ] || fail "must run as root"
+
+sha() { cat "$@" | sha256sum | cut -c1-64; }
+
+# reproducible tar of directory $1 into $2 (ownership as on disk, numeric)
+pack() {
+    tar -C "$1" --sort=name --mtime=@0 --numeric-owner --format=gnu -cf "$2.tmp" .
+    chmod 0644 "$2.tmp"
+    mv "$2.tmp" "$2"
+}
+
+# fresh_or_build NAME KEY FUNC: run FUNC DIR unless $CACHE/NAME.tar was made from KEY
+fresh_or_build() {
+    local name=$1 key=$2 func=$3 tar="$CACHE/$1.tar" dir
+    if [ -s "$tar" ] && [ "$(cat "$tar.key" 2>/dev/null)" = "$key" ]; then return 0; fi
+    dir=$(mktemp -d)
+    "$func" "$dir"
+    pack "$dir" "$tar"
+    rm -rf "$dir"
+    echo "$key" >"$tar.key"
+    say "built $tar"
+}
+
+sandbox_rootfs() {
+    local d=$1 a
+    [ -x /bin/busybox ] || fail "/bin/busybox missing (apt-get install busybox-static)"
+    mkdir -p "$d"/{bin,sbin,usr/bin,usr/sbin,etc,root,sandbox,run,proc,sys,dev,var/tmp,tmp}
+    cp /bin/busybox "$d/bin/busybox"
+    # every applet, at the path busybox itself suggests (bin/ls, usr/bin/env, ...)
+    for a in $(/bin/busybox --list-full); do
+        [ "$a" = bin/busybox ] || [ -e "$d/$a" ] || ln -s /bin/busybox "$d/$a"
+    done
+    cat >"$d/etc/passwd" <<'EOF'
+root:x:0:0:root:/root:/bin/sh
+sandbox:x:1000:1000:sandbox user:/sandbox:/bin/sh
+nobody:x:65534:65534:nobody:/nonexistent:/bin/false
+EOF
+    cat >"$d/etc/group" <<'EOF'
+root:x:0:
+sandbox:x:1000:
+extra:x:1001:sandbox
+nogroup:x:65534:
+EOF
+    chmod 0700 "$d/root"
+    chmod 1777 "$d/tmp" "$d/var/tmp"
+    chown 1000:1000 "$d/sandbox"
+}
+
+supervisor_bin() {  # static stand-in, rebuilt when the source changes
+    local out="$CACHE/openshell-sandbox" key
+    key="$(sha "$SRC") gcc -static -O2"
+    if [ -x "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; then return 0; fi
+    command -v gcc >/dev/null || fail "gcc missing (apt-get install gcc libc6-dev)"
+    gcc -static -O2 -Wall -o "$out.tmp" "$SRC"
+    mv "$out.tmp" "$out"
+    echo "$key" >"$out.key"
+    say "compiled $out"
+}
+
+supervisor_rootfs() {
+    install -m 0755 "$CACHE/openshell-sandbox" "$1/openshell-sandbox"
+    install -d -m 1777 "$1/tmp"
+}
+
+# podman import flags for each image (also part of the content label)
+SANDBOX_CHANGES=(--change "ENV=PATH=$PATH_ENV" --change 'CMD=["/bin/sh"]')
+SUPERVISOR_CHANGES=(--change "ENV=PATH=$PATH_ENV" --change 'CMD=["/openshell-sandbox"]')
+
+# ---------------------------------------------------------------- stores
+user_env() {
+    local uid; uid=$(id -u "$TEST_USER")
+    echo env -i HOME="$(getent passwd "$TEST_USER" | cut -d: -f6)" USER="$TEST_USER" \
+        LOGNAME="$TEST_USER" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
+        XDG_RUNTIME_DIR="/run/user/$uid"
+}
+# podman_in STORE ARGS...: run podman against the rootful or the rootless store
+podman_in() {
+    local store=$1; shift
+    if [ "$store" = rootful ]; then
+        podman "$@"
+    else
+        # shellcheck disable=SC2046
+        (cd / && runuser -u "$TEST_USER" -- $(user_env) podman "$@")
+    fi
+}
+
+# load STORE IMAGE TAR CHANGES...: import TAR unless the store has this content
+load() {
+    local store=$1 image=$2 tar=$3; shift 3
+    local want have old
+    want=$(printf '%s\n' "$(sha "$tar")" "$@" | sha256sum | cut -c1-64)
+    have=$(podman_in "$store" image inspect --format "{{index .Labels \"$LABEL\"}}" "$image" 2>/dev/null || true)
+    [ "$have" = "$want" ] && return 0
+    old=$(podman_in "$store" image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+    podman_in "$store" import -q "$@" --change "LABEL=$LABEL=$want" "$tar" "$image" >/dev/null
+    # drop the replaced image when nothing uses it any more
+    [ -z "$old" ] || podman_in "$store" rmi "$old" >/dev/null 2>&1 || true
+    say "$store: imported $image"
+}
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(rootful rootless)
+for t in "${targets[@]}"; do
+    case "$t" in rootful|rootless) ;; *) fail "unknown target '$t' (rootful|rootless)";; esac
+done
+
+mkdir -p "$CACHE"; chmod 0755 "$CACHE"
+supervisor_bin
+self=$(sha "${BASH_SOURCE[0]}")
+fresh_or_build sandbox    "$self $(sha /bin/busybox)"                    sandbox_rootfs
+fresh_or_build supervisor "$self $(sha "$CACHE/openshell-sandbox")"      supervisor_rootfs
+
+for t in "${targets[@]}"; do
+    if [ "$t" = rootless ]; then
+        id -u "$TEST_USER" >/dev/null 2>&1 || fail "user $TEST_USER missing (run tests/setup-podman.sh)"
+    fi
+    load "$t" "$SANDBOX_IMAGE"    "$CACHE/sandbox.tar"    "${SANDBOX_CHANGES[@]}"
+    load "$t" "$SUPERVISOR_IMAGE" "$CACHE/supervisor.tar" "${SUPERVISOR_CHANGES[@]}"
+done
