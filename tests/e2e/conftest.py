@@ -1,0 +1,281 @@
+"""End-to-end fixtures: the built pex, run as the rootless Podman user, driven
+over its Unix socket with a gRPC client; podman-py is the independent view.
+
+Needs ``tests/setup-podman.sh`` to have run (``tests/run.sh`` does it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import queue
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import podman
+import pytest
+
+from podmand._proto import compute_driver_pb2 as pb
+from podmand._proto import compute_driver_pb2_grpc as pb_grpc
+from podmand._proto import extension_pb2 as ext
+
+ROOT = Path(__file__).resolve().parents[2]
+PEX = Path(os.environ.get("PODMAND_PEX", ROOT / "dist" / "podmand.pex"))
+USER = os.environ.get("PODMAND_TEST_USER", "podmand")
+SANDBOX_IMAGE = "localhost/podmand-test/sandbox:1"
+SUPERVISOR_IMAGE = "localhost/podmand-test/supervisor:1"
+DEADLINE = 30.0
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = DEADLINE, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail at the deadline."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def gateway_metadata() -> ext.PeerMetadata:
+    return ext.PeerMetadata(
+        protocol_version=ext.ProtocolVersion(major=1, minor=0),
+        implementation_name="openshell/gateway",
+        implementation_version="0.1.2",
+        supported_capabilities=["openshell.compute.contract", "openshell.compute.launch-authentication"],
+        required_capabilities=["openshell.compute.contract"],
+    )
+
+
+def sandbox(sandbox_id: str | None = None, *, name: str = "box", workspace: str = "ws", command: list[str] | None = None,
+            token: str = "", image: str = SANDBOX_IMAGE, **spec: Any) -> pb.DriverSandbox:
+    sandbox_id = sandbox_id or f"sb-{uuid.uuid4().hex[:12]}"
+    return pb.DriverSandbox(
+        id=sandbox_id, name=name, workspace=workspace,
+        spec=pb.DriverSandboxSpec(command=command if command is not None else ["sleep", "600"], sandbox_token=token,
+                                  template=pb.DriverSandboxTemplate(image=image), **spec),
+    )
+
+
+def ready(snapshot: pb.DriverSandbox) -> pb.DriverCondition | None:
+    for cond in snapshot.status.conditions:
+        if cond.type == "Ready":
+            return cond
+    return None
+
+
+class Watch:
+    """A WatchSandboxes stream read by a thread; events are kept in order."""
+
+    def __init__(self, stub: pb_grpc.ComputeDriverStub) -> None:
+        self.call = stub.WatchSandboxes(pb.WatchSandboxesRequest())
+        self.events: list[pb.WatchSandboxesEvent] = []
+        self.error: grpc.RpcError | None = None
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for event in self.call:
+                with self._lock:
+                    self.events.append(event)
+        except grpc.RpcError as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def snapshots(self, sandbox_id: str) -> list[pb.DriverSandbox]:
+        with self._lock:
+            return [e.sandbox.sandbox for e in self.events
+                    if e.WhichOneof("payload") == "sandbox" and e.sandbox.sandbox.id == sandbox_id]
+
+    def latest(self, sandbox_id: str) -> pb.DriverSandbox | None:
+        snaps = self.snapshots(sandbox_id)
+        return snaps[-1] if snaps else None
+
+    def wait_reason(self, sandbox_id: str, reason: str, timeout: float = DEADLINE) -> pb.DriverSandbox:
+        def check() -> pb.DriverSandbox | None:
+            snap = self.latest(sandbox_id)
+            cond = ready(snap) if snap else None
+            return snap if cond is not None and cond.reason == reason else None
+
+        return wait_until(check, timeout, f"{sandbox_id} Ready reason {reason}; last: {self.latest(sandbox_id)}")
+
+    def deleted(self, sandbox_id: str) -> bool:
+        with self._lock:
+            return any(e.WhichOneof("payload") == "deleted" and e.deleted.sandbox_id == sandbox_id
+                       for e in self.events)
+
+    def platform_events(self, sandbox_id: str) -> list[pb.DriverPlatformEvent]:
+        with self._lock:
+            return [e.platform_event.event for e in self.events
+                    if e.WhichOneof("payload") == "platform_event" and e.platform_event.sandbox_id == sandbox_id]
+
+    def cancel(self) -> None:
+        self.call.cancel()
+
+
+class Podmand:
+    """One podmand process (the pex) serving on its own socket and state dir."""
+
+    def __init__(self, podman_socket: str, user: str | None, env: dict[str, str]) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="podmand-e2e-"))
+        self.socket = str(self.workdir / "run" / "driver.sock")
+        self.state_dir = self.workdir / "state"
+        self.log_path = self.workdir / "podmand.log"
+        self.user = user
+        os.chmod(self.workdir, 0o755)
+        if user:
+            shutil.chown(self.workdir, user, user)
+        home = pwd.getpwnam(user).pw_dir if user else os.environ.get("HOME", "/root")
+        self.env = {
+            "PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8",
+            "OPENSHELL_COMPUTE_DRIVER_SOCKET": self.socket,
+            "OPENSHELL_PODMAN_SOCKET": podman_socket,
+            "OPENSHELL_SANDBOX_IMAGE": SANDBOX_IMAGE,
+            "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR_IMAGE,
+            "OPENSHELL_STOP_TIMEOUT": "5",
+            "PODMAND_STATE_DIR": str(self.state_dir),
+            "OPENSHELL_LOG_LEVEL": "debug",
+            **env,
+        }
+        if user:
+            self.env["XDG_RUNTIME_DIR"] = f"/run/user/{pwd.getpwnam(user).pw_uid}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._channel: grpc.Channel | None = None
+
+    def command(self, *args: str) -> list[str]:
+        run = [str(PEX), *args]
+        if self.user:
+            return ["runuser", "-u", self.user, "--", "env", "-i", *[f"{k}={v}" for k, v in self.env.items()], *run]
+        return ["env", "-i", *[f"{k}={v}" for k, v in self.env.items()], *run]
+
+    def start(self, timeout: float = 60.0) -> Podmand:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the process owns it
+        self.proc = subprocess.Popen(self.command("serve"), stdout=log, stderr=subprocess.STDOUT)
+        wait_until(lambda: "ready: serving" in self.logs() or self.proc.poll() is not None,  # type: ignore[union-attr]
+                   timeout, "podmand to log its ready line")
+        assert self.proc.poll() is None, f"podmand exited: {self.logs()}"
+        return self
+
+    def logs(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    @property
+    def stub(self) -> pb_grpc.ComputeDriverStub:
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(f"unix://{self.socket}")
+        return pb_grpc.ComputeDriverStub(self._channel)
+
+    def watch(self) -> Watch:
+        return Watch(self.stub)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        # runuser forwards SIGTERM to its child; SIGKILL must reach the pex itself.
+        for pid in [*self.pids(), self.proc.pid] if sig == signal.SIGKILL else [self.proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        return self.proc.wait(timeout)
+
+    def pids(self) -> list[int]:
+        """Processes of this podmand (found by the state dir in their environment)."""
+        marker = f"PODMAND_STATE_DIR={self.state_dir}".encode()
+        out = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and int(entry.name) != self.proc.pid:  # type: ignore[union-attr]
+                try:
+                    if marker in (entry / "environ").read_bytes().split(b"\0"):
+                        out.append(int(entry.name))
+                except OSError:
+                    continue
+        return out
+
+
+@pytest.fixture(scope="session")
+def podman_socket() -> str:
+    sock = os.environ.get("PODMAN_ROOTLESS_SOCK") or f"/run/user/{pwd.getpwnam(USER).pw_uid}/podman/podman.sock"
+    if not os.path.exists(sock):
+        pytest.fail(f"rootless Podman socket {sock} missing: run 'bash tests/setup-podman.sh' first (tests/run.sh does)")
+    return sock
+
+
+@pytest.fixture(scope="session")
+def pex_file() -> Path:
+    if not PEX.exists():
+        subprocess.run([str(ROOT / "build_pex.sh")], check=True)
+    return PEX
+
+
+@pytest.fixture(scope="session")
+def podman_client(podman_socket: str) -> Iterator[podman.PodmanClient]:
+    with podman.PodmanClient(base_url=f"unix://{podman_socket}") as client:
+        yield client
+
+
+@pytest.fixture
+def make_podmand(podman_socket: str, pex_file: Path) -> Iterator[Callable[..., Podmand]]:
+    started: list[Podmand] = []
+
+    def make(env: dict[str, str] | None = None, *, start: bool = True, user: str | None = USER,
+             socket: str | None = None) -> Podmand:
+        daemon = Podmand(socket or podman_socket, user, env or {})
+        started.append(daemon)
+        return daemon.start() if start else daemon
+
+    yield make
+    for daemon in started:
+        daemon.stop(signal.SIGKILL if daemon.proc and daemon.proc.poll() is None else signal.SIGTERM)
+
+
+@pytest.fixture
+def driver(make_podmand: Callable[..., Podmand]) -> Podmand:
+    return make_podmand()
+
+
+@pytest.fixture
+def cleanup(podman_client: podman.PodmanClient) -> Iterator[list[str]]:
+    """Sandbox ids whose Podman leftovers are force-removed after the test."""
+    ids: list[str] = []
+    yield ids
+    for sandbox_id in ids:
+        for item in [*containers_of(podman_client, sandbox_id), *volumes_of(podman_client, sandbox_id)]:
+            with contextlib.suppress(podman.errors.NotFound):
+                item.remove(force=True)
+
+
+def containers_of(client: podman.PodmanClient, sandbox_id: str) -> list[Any]:
+    """The sandbox's containers, fully inspected (list entries lack State)."""
+    found = client.containers.list(all=True, filters={"label": f"openshell.ai/sandbox-id={sandbox_id}"})
+    return [client.containers.get(c.id) for c in found]
+
+
+def volumes_of(client: podman.PodmanClient, sandbox_id: str) -> list[Any]:
+    return list(client.volumes.list(filters={"label": f"openshell.ai/sandbox-id={sandbox_id}"}))
+
+
+def run_in(container: Any, cmd: list[str], user: str | None = None) -> tuple[int, str, str]:
+    """Exec in a container through podman-py: (exit code, stdout, stderr)."""
+    kwargs = {"user": user} if user else {}
+    code, (out, err) = container.exec_run(cmd, demux=True, **kwargs)
+    return code, (out or b"").decode(), (err or b"").decode()

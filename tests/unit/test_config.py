@@ -1,0 +1,211 @@
+"""Unit tests for podmand.config: layered settings and their validation."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from podmand import config
+from podmand.__main__ import parser
+from podmand.config import ConfigError, Settings, load
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def flags(*argv: str) -> argparse.Namespace:
+    """Parse ``podmand serve ARGV`` the way main() does (without the subcommand key)."""
+    args = parser().parse_args(["serve", *argv])
+    del args.command
+    return args
+
+
+def write_toml(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "podmand.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_with_empty_environment() -> None:
+    """Nothing set means the struct defaults, unaffected by the real process environment."""
+    assert load(args=None, environ={}) == Settings()
+
+
+def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
+    """Each layer overrides the one below it: defaults < TOML < environment < flags."""
+    cfg = write_toml(tmp_path, 'stop_timeout = 10\npids_limit = 99\nnetwork_name = "from-file"\nuserns = "host"\n')
+    s = load(args=None, environ={"PODMAND_CONFIG": cfg})
+    assert (s.stop_timeout, s.pids_limit, s.network_name, s.userns) == (10, 99, "from-file", "host")
+    assert s.gateway_port == 17670  # untouched default
+
+    env = {"PODMAND_CONFIG": cfg, "OPENSHELL_STOP_TIMEOUT": "20", "OPENSHELL_NETWORK_NAME": "from-env"}
+    s = load(args=None, environ=env)
+    assert (s.stop_timeout, s.pids_limit, s.network_name) == (20, 99, "from-env")
+
+    s = load(args=flags("--stop-timeout", "30"), environ=env)
+    assert (s.stop_timeout, s.pids_limit, s.network_name) == (30, 99, "from-env")
+
+
+def test_config_flag_and_unset_flags(tmp_path: Path) -> None:
+    """--config names the file; flags not given on the command line do not mask lower layers."""
+    cfg = write_toml(tmp_path, "pids_limit = 7\n")
+    s = load(args=flags("--config", cfg), environ={"OPENSHELL_STOP_TIMEOUT": "5"})
+    assert (s.pids_limit, s.stop_timeout) == (7, 5)
+
+
+def test_empty_env_value_is_unset(tmp_path: Path) -> None:
+    """An exported-but-empty variable does not clobber the file's value."""
+    cfg = write_toml(tmp_path, "stop_timeout = 10\n")
+    assert load(args=None, environ={"PODMAND_CONFIG": cfg, "OPENSHELL_STOP_TIMEOUT": ""}).stop_timeout == 10
+
+
+def test_bad_config_file(tmp_path: Path) -> None:
+    """Unreadable or malformed TOML, and unknown keys, are configuration errors."""
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load(args=None, environ={"PODMAND_CONFIG": str(tmp_path / "missing.toml")})
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load(args=None, environ={"PODMAND_CONFIG": write_toml(tmp_path, "stop_timeout = = 1")})
+    with pytest.raises(ConfigError, match="stop_timeouts"):
+        load(args=None, environ={"PODMAND_CONFIG": write_toml(tmp_path, "stop_timeouts = 1")})
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "field", "expected"),
+    [
+        ("OPENSHELL_ENABLE_BIND_MOUNTS", "1", "enable_bind_mounts", True),
+        ("OPENSHELL_ENABLE_BIND_MOUNTS", " YES ", "enable_bind_mounts", True),
+        ("OPENSHELL_TELEMETRY_ENABLED", "off", "telemetry_enabled", False),
+        ("PODMAND_RESOURCE_ADMISSION", "0", "admission_enabled", False),
+        ("PODMAND_ALLOW_DRIVER_CONFIG", "true", "allow_driver_config", True),
+    ],
+)
+def test_bool_parsing(var: str, value: str, field: str, expected: bool) -> None:
+    """Booleans accept the usual spellings, case-insensitively."""
+    assert getattr(load(args=None, environ={var: value}), field) is expected
+
+
+def test_bool_flag() -> None:
+    """Boolean flags take a value and are parsed the same way."""
+    assert load(args=flags("--enable-bind-mounts", "on"), environ={}).enable_bind_mounts is True
+
+
+def test_list_fields_from_env_and_flags() -> None:
+    """uidmap/gidmap are comma-separated in env and repeatable as flags."""
+    s = load(args=None, environ={"OPENSHELL_PODMAN_USERNS": "private",
+                                 "OPENSHELL_PODMAN_UIDMAP": "0:100000:65536, 65536:200000:1,",
+                                 "OPENSHELL_PODMAN_GIDMAP": "0:100000:65536"})
+    assert s.uidmap == ["0:100000:65536", "65536:200000:1"]
+    s = load(args=flags("--userns", "private", "--uidmap", "0:1:2", "--uidmap", "2:3:4", "--gidmap", "0:1:2"),
+             environ={})
+    assert (s.uidmap, s.gidmap) == (["0:1:2", "2:3:4"], ["0:1:2"])
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({"OPENSHELL_STOP_TIMEOUT": "abc"}, ["OPENSHELL_STOP_TIMEOUT"]),
+        ({"OPENSHELL_STOP_TIMEOUT": "-1"}, ["OPENSHELL_STOP_TIMEOUT"]),
+        ({"OPENSHELL_SANDBOX_IMAGE_PULL_POLICY": "sometimes"}, ["OPENSHELL_SANDBOX_IMAGE_PULL_POLICY"]),
+        ({"OPENSHELL_PODMAN_HOST_GATEWAY_IP": "nope"}, ["OPENSHELL_PODMAN_HOST_GATEWAY_IP"]),
+        ({"OPENSHELL_GATEWAY_PORT": "70000"}, ["OPENSHELL_GATEWAY_PORT"]),
+        ({"OPENSHELL_ENABLE_BIND_MOUNTS": "maybe"}, ["OPENSHELL_ENABLE_BIND_MOUNTS"]),
+        ({"OPENSHELL_PODMAN_TLS_CA": "/x/ca.crt"}, ["OPENSHELL_PODMAN_TLS_CERT", "OPENSHELL_PODMAN_TLS_KEY"]),
+        ({"OPENSHELL_PODMAN_USERNS": "bogus"}, ["OPENSHELL_PODMAN_USERNS"]),
+        ({"OPENSHELL_PODMAN_USERNS": "host:x"}, ["OPENSHELL_PODMAN_USERNS"]),
+        ({"OPENSHELL_PODMAN_USERNS": "private"}, ["OPENSHELL_PODMAN_USERNS"]),
+        ({"OPENSHELL_PODMAN_UIDMAP": "0:1:1", "OPENSHELL_PODMAN_GIDMAP": "0:1:1"}, ["OPENSHELL_PODMAN_UIDMAP"]),
+        ({"OPENSHELL_PODMAN_USERNS": "private", "OPENSHELL_PODMAN_UIDMAP": "0:1",
+          "OPENSHELL_PODMAN_GIDMAP": "0:1:1"}, ["OPENSHELL_PODMAN_UIDMAP"]),
+        ({"OPENSHELL_PODMAN_USERNS": "private", "OPENSHELL_PODMAN_UIDMAP": "0:1:1",
+          "OPENSHELL_PODMAN_GIDMAP": "0:1:0"}, ["OPENSHELL_PODMAN_GIDMAP"]),
+        ({"OPENSHELL_COMPUTE_DRIVER_BIND": "0.0.0.0:50061"}, ["OPENSHELL_COMPUTE_DRIVER_BIND"]),
+        ({"OPENSHELL_COMPUTE_DRIVER_BIND": "example.com:50061"}, ["OPENSHELL_COMPUTE_DRIVER_BIND"]),
+        ({"OPENSHELL_COMPUTE_DRIVER_BIND": "127.0.0.1"}, ["OPENSHELL_COMPUTE_DRIVER_BIND"]),
+        ({"OPENSHELL_NETWORK_NAME": "-bad"}, ["OPENSHELL_NETWORK_NAME"]),
+        ({"OPENSHELL_SANDBOX_SSH_SOCKET_PATH": "run/ssh.sock"}, ["OPENSHELL_SANDBOX_SSH_SOCKET_PATH"]),
+        ({"OPENSHELL_LOG_LEVEL": "loud"}, ["OPENSHELL_LOG_LEVEL"]),
+    ],
+)
+def test_errors_name_the_variable(env: dict[str, str], names: list[str]) -> None:
+    """An operator must be able to find the offending setting from the message alone."""
+    with pytest.raises(ConfigError) as exc:
+        load(args=None, environ=env)
+    for name in names:
+        assert name in str(exc.value)
+
+
+def test_complete_tls_needs_existing_files(tmp_path: Path) -> None:
+    """All three TLS paths enable TLS only when the files exist."""
+    paths = {}
+    for var, fname in (("OPENSHELL_PODMAN_TLS_CA", "ca.crt"), ("OPENSHELL_PODMAN_TLS_CERT", "tls.crt"),
+                       ("OPENSHELL_PODMAN_TLS_KEY", "tls.key")):
+        (tmp_path / fname).write_text("pem")
+        paths[var] = str(tmp_path / fname)
+    s = load(args=None, environ=paths)
+    assert s.tls_enabled and s.endpoint == "https://host.containers.internal:17670"
+    paths["OPENSHELL_PODMAN_TLS_KEY"] = str(tmp_path / "nope.key")
+    with pytest.raises(ConfigError, match="OPENSHELL_PODMAN_TLS_KEY"):
+        load(args=None, environ=paths)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("AUTO:size=10", "auto:size=10"), ("no-map", "nomap"), ("Host", "host"), ("keep-id:uid=1000", "keep-id:uid=1000")],
+)
+def test_userns_canonicalisation(value: str, expected: str) -> None:
+    """userns modes are stored lower-case with Podman's spelling; parameters are kept verbatim."""
+    assert load(args=None, environ={"OPENSHELL_PODMAN_USERNS": value}).userns == expected
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1:50061", "localhost:50061", "[::1]:50061"])
+def test_loopback_tcp_accepted(bind: str) -> None:
+    """Loopback development listeners are allowed."""
+    assert load(args=None, environ={"OPENSHELL_COMPUTE_DRIVER_BIND": bind}).listen_tcp == bind
+
+
+def test_admission_config_json() -> None:
+    """The upstream admission JSON sets driver config and admission labels, overriding plain env."""
+    text = ('{"allow_driver_config": true, "resource_admission": {"enabled": true, '
+            '"required_labels": {"team": "blue", "openshell.ai/workspace": "${workspace}"}}}')
+    s = load(args=None, environ={"OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON": text, "PODMAND_ALLOW_DRIVER_CONFIG": "0"})
+    assert s.allow_driver_config is True
+    assert s.admission_enabled is True
+    assert s.admission_labels == {"team": "blue", "openshell.ai/workspace": "${workspace}"}
+    disabled = '{"resource_admission": {"enabled": false}}'
+    s = load(args=None, environ={"OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON": disabled})
+    assert s.admission_enabled is False
+    assert s.admission_labels == config.DEFAULT_ADMISSION_LABELS
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("{not json", "OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON"),
+        ('{"privileged": true}', "OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON"),
+        ('{"resource_admission": {"enabled": true, "extra": 1}}', "OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON"),
+        ('{"resource_admission": {"required_labels": {"openshell.ai/workspace": "${workspace}"}}}', "fixed"),
+        ('{"resource_admission": {"required_labels": {"openshell.ai/gateway-id": "x", "a": "b"}}}', "gateway-id"),
+        ('{"resource_admission": {"required_labels": {"a": "not ok!"}}}', "not ok!"),
+        ('{"allow_driver_config": "maybe"}', "PODMAND_ALLOW_DRIVER_CONFIG"),
+    ],
+)
+def test_admission_config_json_errors(text: str, needle: str) -> None:
+    """Malformed or unsafe admission config is refused with a message that locates it."""
+    with pytest.raises(ConfigError) as exc:
+        load(args=None, environ={"OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON": text})
+    assert needle in str(exc.value)
+
+
+def test_cli_exits_2_naming_bad_variable() -> None:
+    """A bad setting stops `podmand serve` before it touches Podman, with exit status 2."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENSHELL_", "PODMAND_"))}
+    env["OPENSHELL_STOP_TIMEOUT"] = "abc"
+    proc = subprocess.run([sys.executable, "-m", "podmand", "serve"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "OPENSHELL_STOP_TIMEOUT" in proc.stderr
+    assert proc.stderr.startswith("podmand: ")

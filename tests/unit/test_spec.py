@@ -1,0 +1,498 @@
+"""Unit tests for podmand.spec: request validation and the libpod container spec."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from podmand import names, spec
+from podmand._proto import compute_driver_pb2 as pb
+from podmand.config import Settings
+from podmand.errors import FailedPrecondition, InvalidArgument
+
+TOKEN = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJzYngifQ.c2lnbmF0dXJl"
+SECRETS_DIR = "/var/lib/podmand/secrets/abc123"
+
+
+def make_sandbox(**spec_fields: Any) -> pb.DriverSandbox:
+    """A minimal valid request; keyword arguments go to DriverSandboxSpec."""
+    return pb.DriverSandbox(id="abc123", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(**spec_fields))
+
+
+def build(plan: spec.Plan, settings: Settings) -> dict[str, Any]:
+    return spec.container_spec(plan, settings, image_id="sha256:feed", image_user="", network="openshell-ws",
+                               supervisor_path="/cache/openshell-sandbox", secrets_dir=SECRETS_DIR)
+
+
+def with_driver_config(cfg: dict[str, Any]) -> pb.DriverSandbox:
+    sandbox = make_sandbox()
+    sandbox.spec.template.driver_config.update(cfg)
+    return sandbox
+
+
+# ---------------------------------------------------------------- validate
+
+
+def test_minimal_request_gets_defaults() -> None:
+    """An empty spec is valid and falls back to the configured image, limits and userns."""
+    plan = spec.validate(make_sandbox(), Settings())
+    assert (plan.sandbox_id, plan.name, plan.workspace) == ("abc123", "demo", "ws")
+    assert plan.image == Settings().sandbox_image
+    assert plan.cpu_quota == 2 * spec.CPU_PERIOD
+    assert plan.memory_bytes == 4 * 2**30
+    assert plan.userns == "auto"
+    assert plan.container_name == "openshell-ws--demo-abc123"
+    assert plan.has_token is False
+    assert plan.mounts == () and plan.cdi_devices == () and plan.driver_config_used is False
+    assert len(plan.spec_hash) == 64
+
+
+def test_missing_sandbox_is_invalid() -> None:
+    """A request without a sandbox message is rejected, not crashed on."""
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(None, Settings())
+    assert exc.value.message.startswith("sandbox:")
+
+
+def _set(path: str, value: Any) -> pb.DriverSandbox:
+    sandbox = make_sandbox()
+    *parents, leaf = path.split(".")
+    msg: Any = sandbox
+    for p in parents:
+        msg = getattr(msg, p)
+    target = getattr(msg, leaf)
+    if isinstance(value, dict):
+        target.update(value)
+    elif isinstance(value, list):
+        target.extend(value)
+    else:
+        setattr(msg, leaf, value)
+    return sandbox
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        ("id", "", "sandbox.id"),
+        ("id", "-leading-dash", "sandbox.id"),
+        ("id", "x" * 129, "sandbox.id"),
+        ("name", "", "sandbox.name"),
+        ("name", "has space", "sandbox.name"),
+        ("workspace", "bad/ws", "sandbox.workspace"),
+        ("spec.template.image", "img with space", "sandbox.spec.template.image"),
+        ("spec.log_level", "info\n", "sandbox.spec.log_level"),
+        ("spec.template.environment", {"1BAD": "x"}, "sandbox.spec.template.environment"),
+        ("spec.template.environment", {"OK": "a\x00b"}, "sandbox.spec.template.environment[OK]"),
+        ("spec.environment", {"BAD KEY": "x"}, "sandbox.spec.environment"),
+        ("spec.template.labels", {"a=b": "x"}, "sandbox.spec.template.labels"),
+        ("spec.command", ["ok", "bad\x00"], "sandbox.spec.command[1]"),
+        ("spec.template.resources.cpu_limit", "lots", "sandbox.spec.template.resources.cpu_limit"),
+        ("spec.template.resources.cpu_request", "1x", "sandbox.spec.template.resources.cpu_request"),
+        ("spec.template.resources.memory_limit", "4GB", "sandbox.spec.template.resources.memory_limit"),
+        ("spec.template.resources.memory_limit", "1Mi", "sandbox.spec.template.resources.memory_limit"),
+        ("spec.template.agent_socket_path", "relative/ssh.sock", "sandbox.spec.template.agent_socket_path"),
+        ("spec.sandbox_token", "abc def", "sandbox.spec.sandbox_token"),
+        ("spec.sandbox_token", "abc\tdef", "sandbox.spec.sandbox_token"),
+        ("spec.sandbox_token", "a" * (64 * 1024 + 1), "sandbox.spec.sandbox_token"),
+    ],
+)
+def test_invalid_field_is_named(path: str, value: Any, field: str) -> None:
+    """Each rejected field is named first in the message so the caller can fix it."""
+    sandbox = _set(path, value)
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(sandbox, Settings())
+    assert exc.value.message.startswith(field + ":"), exc.value.message
+
+
+def test_container_name_length_limit() -> None:
+    """Names valid on their own are rejected when the combined container name exceeds 255."""
+    sandbox = make_sandbox()
+    sandbox.workspace, sandbox.name = "w" * 128, "n" * 108
+    assert len(spec.validate(sandbox, Settings()).container_name) == 255
+    sandbox.name = "n" * 109
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(sandbox, Settings())
+    assert exc.value.message.startswith("sandbox.name:")
+    assert "255" in exc.value.message
+
+
+def test_missing_spec_is_invalid() -> None:
+    """A sandbox without a spec cannot be provisioned."""
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(pb.DriverSandbox(id="abc123", name="demo"), Settings())
+    assert exc.value.message.startswith("sandbox.spec:")
+
+
+def test_no_image_anywhere_is_failed_precondition() -> None:
+    """With no default image and none in the template, it is a server-side setup problem."""
+    with pytest.raises(FailedPrecondition) as exc:
+        spec.validate(make_sandbox(), Settings(sandbox_image=""))
+    assert exc.value.message.startswith("sandbox.spec.template.image:")
+
+
+@pytest.mark.parametrize(
+    ("resources", "field"),
+    [
+        ({"memory_request": "2Gi", "memory_limit": "1Gi"}, "sandbox.spec.template.resources.memory_request"),
+        ({"cpu_request": "2", "cpu_limit": "500m"}, "sandbox.spec.template.resources.cpu_request"),
+    ],
+)
+def test_request_above_limit_is_invalid(resources: dict[str, str], field: str) -> None:
+    """A request larger than its limit cannot be satisfied."""
+    sandbox = make_sandbox(template=pb.DriverSandboxTemplate(resources=pb.DriverResourceRequirements(**resources)))
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(sandbox, Settings())
+    assert exc.value.message.startswith(field + ":")
+    assert "exceeds" in exc.value.message
+
+
+def test_resources_and_request_without_limit() -> None:
+    """Limits are converted; a request alone does not cap the default limit."""
+    res = pb.DriverResourceRequirements(cpu_limit="1500m", cpu_request="1", memory_limit="512Mi")
+    plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(resources=res)), Settings())
+    assert plan.cpu_quota == 150_000
+    assert plan.memory_bytes == 512 * 2**20
+    res = pb.DriverResourceRequirements(memory_request="8Gi")
+    plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(resources=res)), Settings())
+    assert plan.memory_bytes == spec.DEFAULT_MEMORY
+
+
+def test_token_with_surrounding_whitespace_is_accepted() -> None:
+    """A trailing newline (as in a file read) is not 'whitespace inside the token'."""
+    plan = spec.validate(make_sandbox(sandbox_token=TOKEN + "\n"), Settings())
+    assert plan.has_token is True
+
+
+@pytest.mark.parametrize(
+    ("user_namespaces", "settings_userns", "expected"),
+    [
+        (None, "keep-id", "keep-id"),
+        (False, "auto", "host"),
+        (True, "host", "auto"),
+        (True, "auto:size=2048", "auto:size=2048"),
+    ],
+)
+def test_userns_intent(user_namespaces: bool | None, settings_userns: str, expected: str) -> None:
+    """The template's user_namespaces flag overrides the configured mode only when set."""
+    tpl = pb.DriverSandboxTemplate()
+    if user_namespaces is not None:
+        tpl.user_namespaces = user_namespaces
+    plan = spec.validate(make_sandbox(template=tpl), Settings(userns=settings_userns))
+    assert plan.userns == expected
+
+
+# ---------------------------------------------------------------- driver_config
+
+
+def test_driver_config_disabled_is_failed_precondition() -> None:
+    """Caller driver config needs an administrator opt-in."""
+    sandbox = with_driver_config({"mounts": [{"type": "tmpfs", "target": "/scratch"}]})
+    with pytest.raises(FailedPrecondition) as exc:
+        spec.validate(sandbox, Settings())
+    assert exc.value.message.startswith("sandbox.spec.template.driver_config:")
+
+
+def test_empty_driver_config_is_ignored_when_disabled() -> None:
+    """An empty Struct is 'no driver config', not a request that needs the opt-in."""
+    sandbox = make_sandbox()
+    sandbox.spec.template.driver_config.SetInParent()
+    plan = spec.validate(sandbox, Settings())
+    assert plan.driver_config_used is False
+
+
+def test_driver_config_tmpfs_volume_and_bind() -> None:
+    """Accepted mounts keep their kind, normalised target, source and options."""
+    sandbox = with_driver_config({"mounts": [
+        {"type": "tmpfs", "target": "/scratch/", "size_bytes": 1048576, "mode": 511},
+        {"type": "volume", "source": "shared-data", "target": "/data", "read_only": False},
+        {"type": "bind", "source": "/srv/models", "target": "/models"},
+    ]})
+    plan = spec.validate(sandbox, Settings(allow_driver_config=True, enable_bind_mounts=True))
+    assert plan.driver_config_used is True
+    assert plan.mounts == (
+        spec.Mount("tmpfs", "/scratch", "", False, ("rw", "nosuid", "nodev", "size=1048576", "mode=777")),
+        spec.Mount("volume", "/data", "shared-data", False),
+        spec.Mount("bind", "/models", "/srv/models", True),
+    )
+    built = build(plan, Settings(allow_driver_config=True, enable_bind_mounts=True))
+    bind = {"destination": "/models", "type": "bind", "source": "/srv/models", "options": ["rbind", "ro"]}
+    assert bind in built["mounts"]
+    assert {"Name": "shared-data", "Dest": "/data", "Options": ["rw"]} in built["volumes"]
+    assert built["labels"][names.DRIVER_CONFIG_USED] == "true"
+
+
+@pytest.mark.parametrize(
+    ("cfg", "error", "field", "needle"),
+    [
+        ({"privileged": True}, InvalidArgument, "sandbox.spec.template.driver_config", "privileged"),
+        ({"mounts": [{"type": "bind", "source": "/srv", "target": "/srv"}]}, FailedPrecondition,
+         "sandbox.spec.template.driver_config.mounts[0]", "enable_bind_mounts"),
+        ({"mounts": [{"type": "tmpfs", "target": "/etc/openshell/x"}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[0].target", "/etc/openshell"),
+        ({"mounts": [{"type": "tmpfs", "target": "/sandbox"}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[0].target", "/sandbox"),
+        ({"mounts": [{"type": "tmpfs", "target": "/opt"}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[0].target", "/opt/openshell"),
+        ({"mounts": [{"type": "tmpfs", "target": "/a/../etc/openshell"}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[0].target", "normalised"),
+        ({"mounts": [{"type": "tmpfs", "target": "relative"}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[0].target", "absolute"),
+        ({"mounts": [{"type": "tmpfs", "target": "/x"}, {"type": "tmpfs", "target": "/x/"}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[1].target", "duplicate"),
+        ({"mounts": [{"type": "tmpfs", "target": "/x", "size_bytes": 0}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[0].size_bytes", "positive"),
+        ({"mounts": [{"type": "tmpfs", "target": "/x", "size_bytes": 1.5}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[0].size_bytes", "positive"),
+        ({"mounts": [{"type": "tmpfs", "target": "/x", "mode": 0o10000}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[0].mode", "mode"),
+        ({"mounts": [{"type": "tmpfs", "target": "/x", "source": "/y"}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[0]", "source"),
+        ({"mounts": [{"type": "nfs", "target": "/x"}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[0].type", "tmpfs"),
+        ({"mounts": [{"type": "volume", "source": "../etc", "target": "/x"}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[0].source", "volume"),
+        ({"mounts": [{"type": "volume", "source": "v", "target": "/x", "read_only": "yes"}]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.mounts[0].read_only", "boolean"),
+        ({"cdi_devices": ["nvidia.com/gpu=0", "nvidia.com/gpu=0"]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.cdi_devices", "duplicate"),
+        ({"cdi_devices": ["nvidia.com/gpu=0"]}, InvalidArgument,
+         "sandbox.spec.template.driver_config.cdi_devices", "gpu request"),
+    ],
+)
+def test_driver_config_rejections(cfg: dict[str, Any], error: type[Exception], field: str, needle: str) -> None:
+    """Each bad driver_config entry is rejected with its path and the reason."""
+    with pytest.raises(error) as exc:
+        spec.validate(with_driver_config(cfg), Settings(allow_driver_config=True))
+    message = exc.value.message  # type: ignore[attr-defined]
+    assert message.startswith(field + ":"), message
+    assert needle in message
+
+
+def test_gpu_count_zero_is_invalid() -> None:
+    """An explicit zero-GPU request is a contradiction."""
+    sandbox = make_sandbox(resource_requirements=pb.ResourceRequirements(gpu=pb.GpuResourceRequirements(count=0)))
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(sandbox, Settings())
+    assert exc.value.message.startswith("sandbox.spec.resource_requirements.gpu.count:")
+
+
+def test_gpu_count_must_match_cdi_devices() -> None:
+    """Explicit CDI devices are used as is, and their number must equal the GPU count."""
+    sandbox = with_driver_config({"cdi_devices": ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]})
+    sandbox.spec.resource_requirements.gpu.count = 2
+    plan = spec.validate(sandbox, Settings(allow_driver_config=True))
+    assert plan.cdi_devices == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
+    assert build(plan, Settings())["devices"] == [{"path": "nvidia.com/gpu=0"}, {"path": "nvidia.com/gpu=1"}]
+    sandbox.spec.resource_requirements.gpu.count = 1
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(sandbox, Settings(allow_driver_config=True))
+    assert exc.value.message.startswith("sandbox.spec.resource_requirements.gpu.count:")
+
+
+# ---------------------------------------------------------------- quantities
+
+
+@pytest.mark.parametrize(
+    ("text", "quota"),
+    [("500m", 50_000), ("2", 200_000), ("0.5", 50_000), ("1.5", 150_000), ("10m", 1_000), (".25", 25_000)],
+)
+def test_parse_cpu(text: str, quota: int) -> None:
+    """Kubernetes CPU quantities become a CFS quota per 100 ms period."""
+    assert spec.parse_cpu("f", text) == quota
+
+
+@pytest.mark.parametrize(("text", "needle"), [("5m", "minimum"), ("abc", "not a CPU quantity"),
+                                              ("-1", "not a CPU quantity"), ("1.5m2", "not a CPU quantity")])
+def test_parse_cpu_rejects(text: str, needle: str) -> None:
+    """Unparseable or sub-millisecond quotas are rejected, naming the field."""
+    with pytest.raises(InvalidArgument) as exc:
+        spec.parse_cpu("res.cpu", text)
+    assert exc.value.message.startswith("res.cpu:")
+    assert needle in exc.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("512Mi", 512 * 2**20), ("1.5Gi", int(1.5 * 2**30)), ("1G", 10**9), ("6Mi", 6 * 2**20), ("8388608", 2**23)],
+)
+def test_parse_memory(text: str, size: int) -> None:
+    """Binary and decimal suffixes follow Kubernetes semantics."""
+    assert spec.parse_memory("f", text) == size
+
+
+@pytest.mark.parametrize(("text", "needle"), [("1k", "minimum"), ("x", "not a memory quantity"),
+                                              ("1GB", "not a memory quantity"), ("1gi", "not a memory quantity")])
+def test_parse_memory_rejects(text: str, needle: str) -> None:
+    """Unknown units and sizes Podman would refuse are rejected, naming the field."""
+    with pytest.raises(InvalidArgument) as exc:
+        spec.parse_memory("res.mem", text)
+    assert exc.value.message.startswith("res.mem:")
+    assert needle in exc.value.message
+
+
+# ---------------------------------------------------------------- intent
+
+
+def test_intent_round_trip_without_secrets() -> None:
+    """The recorded intent decodes to the request minus token, launch auth and status."""
+    sandbox = make_sandbox(sandbox_token=TOKEN, launch_authentication=b"launch-secret", command=["python", "app.py"])
+    sandbox.status.name = "observed"
+    digest, intent = spec.encode_intent(sandbox)
+    decoded = spec.decode_intent(intent)
+    assert decoded.spec.sandbox_token == "" and decoded.spec.launch_authentication == b""
+    assert not decoded.HasField("status")
+    assert list(decoded.spec.command) == ["python", "app.py"]
+    assert (decoded.id, decoded.name, decoded.workspace) == ("abc123", "demo", "ws")
+    raw = base64.b64decode(intent)
+    assert TOKEN.encode() not in raw and b"launch-secret" not in raw
+    assert spec.encode_intent(decoded) == (digest, intent)
+
+
+def test_intent_ignores_secrets_but_not_content() -> None:
+    """Rotating a token must not look like a changed request; changing the command must."""
+    base = spec.encode_intent(make_sandbox(command=["a"]))
+    assert spec.encode_intent(make_sandbox(command=["a"], sandbox_token=TOKEN)) == base
+    assert spec.encode_intent(make_sandbox(command=["a"], launch_authentication=b"x")) == base
+    changed = spec.encode_intent(make_sandbox(command=["b"]))
+    assert changed[0] != base[0] and changed[1] != base[1]
+    plan_a = spec.validate(make_sandbox(command=["a"], sandbox_token=TOKEN), Settings())
+    plan_b = spec.validate(make_sandbox(command=["a"], sandbox_token=TOKEN + "x"), Settings())
+    assert plan_a.spec_hash == plan_b.spec_hash == base[0]
+    assert spec.intent_labels(plan_a)[names.INTENT] == base[1]
+    assert spec.intent_labels(plan_a)[names.HAS_TOKEN] == "true"
+
+
+# ---------------------------------------------------------------- container_spec
+
+
+@pytest.fixture
+def token_plan() -> spec.Plan:
+    tpl = pb.DriverSandboxTemplate(
+        environment={"OPENSHELL_ENDPOINT": "evil", "LD_PRELOAD": "x", "APP_MODE": "dev"},
+        labels={names.MANAGED: "false", names.OWNER: "mallory", names.SANDBOX_ID: "other", "team": "blue"},
+    )
+    return spec.validate(make_sandbox(template=tpl, sandbox_token=TOKEN, environment={"APP_MODE": "prod"}), Settings())
+
+
+def test_container_spec_identity_and_labels(token_plan: spec.Plan) -> None:
+    """The supervisor runs as container root, and managed labels cannot be overridden by the template."""
+    built = build(token_plan, Settings())
+    assert built["name"] == "openshell-ws--demo-abc123"
+    assert built["entrypoint"] == [names.SUPERVISOR_BIN]
+    assert built["user"] == "0:0"
+    labels = built["labels"]
+    assert labels[names.MANAGED] == "true"
+    assert labels[names.OWNER] == "podmand"
+    assert labels[names.SANDBOX_ID] == "abc123"
+    assert labels[names.SANDBOX_NAME] == "demo"
+    assert labels[names.SANDBOX_WORKSPACE] == "ws"
+    assert labels[names.SPEC_HASH] == token_plan.spec_hash
+    assert labels["team"] == "blue"
+
+
+def test_container_env_keeps_user_values_boxed(token_plan: spec.Plan) -> None:
+    """User env travels only inside OPENSHELL_USER_ENVIRONMENT; the token travels only as a file."""
+    env = build(token_plan, Settings())["env"]
+    assert TOKEN not in json.dumps(env)
+    assert env[names.ENV_TOKEN_FILE] == "/etc/openshell/auth/sandbox.jwt"
+    assert env[names.ENV_ENDPOINT] == "http://host.containers.internal:17670"
+    assert "LD_PRELOAD" not in env and "APP_MODE" not in env
+    # spec.environment wins over template.environment for the same key.
+    assert json.loads(env[names.ENV_USER_ENV]) == {"APP_MODE": "prod", "LD_PRELOAD": "x", "OPENSHELL_ENDPOINT": "evil"}
+
+
+def test_no_token_means_no_token_file() -> None:
+    """Without a token there is neither a token mount nor a pointer to one."""
+    plan = spec.validate(make_sandbox(), Settings())
+    built = build(plan, Settings())
+    assert names.ENV_TOKEN_FILE not in built["env"]
+    assert all(m["destination"] != names.TOKEN_PATH for m in built["mounts"])
+
+
+def test_token_mount(token_plan: spec.Plan) -> None:
+    """The token is a read-only bind from the per-sandbox secrets dir, chowned to the container root."""
+    mounts = [m for m in build(token_plan, Settings())["mounts"] if m["destination"] == names.TOKEN_PATH]
+    assert len(mounts) == 1
+    assert mounts[0]["source"] == f"{SECRETS_DIR}/sandbox.jwt"
+    assert mounts[0]["type"] == "bind"
+    assert "ro" in mounts[0]["options"] and "U" in mounts[0]["options"]
+    assert "rw" not in mounts[0]["options"]
+
+
+@pytest.mark.parametrize(
+    ("userns", "expected"),
+    [
+        ("auto", {"userns": {"nsmode": "auto"},
+                  "idmappings": {"HostUIDMapping": False, "HostGIDMapping": False, "AutoUserNs": True}}),
+        ("auto:size=2048", {"userns": {"nsmode": "auto", "value": "size=2048"},
+                            "idmappings": {"HostUIDMapping": False, "HostGIDMapping": False, "AutoUserNs": True,
+                                           "AutoUserNsOpts": {"Size": 2048}}}),
+        ("host", {"userns": {"nsmode": "host"}}),
+        ("keep-id:uid=1000", {"userns": {"nsmode": "keep-id", "value": "uid=1000"}}),
+    ],
+)
+def test_userns_spec(userns: str, expected: dict[str, Any]) -> None:
+    """Podman 4.3 needs AutoUserNs in idmappings for nsmode=auto; host has no idmappings."""
+    plan = spec.validate(make_sandbox(), Settings(userns=userns))
+    built = build(plan, Settings(userns=userns))
+    assert {k: built[k] for k in ("userns", "idmappings") if k in built} == expected
+
+
+def test_private_userns_uses_configured_maps() -> None:
+    """userns=private turns the configured uid/gid maps into explicit idmappings."""
+    settings = Settings(userns="private", uidmap=["0:100000:65536"], gidmap=["0:200000:1000", "1000:300000:1"])
+    built = build(spec.validate(make_sandbox(), settings), settings)
+    assert built["userns"] == {"nsmode": "private"}
+    assert built["idmappings"]["UIDMap"] == [{"container_id": 0, "host_id": 100000, "size": 65536}]
+    assert built["idmappings"]["GIDMap"] == [{"container_id": 0, "host_id": 200000, "size": 1000},
+                                             {"container_id": 1000, "host_id": 300000, "size": 1}]
+
+
+def test_healthconfig_only_when_interval_set() -> None:
+    """No healthcheck by default; with an interval, a probe on the ready marker or SSH socket."""
+    plan = spec.validate(make_sandbox(), Settings())
+    assert "healthconfig" not in build(plan, Settings())
+    health = build(plan, Settings(health_check_interval=5))["healthconfig"]
+    assert health["Interval"] == 5 * 10**9
+    assert health["Test"][0] == "CMD-SHELL"
+    assert names.SSH_READY_MARKER in health["Test"][1] and plan.ssh_socket_path in health["Test"][1]
+
+
+def test_pids_limit_omitted_when_zero() -> None:
+    """pids_limit=0 leaves the runtime default rather than sending a zero limit."""
+    plan = spec.validate(make_sandbox(), Settings())
+    assert build(plan, Settings())["resource_limits"]["pids"] == {"limit": 2048}
+    assert "pids" not in build(plan, Settings(pids_limit=0))["resource_limits"]
+
+
+def test_host_gateway_ip() -> None:
+    """Without a gateway IP Podman's host-gateway is used; with one, both names point at it."""
+    plan = spec.validate(make_sandbox(), Settings())
+    assert build(plan, Settings())["hostadd"] == ["host.openshell.internal:host-gateway"]
+    assert build(plan, Settings(host_gateway_ip="10.0.2.2"))["hostadd"] == [
+        "host.containers.internal:10.0.2.2", "host.openshell.internal:10.0.2.2"]
+
+
+def test_main_process_spec() -> None:
+    """No command means an interactive login shell; a command carries its own tty and attach flags."""
+    default = json.loads(build(spec.validate(make_sandbox(), Settings()), Settings())["env"][names.ENV_MAIN_PROCESS])
+    assert default == {"version": 1, "command": ["/bin/bash", "-l"], "tty": True}
+    plan = spec.validate(make_sandbox(command=["python", "-m", "app"], await_main_process_attachment=True), Settings())
+    doc = json.loads(spec.main_process_spec(plan))
+    assert doc == {"version": 1, "command": ["python", "-m", "app"], "tty": False,
+                   "await_main_process_attachment": True}
+
+
+def test_tls_files_mounted_and_referenced() -> None:
+    """With TLS, the three client files are bind-mounted from the secrets dir and named in the env."""
+    settings = Settings(tls_ca="/x/ca.crt", tls_cert="/x/tls.crt", tls_key="/x/tls.key")
+    built = build(spec.validate(make_sandbox(), settings), settings)
+    assert built["env"][names.ENV_ENDPOINT].startswith("https://")
+    for fname, var in (("ca.crt", names.ENV_TLS_CA), ("tls.crt", names.ENV_TLS_CERT), ("tls.key", names.ENV_TLS_KEY)):
+        dest = f"{names.TLS_DIR}/{fname}"
+        assert built["env"][var] == dest
+        (mount,) = [m for m in built["mounts"] if m["destination"] == dest]
+        assert mount["source"] == f"{SECRETS_DIR}/{fname}" and "U" in mount["options"]
