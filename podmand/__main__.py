@@ -13,8 +13,11 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="podmand", description="OpenShell compute driver for rootless Podman")
     p.add_argument("--version", action="version", version=f"podmand {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve the ComputeDriver gRPC API",
-                           description="Serve openshell.compute.v1.ComputeDriver on a Unix socket.")
+    serve = sub.add_parser(
+        "serve",
+        help="serve the ComputeDriver gRPC API",
+        description="Serve openshell.compute.v1.ComputeDriver on a Unix socket.",
+    )
     config.add_arguments(serve)
     return p
 

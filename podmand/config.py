@@ -84,30 +84,87 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("socket", "OPENSHELL_COMPUTE_DRIVER_SOCKET", "--socket", "gRPC Unix socket to serve on"),
-    Option("listen_tcp", "OPENSHELL_COMPUTE_DRIVER_BIND", "--listen-tcp", "also serve on this loopback host:port (development)"),
+    Option(
+        "listen_tcp",
+        "OPENSHELL_COMPUTE_DRIVER_BIND",
+        "--listen-tcp",
+        "also serve on this loopback host:port (development)",
+    ),
     Option("podman_socket", "OPENSHELL_PODMAN_SOCKET", "--podman-socket", "libpod API socket (default: discovered)"),
-    Option("podman_wait", "PODMAND_PODMAN_WAIT", "--podman-wait", "seconds to wait for a Podman socket that exists but does not answer"),
+    Option(
+        "podman_wait",
+        "PODMAND_PODMAN_WAIT",
+        "--podman-wait",
+        "seconds to wait for a Podman socket that exists but does not answer",
+    ),
     Option("sandbox_image", "OPENSHELL_SANDBOX_IMAGE", "--sandbox-image", "default sandbox image"),
-    Option("image_pull_policy", "OPENSHELL_SANDBOX_IMAGE_PULL_POLICY", "--sandbox-image-pull-policy", "always, missing, never or newer"),
+    Option(
+        "image_pull_policy",
+        "OPENSHELL_SANDBOX_IMAGE_PULL_POLICY",
+        "--sandbox-image-pull-policy",
+        "always, missing, never or newer",
+    ),
     Option("supervisor_image", "OPENSHELL_SUPERVISOR_IMAGE", "--supervisor-image", "image holding /openshell-sandbox"),
     Option("grpc_endpoint", "OPENSHELL_GRPC_ENDPOINT", "--grpc-endpoint", "gateway URL given to sandboxes"),
     Option("gateway_port", "OPENSHELL_GATEWAY_PORT", "--gateway-port", "gateway port for the default endpoint"),
     Option("network_name", "OPENSHELL_NETWORK_NAME", "--network-name", "prefix of the per-workspace Podman networks"),
-    Option("host_gateway_ip", "OPENSHELL_PODMAN_HOST_GATEWAY_IP", "--host-gateway-ip", "IP for host.containers.internal"),
-    Option("ssh_socket_path", "OPENSHELL_SANDBOX_SSH_SOCKET_PATH", "--sandbox-ssh-socket-path", "supervisor SSH socket in the sandbox"),
+    Option(
+        "host_gateway_ip", "OPENSHELL_PODMAN_HOST_GATEWAY_IP", "--host-gateway-ip", "IP for host.containers.internal"
+    ),
+    Option(
+        "ssh_socket_path",
+        "OPENSHELL_SANDBOX_SSH_SOCKET_PATH",
+        "--sandbox-ssh-socket-path",
+        "supervisor SSH socket in the sandbox",
+    ),
     Option("stop_timeout", "OPENSHELL_STOP_TIMEOUT", "--stop-timeout", "seconds from SIGTERM to SIGKILL"),
-    Option("pids_limit", "OPENSHELL_SANDBOX_PIDS_LIMIT", "--sandbox-pids-limit", "pids limit per sandbox (0: runtime default)"),
+    Option(
+        "pids_limit",
+        "OPENSHELL_SANDBOX_PIDS_LIMIT",
+        "--sandbox-pids-limit",
+        "pids limit per sandbox (0: runtime default)",
+    ),
     Option("tls_ca", "OPENSHELL_PODMAN_TLS_CA", "--podman-tls-ca", "client CA for the sandbox's gateway connection"),
     Option("tls_cert", "OPENSHELL_PODMAN_TLS_CERT", "--podman-tls-cert", "client certificate"),
     Option("tls_key", "OPENSHELL_PODMAN_TLS_KEY", "--podman-tls-key", "client key"),
     Option("userns", "OPENSHELL_PODMAN_USERNS", "--userns", "auto[:opts], host, keep-id[:opts], nomap or private"),
-    Option("uidmap", "OPENSHELL_PODMAN_UIDMAP", "--uidmap", "container_id:host_id:size (userns=private; repeatable, comma-separated in env)"),
+    Option(
+        "uidmap",
+        "OPENSHELL_PODMAN_UIDMAP",
+        "--uidmap",
+        "container_id:host_id:size (userns=private; repeatable, comma-separated in env)",
+    ),
     Option("gidmap", "OPENSHELL_PODMAN_GIDMAP", "--gidmap", "container_id:host_id:size (userns=private)"),
-    Option("enable_bind_mounts", "OPENSHELL_ENABLE_BIND_MOUNTS", "--enable-bind-mounts", "allow host bind mounts in driver_config"),
-    Option("health_check_interval", "OPENSHELL_HEALTH_CHECK_INTERVAL_SECS", "--health-check-interval-secs", "probe the supervisor every N s (0: off)"),
-    Option("allow_driver_config", "PODMAND_ALLOW_DRIVER_CONFIG", "--allow-driver-config", "accept per-sandbox driver_config"),
-    Option("admission_enabled", "PODMAND_RESOURCE_ADMISSION", "--resource-admission", "advertise resource admission as enabled"),
-    Option("telemetry_enabled", "OPENSHELL_TELEMETRY_ENABLED", "--telemetry-enabled", "value of OPENSHELL_TELEMETRY_ENABLED in sandboxes"),
+    Option(
+        "enable_bind_mounts",
+        "OPENSHELL_ENABLE_BIND_MOUNTS",
+        "--enable-bind-mounts",
+        "allow host bind mounts in driver_config",
+    ),
+    Option(
+        "health_check_interval",
+        "OPENSHELL_HEALTH_CHECK_INTERVAL_SECS",
+        "--health-check-interval-secs",
+        "probe the supervisor every N s (0: off)",
+    ),
+    Option(
+        "allow_driver_config",
+        "PODMAND_ALLOW_DRIVER_CONFIG",
+        "--allow-driver-config",
+        "accept per-sandbox driver_config",
+    ),
+    Option(
+        "admission_enabled",
+        "PODMAND_RESOURCE_ADMISSION",
+        "--resource-admission",
+        "advertise resource admission as enabled",
+    ),
+    Option(
+        "telemetry_enabled",
+        "OPENSHELL_TELEMETRY_ENABLED",
+        "--telemetry-enabled",
+        "value of OPENSHELL_TELEMETRY_ENABLED in sandboxes",
+    ),
     Option("state_dir", "PODMAND_STATE_DIR", "--state-dir", "directory for token files and the supervisor cache"),
     Option("log_level", "OPENSHELL_LOG_LEVEL", "--log-level", "debug, info, warning or error"),
 )
@@ -115,7 +172,9 @@ _LIST_FIELDS = {"uidmap", "gidmap"}
 _BOOL_FIELDS = {"enable_bind_mounts", "allow_driver_config", "admission_enabled", "telemetry_enabled"}
 _FALSE = {"0", "false", "no", "off"}
 _TRUE = {"1", "true", "yes", "on"}
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _RESERVED_ADMISSION_KEYS = {"openshell.ai/managed-by", "openshell.ai/gateway-id", "openshell.ai/sandbox-workspace"}
 
@@ -217,7 +276,9 @@ def _check_idmap(field: str, entries: list[str]) -> None:
     for entry in entries:
         parts = entry.split(":")
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            raise ConfigError(f"invalid setting {_describe(field)}: entry {entry!r} must be 'container_id:host_id:size'")
+            raise ConfigError(
+                f"invalid setting {_describe(field)}: entry {entry!r} must be 'container_id:host_id:size'"
+            )
         if int(parts[2]) == 0:
             raise ConfigError(f"invalid setting {_describe(field)}: entry {entry!r}: size must be greater than 0")
 
@@ -277,9 +338,10 @@ def validate(s: Settings) -> None:
             loopback = False
         if not loopback or not port.isdigit():
             raise bad("listen_tcp", "must be a loopback host:port such as 127.0.0.1:50061 (TCP has no authentication)")
-    if s.admission_enabled:
-        if not s.admission_labels or all(v == "${workspace}" for v in s.admission_labels.values()):
-            raise ConfigError("invalid resource admission: enabled admission needs at least one fixed required label")
+    if s.admission_enabled and (
+        not s.admission_labels or all(v == "${workspace}" for v in s.admission_labels.values())
+    ):
+        raise ConfigError("invalid resource admission: enabled admission needs at least one fixed required label")
     for key, value in s.admission_labels.items():
         if key in _RESERVED_ADMISSION_KEYS or not _LABEL_KEY.match(key):
             raise ConfigError(f"invalid resource admission label key {key!r}")

@@ -21,7 +21,8 @@ class NoPodmanSocket(Exception):
     def __init__(self, attempts: list[Attempt]) -> None:
         lines = [f"  {a.path}: {a.problem}" for a in attempts]
         super().__init__(
-            "no responsive Podman API socket found; tried:\n" + "\n".join(lines)
+            "no responsive Podman API socket found; tried:\n"
+            + "\n".join(lines)
             + "\nstart one with 'podman system service --time=0 unix://<path>' "
             "(or 'systemctl --user enable --now podman.socket') and set OPENSHELL_PODMAN_SOCKET"
         )

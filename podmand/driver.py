@@ -14,9 +14,10 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import names, state
 from ._proto import compute_driver_pb2 as pb
@@ -56,10 +57,16 @@ class Pending:
         return state.pending(p.sandbox_id, p.name, p.workspace, p.container_name, self.ready, stopped=self.stopped)
 
 
-def platform_event(sandbox_id: str, reason: str, message: str, *, warning: bool = False,
-                   metadata: dict[str, str] | None = None) -> pb.WatchSandboxesEvent:
-    event = pb.DriverPlatformEvent(source="podman", type="Warning" if warning else "Normal", reason=reason,
-                                   message=message, metadata=metadata or {})
+def platform_event(
+    sandbox_id: str, reason: str, message: str, *, warning: bool = False, metadata: dict[str, str] | None = None
+) -> pb.WatchSandboxesEvent:
+    event = pb.DriverPlatformEvent(
+        source="podman",
+        type="Warning" if warning else "Normal",
+        reason=reason,
+        message=message,
+        metadata=metadata or {},
+    )
     event.event_time.CopyFrom(state.now())
     return pb.WatchSandboxesEvent(platform_event=pb.WatchSandboxesPlatformEvent(sandbox_id=sandbox_id, event=event))
 
@@ -96,8 +103,8 @@ class Driver:
         self._probes: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def _spawn(self, coro: object) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -155,7 +162,7 @@ class Driver:
             return pending.snapshot()
         raise NotFound("sandbox not found")
 
-    async def list(self) -> list[pb.DriverSandbox]:
+    async def list_sandboxes(self) -> list[pb.DriverSandbox]:
         """Every managed sandbox from one Podman list call plus those still provisioning."""
         out = []
         seen = set()
@@ -164,8 +171,11 @@ class Driver:
             if not sandbox_id or sandbox_id in seen:
                 continue
             seen.add(sandbox_id)
-            out.append(state.from_list_entry(entry, health=self._health.get(entry.id, ""),
-                                             stopped=self._stopped(sandbox_id, entry.id)))
+            out.append(
+                state.from_list_entry(
+                    entry, health=self._health.get(entry.id, ""), stopped=self._stopped(sandbox_id, entry.id)
+                )
+            )
         out += [p.snapshot() for sid, p in self._pending.items() if sid not in seen]
         out.sort(key=lambda s: (s.name, s.id))
         return out
@@ -176,9 +186,8 @@ class Driver:
         plan = validate(sandbox, self.settings)
         for i, mount in enumerate(plan.mounts):
             if mount.kind == "volume" and await self.podman.inspect_volume(mount.source) is None:
-                raise FailedPrecondition(
-                    f"sandbox.spec.template.driver_config.mounts[{i}].source: podman volume {mount.source!r} does not exist"
-                )
+                where = f"sandbox.spec.template.driver_config.mounts[{i}].source"
+                raise FailedPrecondition(f"{where}: podman volume {mount.source!r} does not exist")
         return plan
 
     async def _existing_hash(self, plan: Plan) -> str | None:
@@ -233,12 +242,19 @@ class Driver:
         pending = Pending(plan, ready)
         self._pending[plan.sandbox_id] = pending
         self.publish(sandbox_event(pending.snapshot()))
-        self.publish(platform_event(plan.sandbox_id, "Scheduled", "Sandbox accepted by podmand", metadata={
-            names.PROGRESS_COMPLETE_STEP: names.STEP_REQUESTING,
-            names.PROGRESS_COMPLETE_LABEL: "Sandbox requested",
-            names.PROGRESS_ACTIVE_STEP: names.STEP_PULLING,
-            names.PROGRESS_ACTIVE_DETAIL: plan.image,
-        }))
+        self.publish(
+            platform_event(
+                plan.sandbox_id,
+                "Scheduled",
+                "Sandbox accepted by podmand",
+                metadata={
+                    names.PROGRESS_COMPLETE_STEP: names.STEP_REQUESTING,
+                    names.PROGRESS_COMPLETE_LABEL: "Sandbox requested",
+                    names.PROGRESS_ACTIVE_STEP: names.STEP_PULLING,
+                    names.PROGRESS_ACTIVE_DETAIL: plan.image,
+                },
+            )
+        )
         pending.task = self._spawn(self._provision(pending))
 
     def _set_pending(self, pending: Pending, reason: str, message: str, status: str = "False") -> None:
@@ -290,27 +306,42 @@ class Driver:
     async def _provision_once(self, pending: Pending) -> None:
         plan, s = pending.plan, self.settings
         if plan.has_token and not self.files.has_token(plan.sandbox_id):
-            raise ProvisionFailed("SandboxTokenMissing",
-                                  "the sandbox token file is gone from the state directory; delete and recreate")
-        sup_id, _ = await self._pull(s.supervisor_image, supervisor_pull_policy(s.supervisor_image),
-                                     "SupervisorImageUnavailable")
+            raise ProvisionFailed(
+                "SandboxTokenMissing", "the sandbox token file is gone from the state directory; delete and recreate"
+            )
+        sup_id, _ = await self._pull(
+            s.supervisor_image, supervisor_pull_policy(s.supervisor_image), "SupervisorImageUnavailable"
+        )
         try:
             supervisor_path = await self.supervisor.binary(sup_id)
         except FailedPrecondition as exc:
             raise ProvisionFailed("SupervisorImageUnavailable", exc.message) from exc
         self._set_pending(pending, "Starting", f"Pulling image {plan.image}")
         image_id, image_user = await self._pull(plan.image, s.image_pull_policy, "ImagePullFailed")
-        self.publish(platform_event(plan.sandbox_id, "Pulled", f"Image {plan.image} is ready", metadata={
-            names.PROGRESS_COMPLETE_STEP: names.STEP_PULLING,
-            names.PROGRESS_COMPLETE_LABEL: f"Image {plan.image} pulled",
-            names.PROGRESS_ACTIVE_STEP: names.STEP_STARTING,
-        }))
+        self.publish(
+            platform_event(
+                plan.sandbox_id,
+                "Pulled",
+                f"Image {plan.image} is ready",
+                metadata={
+                    names.PROGRESS_COMPLETE_STEP: names.STEP_PULLING,
+                    names.PROGRESS_COMPLETE_LABEL: f"Image {plan.image} pulled",
+                    names.PROGRESS_ACTIVE_STEP: names.STEP_STARTING,
+                },
+            )
+        )
         self._set_pending(pending, "ContainerStarting", "Creating the sandbox container")
         async with self._locks[f"ws:{plan.workspace}"]:
             network = await self._ensure_network(plan.workspace)
-            spec = container_spec(plan, s, image_id=image_id, image_user=image_user, network=network,
-                                  supervisor_path=str(supervisor_path),
-                                  secrets_dir=str(self.files.dir(plan.sandbox_id)))
+            spec = container_spec(
+                plan,
+                s,
+                image_id=image_id,
+                image_user=image_user,
+                network=network,
+                supervisor_path=str(supervisor_path),
+                secrets_dir=str(self.files.dir(plan.sandbox_id)),
+            )
             container_id = await self._create_container(plan, spec)
         info = await self.podman.inspect_container(container_id)
         if not info.state.running:
@@ -319,12 +350,21 @@ class Driver:
             except PodmanError as exc:
                 with contextlib.suppress(PodmanError, PodmanUnavailable):
                     await self.podman.remove_container(container_id, 0)
-                raise ProvisionFailed("ContainerStartFailed", f"starting the sandbox container failed: {exc.message}")
+                raise ProvisionFailed(
+                    "ContainerStartFailed", f"starting the sandbox container failed: {exc.message}"
+                ) from exc
         self._pending.pop(plan.sandbox_id, None)
-        self.publish(platform_event(plan.sandbox_id, "Started", "Sandbox container started", metadata={
-            names.PROGRESS_COMPLETE_STEP: names.STEP_STARTING,
-            names.PROGRESS_COMPLETE_LABEL: "Sandbox started",
-        }))
+        self.publish(
+            platform_event(
+                plan.sandbox_id,
+                "Started",
+                "Sandbox container started",
+                metadata={
+                    names.PROGRESS_COMPLETE_STEP: names.STEP_STARTING,
+                    names.PROGRESS_COMPLETE_LABEL: "Sandbox started",
+                },
+            )
+        )
         self.refresh(container_id)
 
     async def _create_container(self, plan: Plan, spec: dict[str, object]) -> str:
@@ -336,9 +376,12 @@ class Driver:
                 entry = await self._find(plan.sandbox_id)
                 if entry is not None and (entry.labels or {}).get(names.SPEC_HASH) == plan.spec_hash:
                     return entry.id
-                raise ProvisionFailed("ContainerNameConflict",
-                                      f"a container named {plan.container_name!r} already exists") from exc
-            raise ProvisionFailed("ContainerCreateFailed", f"creating the sandbox container failed: {exc.message}")
+                raise ProvisionFailed(
+                    "ContainerNameConflict", f"a container named {plan.container_name!r} already exists"
+                ) from exc
+            raise ProvisionFailed(
+                "ContainerCreateFailed", f"creating the sandbox container failed: {exc.message}"
+            ) from exc
         for warning in warnings:
             self.publish(platform_event(plan.sandbox_id, "PodmanWarning", warning, warning=True))
         return container_id
@@ -482,8 +525,13 @@ class Driver:
     async def _ensure_network(self, workspace: str) -> str:
         name = self._network(workspace)
         if await self.podman.inspect_network(name) is None:
-            body = {"name": name, "driver": "bridge", "dns_enabled": True, "options": {"isolate": "true"},
-                    "labels": {names.OWNER: names.OWNER_VALUE, names.SANDBOX_WORKSPACE: workspace}}
+            body = {
+                "name": name,
+                "driver": "bridge",
+                "dns_enabled": True,
+                "options": {"isolate": "true"},
+                "labels": {names.OWNER: names.OWNER_VALUE, names.SANDBOX_WORKSPACE: workspace},
+            }
             try:
                 await self.podman.create_network(body)
             except PodmanError as exc:
@@ -521,8 +569,7 @@ class Driver:
     async def delete_workspace(self, workspace: str) -> None:
         check_name("workspace", workspace, required=False)
         async with self._locks[f"ws:{workspace}"]:
-            left = [e for e in await self._containers()
-                    if (e.labels or {}).get(names.SANDBOX_WORKSPACE) == workspace]
+            left = [e for e in await self._containers() if (e.labels or {}).get(names.SANDBOX_WORKSPACE) == workspace]
             left_ids = {(e.labels or {}).get(names.SANDBOX_ID) for e in left}
             left_ids |= {sid for sid, p in self._pending.items() if p.plan.workspace == workspace}
             if left_ids:

@@ -64,9 +64,7 @@ def capabilities(settings: Settings, *, limits_enforced: bool) -> pb.GetCapabili
 def check_gateway(request: pb.GetCapabilitiesRequest, ours: ext.PeerMetadata) -> None:
     """Reject a gateway we cannot work with (FAILED_PRECONDITION, saying why)."""
     if not request.HasField("gateway"):
-        raise FailedPrecondition(
-            "gateway did not provide protocol metadata; upgrade the gateway and podmand together"
-        )
+        raise FailedPrecondition("gateway did not provide protocol metadata; upgrade the gateway and podmand together")
     gw = request.gateway
     if not gw.HasField("protocol_version"):
         raise FailedPrecondition("gateway metadata has no protocol_version")

@@ -393,9 +393,7 @@ class PodmanClient:
         await self.call("POST", f"/containers/{quote(name)}/start", timeout=120.0)
 
     async def stop_container(self, name: str, timeout: int) -> None:
-        await self.call(
-            "POST", f"/containers/{quote(name)}/stop", query={"timeout": timeout}, timeout=timeout + 30.0
-        )
+        await self.call("POST", f"/containers/{quote(name)}/stop", query={"timeout": timeout}, timeout=timeout + 30.0)
 
     async def remove_container(self, name: str, timeout: int) -> bool:
         """Force-remove; False when it was already gone."""

@@ -113,9 +113,15 @@ async def serve(settings: Settings) -> int:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "podmand %s ready: serving unix://%s%s (Podman %s at %s, %s, userns=%s, state %s%s)",
-            __version__, socket_path, f" and {settings.listen_tcp}" if settings.listen_tcp else "",
-            info.version.version, podman_path, "rootless" if rootless else "rootful", settings.userns,
-            state_dir, f", resumed {resumed} create(s)" if resumed else "",
+            __version__,
+            socket_path,
+            f" and {settings.listen_tcp}" if settings.listen_tcp else "",
+            info.version.version,
+            podman_path,
+            "rootless" if rootless else "rootful",
+            settings.userns,
+            state_dir,
+            f", resumed {resumed} create(s)" if resumed else "",
         )
         await stop.wait()
         log.info("shutting down: finishing in-flight RPCs")

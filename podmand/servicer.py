@@ -40,8 +40,15 @@ class ComputeDriverServicer:
             code, message = grpc.StatusCode.INTERNAL, str(exc)
         finally:
             level = logging.INFO if code in (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND) else logging.WARNING
-            log.log(level, "rpc=%s sandbox=%s code=%s duration_ms=%.1f%s", method, sandbox_id or "-", code.name,
-                    (time.monotonic() - started) * 1000, f" error={message!r}" if message else "")
+            log.log(
+                level,
+                "rpc=%s sandbox=%s code=%s duration_ms=%.1f%s",
+                method,
+                sandbox_id or "-",
+                code.name,
+                (time.monotonic() - started) * 1000,
+                f" error={message!r}" if message else "",
+            )
         await context.abort(code, message)
         raise AssertionError("abort returned")  # pragma: no cover
 
@@ -52,11 +59,15 @@ class ComputeDriverServicer:
 
         return await self._run("GetCapabilities", "", context, call)
 
-    async def AuthenticateSandbox(self, request: pb.AuthenticateSandboxRequest, context: Any) -> pb.AuthenticateSandboxResponse:
+    async def AuthenticateSandbox(
+        self, request: pb.AuthenticateSandboxRequest, context: Any
+    ) -> pb.AuthenticateSandboxResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "podmand does not authenticate sandbox credentials yet")
         raise AssertionError("abort returned")  # pragma: no cover
 
-    async def ValidateSandboxCreate(self, request: pb.ValidateSandboxCreateRequest, context: Any) -> pb.ValidateSandboxCreateResponse:
+    async def ValidateSandboxCreate(
+        self, request: pb.ValidateSandboxCreateRequest, context: Any
+    ) -> pb.ValidateSandboxCreateResponse:
         async def call() -> pb.ValidateSandboxCreateResponse:
             await self.driver.validate(request.sandbox if request.HasField("sandbox") else None)
             return pb.ValidateSandboxCreateResponse()
@@ -78,7 +89,7 @@ class ComputeDriverServicer:
 
     async def ListSandboxes(self, request: pb.ListSandboxesRequest, context: Any) -> pb.ListSandboxesResponse:
         async def call() -> pb.ListSandboxesResponse:
-            return pb.ListSandboxesResponse(sandboxes=await self.driver.list())
+            return pb.ListSandboxesResponse(sandboxes=await self.driver.list_sandboxes())
 
         return await self._run("ListSandboxes", "", context, call)
 
@@ -116,7 +127,9 @@ class ComputeDriverServicer:
 
         return await self._run("DeleteWorkspace", "", context, call)
 
-    async def WatchSandboxes(self, request: pb.WatchSandboxesRequest, context: Any) -> AsyncIterator[pb.WatchSandboxesEvent]:
+    async def WatchSandboxes(
+        self, request: pb.WatchSandboxesRequest, context: Any
+    ) -> AsyncIterator[pb.WatchSandboxesEvent]:
         stream = await self._run("WatchSandboxes", "", context, self.hub.subscribe)
         try:
             while True:

@@ -29,8 +29,20 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CPU_RE = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(m?)$")
 _MEM_RE = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E)?$")
 _MEM_UNITS = {
-    "": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "": 1,
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
 }
 CPU_PERIOD = 100_000
 MIN_CPU_QUOTA = 1_000  # the kernel refuses a CFS quota below 1 ms
@@ -201,8 +213,11 @@ def _driver_config(sandbox: pb.DriverSandbox, settings: Settings) -> tuple[tuple
         if not isinstance(m, dict):
             raise InvalidArgument(f"{mw}: must be an object")
         kind = m.get("type")
-        allowed = {"bind": {"source", "target", "read_only"}, "volume": {"source", "target", "read_only"},
-                   "tmpfs": {"target", "size_bytes", "mode"}}
+        allowed = {
+            "bind": {"source", "target", "read_only"},
+            "volume": {"source", "target", "read_only"},
+            "tmpfs": {"target", "size_bytes", "mode"},
+        }
         if kind not in allowed:
             raise InvalidArgument(f"{mw}.type: must be bind, volume or tmpfs")
         extra = set(m) - allowed[kind] - {"type"}
@@ -365,8 +380,12 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings) -> Plan:
 
 def main_process_spec(plan: Plan) -> str:
     if plan.command:
-        doc: dict[str, Any] = {"version": 1, "command": plan.command, "tty": plan.tty,
-                               "await_main_process_attachment": plan.await_attach}
+        doc: dict[str, Any] = {
+            "version": 1,
+            "command": plan.command,
+            "tty": plan.tty,
+            "await_main_process_attachment": plan.await_attach,
+        }
     else:
         doc = {"version": 1, "command": DEFAULT_COMMAND, "tty": True}
     return json.dumps(doc, separators=(",", ":"))
@@ -380,18 +399,20 @@ def sandbox_env(plan: Plan, settings: Settings, *, image_user: str) -> dict[str,
         env[names.ENV_LOG_LEVEL] = plan.log_level
     if plan.user_env:
         env[names.ENV_USER_ENV] = json.dumps(plan.user_env, separators=(",", ":"), sort_keys=True)
-    env.update({
-        names.ENV_SANDBOX: plan.name,
-        names.ENV_SANDBOX_ID: plan.sandbox_id,
-        names.ENV_ENDPOINT: settings.endpoint,
-        names.ENV_SSH_SOCKET: plan.ssh_socket_path,
-        names.ENV_IMAGE: plan.image,
-        names.ENV_MAIN_PROCESS: main_process_spec(plan),
-        names.ENV_TELEMETRY: "true" if settings.telemetry_enabled else "false",
-        names.ENV_IMAGE_USER: image_user,
-        names.ENV_UID: "",
-        names.ENV_GID: "",
-    })
+    env.update(
+        {
+            names.ENV_SANDBOX: plan.name,
+            names.ENV_SANDBOX_ID: plan.sandbox_id,
+            names.ENV_ENDPOINT: settings.endpoint,
+            names.ENV_SSH_SOCKET: plan.ssh_socket_path,
+            names.ENV_IMAGE: plan.image,
+            names.ENV_MAIN_PROCESS: main_process_spec(plan),
+            names.ENV_TELEMETRY: "true" if settings.telemetry_enabled else "false",
+            names.ENV_IMAGE_USER: image_user,
+            names.ENV_UID: "",
+            names.ENV_GID: "",
+        }
+    )
     if settings.tls_enabled:
         env[names.ENV_TLS_CA] = f"{names.TLS_DIR}/ca.crt"
         env[names.ENV_TLS_CERT] = f"{names.TLS_DIR}/tls.crt"
@@ -403,16 +424,18 @@ def sandbox_env(plan: Plan, settings: Settings, *, image_user: str) -> dict[str,
 
 def container_labels(plan: Plan) -> dict[str, str]:
     labels = dict(plan.labels)
-    labels.update({
-        names.MANAGED: "true",
-        names.OWNER: names.OWNER_VALUE,
-        names.SANDBOX_ID: plan.sandbox_id,
-        names.SANDBOX_NAME: plan.name,
-        names.SANDBOX_NAMESPACE: "",
-        names.SANDBOX_WORKSPACE: plan.workspace,
-        names.DRIVER_CONFIG_USED: "true" if plan.driver_config_used else "false",
-        names.SPEC_HASH: plan.spec_hash,
-    })
+    labels.update(
+        {
+            names.MANAGED: "true",
+            names.OWNER: names.OWNER_VALUE,
+            names.SANDBOX_ID: plan.sandbox_id,
+            names.SANDBOX_NAME: plan.name,
+            names.SANDBOX_NAMESPACE: "",
+            names.SANDBOX_WORKSPACE: plan.workspace,
+            names.DRIVER_CONFIG_USED: "true" if plan.driver_config_used else "false",
+            names.SPEC_HASH: plan.spec_hash,
+        }
+    )
     return labels
 
 
@@ -440,8 +463,12 @@ def userns_spec(mode: str) -> dict[str, Any]:
             key, _, value = item.partition("=")
             if key == "size" and value.isdigit():
                 opts["Size"] = int(value)
-        out["idmappings"] = {"HostUIDMapping": False, "HostGIDMapping": False, "AutoUserNs": True,
-                             **({"AutoUserNsOpts": opts} if opts else {})}
+        out["idmappings"] = {
+            "HostUIDMapping": False,
+            "HostGIDMapping": False,
+            "AutoUserNs": True,
+            **({"AutoUserNsOpts": opts} if opts else {}),
+        }
     return out
 
 
@@ -470,17 +497,35 @@ def container_spec(
     ]
     # Per-sandbox copies, chowned by Podman ("U") to the container's root, so only it can read them.
     if plan.has_token:
-        mounts.append({"destination": names.TOKEN_PATH, "type": "bind",
-                       "source": f"{secrets_dir}/sandbox.jwt", "options": ["bind", "ro", "U"]})
+        mounts.append(
+            {
+                "destination": names.TOKEN_PATH,
+                "type": "bind",
+                "source": f"{secrets_dir}/sandbox.jwt",
+                "options": ["bind", "ro", "U"],
+            }
+        )
     if settings.tls_enabled:
         for fname in ("ca.crt", "tls.crt", "tls.key"):
-            mounts.append({"destination": f"{names.TLS_DIR}/{fname}", "type": "bind",
-                           "source": f"{secrets_dir}/{fname}", "options": ["bind", "ro", "U"]})
+            mounts.append(
+                {
+                    "destination": f"{names.TLS_DIR}/{fname}",
+                    "type": "bind",
+                    "source": f"{secrets_dir}/{fname}",
+                    "options": ["bind", "ro", "U"],
+                }
+            )
     volumes: list[dict[str, Any]] = [{"Name": plan.volume_name, "Dest": names.WORKSPACE_PATH, "Options": ["rw"]}]
     for m in plan.mounts:
         if m.kind == "bind":
-            mounts.append({"destination": m.target, "type": "bind", "source": m.source,
-                           "options": ["rbind", "ro" if m.read_only else "rw"]})
+            mounts.append(
+                {
+                    "destination": m.target,
+                    "type": "bind",
+                    "source": m.source,
+                    "options": ["rbind", "ro" if m.read_only else "rw"],
+                }
+            )
         elif m.kind == "tmpfs":
             mounts.append({"destination": m.target, "type": "tmpfs", "source": "tmpfs", "options": list(m.options)})
         else:
@@ -489,8 +534,10 @@ def container_spec(
     if settings.host_gateway_ip:
         hosts.insert(0, "host.containers.internal")
     hostadd = [f"{h}:{settings.host_gateway_ip or 'host-gateway'}" for h in hosts]
-    limits: dict[str, Any] = {"cpu": {"quota": plan.cpu_quota, "period": CPU_PERIOD},
-                              "memory": {"limit": plan.memory_bytes}}
+    limits: dict[str, Any] = {
+        "cpu": {"quota": plan.cpu_quota, "period": CPU_PERIOD},
+        "memory": {"limit": plan.memory_bytes},
+    }
     if settings.pids_limit:
         limits["pids"] = {"limit": settings.pids_limit}
     spec: dict[str, Any] = {
@@ -516,12 +563,21 @@ def container_spec(
         **userns_spec(plan.userns),
     }
     if plan.userns == "private":
-        spec["idmappings"] = {"HostUIDMapping": False, "HostGIDMapping": False,
-                              "UIDMap": _idmap(settings.uidmap), "GIDMap": _idmap(settings.gidmap)}
+        spec["idmappings"] = {
+            "HostUIDMapping": False,
+            "HostGIDMapping": False,
+            "UIDMap": _idmap(settings.uidmap),
+            "GIDMap": _idmap(settings.gidmap),
+        }
     if settings.health_check_interval:
-        probe = (f"test -e {names.SSH_READY_MARKER} || test -S {plan.ssh_socket_path}")
-        spec["healthconfig"] = {"Test": ["CMD-SHELL", probe], "Interval": settings.health_check_interval * 10**9,
-                                "Timeout": 2 * 10**9, "Retries": 10, "StartPeriod": 0}
+        probe = f"test -e {names.SSH_READY_MARKER} || test -S {plan.ssh_socket_path}"
+        spec["healthconfig"] = {
+            "Test": ["CMD-SHELL", probe],
+            "Interval": settings.health_check_interval * 10**9,
+            "Timeout": 2 * 10**9,
+            "Retries": 10,
+            "StartPeriod": 0,
+        }
     if plan.cdi_devices:
         spec["devices"] = [{"path": d} for d in plan.cdi_devices]
     return spec

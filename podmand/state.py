@@ -61,8 +61,12 @@ def exited_condition(exit_code: int, oom: bool, time: Timestamp | None) -> Condi
     if oom:
         return Condition("False", "OOMKilled", "Container was killed by the OOM killer", time)
     if exit_code == 78:
-        return Condition("False", "WorkspaceValidationFailed",
-                         "Supervisor exited with code 78: the workspace is not usable by the sandbox identity", time)
+        return Condition(
+            "False",
+            "WorkspaceValidationFailed",
+            "Supervisor exited with code 78: the workspace is not usable by the sandbox identity",
+            time,
+        )
     return Condition("False", "ContainerExited", f"Container exited with code {exit_code}", time)
 
 
@@ -99,8 +103,9 @@ def ready_from_state(
     if status == "paused":
         return Condition("False", "ContainerPaused", "Container is paused", None)
     if status == "stopping":
-        return Condition("False", "ContainerStarting" if not stopped else "ContainerStopped",
-                         "Container is stopping", None)
+        return Condition(
+            "False", "ContainerStarting" if not stopped else "ContainerStopped", "Container is stopping", None
+        )
     if status == "removing":
         return Condition("False", "ContainerRemoving", "Container is being removed", None)
     return Condition("Unknown", "Unknown", f"Unknown container state: {status}", None)
@@ -146,8 +151,14 @@ def from_inspect(info: ContainerInspect, *, health: str = "", stopped: bool = Fa
         finished=parse_time(state.finished_at),
         created=parse_time(info.created),
     )
-    return snapshot(info.labels, container_name=info.name.lstrip("/"), container_id=info.id, ready=ready,
-                    stopped=stopped, deleting=state.status == "removing")
+    return snapshot(
+        info.labels,
+        container_name=info.name.lstrip("/"),
+        container_id=info.id,
+        ready=ready,
+        stopped=stopped,
+        deleting=state.status == "removing",
+    )
 
 
 def from_list_entry(entry: ContainerListEntry, *, health: str = "", stopped: bool = False) -> pb.DriverSandbox:
@@ -162,8 +173,14 @@ def from_list_entry(entry: ContainerListEntry, *, health: str = "", stopped: boo
         created=parse_time(entry.created),
     )
     labels = entry.labels or {}
-    return snapshot(labels, container_name=(entry.names or [""])[0], container_id=entry.id, ready=ready,
-                    stopped=stopped, deleting=entry.state == "removing")
+    return snapshot(
+        labels,
+        container_name=(entry.names or [""])[0],
+        container_id=entry.id,
+        ready=ready,
+        stopped=stopped,
+        deleting=entry.state == "removing",
+    )
 
 
 def pending(

@@ -8,6 +8,7 @@ created-never-started container once per image ID and bind-mounted read-only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import itertools
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 from . import names
 from .errors import FailedPrecondition
 from .files import ensure_dir, write_atomic
-from .podman import PodmanClient, PodmanError
+from .podman import PodmanClient, PodmanError, PodmanUnavailable
 
 _seq = itertools.count()
 
@@ -52,8 +53,13 @@ class SupervisorCache:
             if path.is_file() and path.stat().st_size > 0:
                 return path
             temp = f"podmand-supervisor-extract-{os.getpid()}-{next(_seq)}"
-            spec = {"name": temp, "image": image_id, "entrypoint": [names.SUPERVISOR_IN_IMAGE], "command": [],
-                    "labels": {names.OWNER: names.OWNER_VALUE}}
+            spec = {
+                "name": temp,
+                "image": image_id,
+                "entrypoint": [names.SUPERVISOR_IN_IMAGE],
+                "command": [],
+                "labels": {names.OWNER: names.OWNER_VALUE},
+            }
             try:
                 await self.podman.create_container(spec)
                 data = await self.podman.archive(temp, names.SUPERVISOR_IN_IMAGE)
@@ -62,10 +68,8 @@ class SupervisorCache:
                     f"cannot read {names.SUPERVISOR_IN_IMAGE} from the supervisor image {image_id}: {exc.message}"
                 ) from exc
             finally:
-                try:
+                with contextlib.suppress(PodmanError, PodmanUnavailable):
                     await self.podman.remove_container(temp, 0)
-                except Exception:
-                    pass
             binary = binary_from_tar(data)
             ensure_dir(self.root)
             ensure_dir(path.parent)

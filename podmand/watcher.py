@@ -26,10 +26,24 @@ from .podman import Event, PodmanClient, PodmanError, PodmanUnavailable
 log = logging.getLogger("podmand.watcher")
 
 # libpod says "died" for a natural exit ("die" only on the Docker-compat API).
-STATE_ACTIONS = frozenset({
-    "create", "init", "start", "restart", "died", "die", "cleanup", "kill", "stop", "pause", "unpause",
-    "health_status", "remove", "oom",
-})
+STATE_ACTIONS = frozenset(
+    {
+        "create",
+        "init",
+        "start",
+        "restart",
+        "died",
+        "die",
+        "cleanup",
+        "kill",
+        "stop",
+        "pause",
+        "unpause",
+        "health_status",
+        "remove",
+        "oom",
+    }
+)
 
 
 @dataclass(frozen=True)
