@@ -336,7 +336,7 @@ def validate(s: Settings) -> None:
             loopback = ipaddress.ip_address(host).is_loopback if host != "localhost" else True
         except ValueError:
             loopback = False
-        if not loopback or not port.isdigit():
+        if not loopback or not port.isdigit() or not 0 < int(port) < 65536:
             raise bad("listen_tcp", "must be a loopback host:port such as 127.0.0.1:50061 (TCP has no authentication)")
     if s.admission_enabled and (
         not s.admission_labels or all(v == "${workspace}" for v in s.admission_labels.values())

@@ -99,7 +99,9 @@ class Driver:
         self._locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self._pending: dict[str, Pending] = {}
         self._deleting: set[str] = set()
+        # What inspect knows and the list endpoint does not, per container ID.
         self._health: dict[str, str] = {}
+        self._oom: dict[str, bool] = {}
         self._probes: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -135,6 +137,7 @@ class Driver:
         sandbox_id = info.labels.get(names.SANDBOX_ID, "")
         health = info.state.health.status if info.state.health else ""
         self._health[info.id] = health
+        self._oom[info.id] = info.state.oom_killed
         if info.state.running and self.settings.health_check_interval and info.config.healthcheck:
             self._ensure_probe(info.id)
         return state.from_inspect(info, health=health, stopped=self._stopped(sandbox_id, info.id))
@@ -173,7 +176,10 @@ class Driver:
             seen.add(sandbox_id)
             out.append(
                 state.from_list_entry(
-                    entry, health=self._health.get(entry.id, ""), stopped=self._stopped(sandbox_id, entry.id)
+                    entry,
+                    health=self._health.get(entry.id, ""),
+                    oom=self._oom.get(entry.id, False),
+                    stopped=self._stopped(sandbox_id, entry.id),
                 )
             )
         out += [p.snapshot() for sid, p in self._pending.items() if sid not in seen]
@@ -495,6 +501,7 @@ class Driver:
         for entry in await self._containers(sandbox_id):
             workspace = (entry.labels or {}).get(names.SANDBOX_WORKSPACE, "")
             self._health.pop(entry.id, None)
+            self._oom.pop(entry.id, None)
             existed |= await self.podman.remove_container(entry.id, self.settings.stop_timeout)
         volume = await self.podman.inspect_volume(names.volume_name(sandbox_id))
         if volume is not None:

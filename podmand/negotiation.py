@@ -46,7 +46,10 @@ def capabilities(settings: Settings, *, limits_enforced: bool) -> pb.GetCapabili
         resource_capabilities=pb.ResourceCapabilities(
             cpu=pb.CpuResourceCapabilities(limit_supported=limits_enforced),
             memory=pb.MemoryResourceCapabilities(limit_supported=limits_enforced),
-            gpu=pb.GpuResourceCapabilities(default_selection_supported=False, count_selection_supported=True),
+            # GPUs need explicit CDI device IDs, which only driver_config can carry.
+            gpu=pb.GpuResourceCapabilities(
+                default_selection_supported=False, count_selection_supported=settings.allow_driver_config
+            ),
         ),
         rootfs_tar_staging_dir="",
         rootfs_tar_max_bytes=0,

@@ -103,9 +103,7 @@ def ready_from_state(
     if status == "paused":
         return Condition("False", "ContainerPaused", "Container is paused", None)
     if status == "stopping":
-        return Condition(
-            "False", "ContainerStarting" if not stopped else "ContainerStopped", "Container is stopping", None
-        )
+        return Condition("False", "ContainerStopped" if stopped else "ContainerStopping", "Container is stopping", None)
     if status == "removing":
         return Condition("False", "ContainerRemoving", "Container is being removed", None)
     return Condition("Unknown", "Unknown", f"Unknown container state: {status}", None)
@@ -161,11 +159,15 @@ def from_inspect(info: ContainerInspect, *, health: str = "", stopped: bool = Fa
     )
 
 
-def from_list_entry(entry: ContainerListEntry, *, health: str = "", stopped: bool = False) -> pb.DriverSandbox:
+def from_list_entry(
+    entry: ContainerListEntry, *, health: str = "", oom: bool = False, stopped: bool = False
+) -> pb.DriverSandbox:
+    """``health`` and ``oom`` come from earlier inspects: the list endpoint lacks them."""
     stopped = stopped and entry.state in ("exited", "stopped", "stopping")
     ready = ready_from_state(
         entry.state,
         exit_code=entry.exit_code,
+        oom=oom,
         health=health,
         stopped=stopped,
         started=timestamp(entry.started_at),

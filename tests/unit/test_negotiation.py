@@ -49,8 +49,14 @@ def test_capabilities_fields() -> None:
     assert caps.gateway_manages_lifecycle is True
     assert caps.default_image == Settings().sandbox_image
     assert caps.resource_capabilities.cpu.limit_supported is True
-    assert caps.resource_capabilities.gpu.count_selection_supported is True
+    assert caps.resource_capabilities.gpu.count_selection_supported is False
     assert caps.resource_capabilities.gpu.default_selection_supported is False
+
+
+def test_gpu_count_needs_driver_config() -> None:
+    """GPUs need explicit CDI IDs from driver_config: only then is a GPU count supported."""
+    caps = negotiation.capabilities(Settings(allow_driver_config=True), limits_enforced=True)
+    assert caps.resource_capabilities.gpu.count_selection_supported is True
 
 
 def test_limits_not_enforced_is_reported() -> None:

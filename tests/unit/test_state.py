@@ -135,7 +135,6 @@ def test_transient_reasons() -> None:
         state.ready_from_state("created"),
         state.ready_from_state("configured"),
         state.ready_from_state("running", health="starting"),
-        state.ready_from_state("stopping"),
     ]
     for cond in transient:
         assert cond.status == "False"
@@ -146,6 +145,7 @@ def test_transient_reasons() -> None:
         state.ready_from_state("exited", oom=True),
         state.ready_from_state("exited", exit_code=78),
         state.ready_from_state("running", health="unhealthy"),
+        state.ready_from_state("stopping"),  # stopping by itself: it is about to exit
     ]
     for cond in terminal:
         assert cond.reason.lower() not in names.TRANSIENT_REASONS, cond.reason
