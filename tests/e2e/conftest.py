@@ -192,8 +192,8 @@ class Podmand:
             self._channel = None
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else 0
-        # runuser forwards SIGTERM to its child; SIGKILL must reach the pex itself.
-        for pid in [*self.pids(), self.proc.pid] if sig == signal.SIGKILL else [self.proc.pid]:
+        # Signal podmand itself: runuser would report its own death, not podmand's exit.
+        for pid in self.pids() or [self.proc.pid]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         return self.proc.wait(timeout)

@@ -1,0 +1,418 @@
+"""A scripted libpod over a Unix socket, for fault paths only.
+
+Real behaviour is tested against real Podman (tests/e2e); this fake exists to
+make Podman misbehave on cue: a 500 mid-create, a dropped event stream, a
+pull that never finishes, a socket that accepts and never answers, a server
+that goes away.  Defaults are just enough for ``podmand serve`` to start.
+
+Routes are ``(METHOD, regex on the path without the query)``; the last route
+registered wins, so tests override defaults with :meth:`FakeLibpod.route`.
+A handler gets a :class:`Request` and returns ``(status, headers, body)``
+(body: bytes, str, or anything JSON-encodable) or a :class:`Stream` /
+:class:`Hang`.  Handlers may be coroutines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import re
+import tarfile
+import threading
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+PREFIX = r"/v[\d.]+/libpod"
+INFO = {
+    "host": {"cgroupVersion": "v2", "security": {"rootless": True}},
+    "store": {"graphDriverName": "overlay"},
+    "version": {"Version": "4.3.1", "APIVersion": "4.3.1"},
+}
+
+
+@dataclass
+class Request:
+    method: str
+    path: str  # without the query, percent-decoded
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body or b"null")
+
+
+@dataclass
+class Stream:
+    """A chunked response whose lines the test pushes through a :class:`Feed`."""
+
+    feed: Feed
+    status: int = 200
+
+
+@dataclass
+class Hang:
+    """Accept the request and never answer (until the fake closes)."""
+
+
+class Feed:
+    """Lines for one or more chunked streams, pushed from the test thread."""
+
+    def __init__(self, fake: FakeLibpod) -> None:
+        self._fake = fake
+        self._queues: list[asyncio.Queue[bytes | None | str]] = []
+        self._backlog: list[bytes | None | str] = []
+        self.opened = 0
+
+    def _attach(self) -> asyncio.Queue[bytes | None | str]:
+        q: asyncio.Queue[bytes | None | str] = asyncio.Queue()
+        for item in self._backlog:
+            q.put_nowait(item)
+        self._queues.append(q)
+        self.opened += 1
+        return q
+
+    def _detach(self, q: asyncio.Queue[bytes | None | str]) -> None:
+        with contextlib.suppress(ValueError):
+            self._queues.remove(q)
+
+    def _put(self, item: bytes | None | str, *, sticky: bool = False) -> None:
+        def put() -> None:
+            if sticky:
+                self._backlog.append(item)
+            for q in list(self._queues):
+                q.put_nowait(item)
+
+        self._fake.call(put)
+
+    def send(self, line: Any, *, sticky: bool = False) -> None:
+        """Send one JSON line to every open stream (``sticky``: and to later ones)."""
+        data = line if isinstance(line, bytes) else json.dumps(line).encode()
+        self._put(data + b"\n", sticky=sticky)
+
+    def end(self) -> None:
+        """Finish every open stream cleanly (terminating zero-length chunk)."""
+        self._put(None)
+
+    def drop(self) -> None:
+        """Close every open stream's connection between chunks, no terminator."""
+        self._put("drop")
+
+    def cut(self) -> None:
+        """Close every open stream's connection in the middle of a chunk."""
+        self._put("cut")
+
+
+Reply = tuple[int, dict[str, str], Any]
+Handler = Callable[[Request], "Reply | Stream | Hang | Awaitable[Reply | Stream | Hang]"]
+
+
+@dataclass
+class _Route:
+    method: str
+    pattern: re.Pattern[str]
+    handler: Handler
+
+
+def tar_with(name: str, data: bytes) -> bytes:
+    """An in-memory tar holding one regular file, as Podman's archive endpoint sends."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        info.mode = 0o755
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@dataclass
+class FakeLibpod:
+    """The fake server.  Runs on its own loop in a thread (``start_in_thread``)
+    or on the caller's loop (``await start(path)``)."""
+
+    requests: list[str] = field(default_factory=list)
+    bodies: list[tuple[str, bytes]] = field(default_factory=list)
+    volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    connections: int = 0
+    disconnects: int = 0
+
+    def __post_init__(self) -> None:
+        self._routes: list[_Route] = []
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.path = ""
+        self.events = Feed(self)
+        self.pull_gate: asyncio.Event | None = None  # set => pulls wait for it
+        self._install_defaults()
+
+    # ------------------------------------------------------------ routes
+
+    def route(self, method: str, pattern: str, handler: Handler | Reply) -> None:
+        """Add a route; ``pattern`` is a regex for the path after the API prefix
+        (or a full path starting with ``/_``).  A plain tuple is a fixed reply."""
+        if not callable(handler):
+            fixed = handler
+            handler = lambda _req: fixed  # noqa: E731
+        full = pattern if pattern.startswith("/_") else PREFIX + pattern
+        self._routes.append(_Route(method, re.compile(f"^{full}$"), handler))
+
+    def _install_defaults(self) -> None:
+        ok: Reply = (200, {}, b"OK")
+        self.route("GET", "/_ping", (200, {"Libpod-Api-Version": "4.3.1"}, b"OK"))
+        self.route("HEAD", "/_ping", (200, {"Libpod-Api-Version": "4.3.1"}, b""))
+        self.route("GET", "/info", (200, {}, INFO))
+        self.route("GET", "/containers/json", (200, {}, []))
+        self.route("POST", "/containers/create", (201, {}, {"Id": "cid", "Warnings": []}))
+        self.route("DELETE", "/containers/[^/]+", (200, {}, [{"Id": "cid"}]))
+        self.route("GET", "/containers/[^/]+/archive", (200, {"Content-Type": "application/x-tar"},
+                                                       tar_with("openshell-sandbox", b"#!/bin/true\n")))
+        self.route("GET", "/images/.+/json", (200, {}, {"Id": "sha256:img", "Config": {"User": ""}}))
+        self.route("POST", "/images/pull", self._pull)
+        self.route("GET", "/events", lambda _req: Stream(self.events))
+        self.route("GET", "/volumes/json", lambda _req: (200, {}, list(self.volumes.values())))
+        self.route("POST", "/volumes/create", self._create_volume)
+        self.route("GET", "/volumes/(?P<n>[^/]+)/json", self._inspect_volume)
+        self.route("DELETE", "/volumes/(?P<n>[^/]+)", self._remove_volume)
+        self.route("POST", "/networks/create", (201, {}, {}))
+        self.route("GET", "/networks/[^/]+/json", (404, {}, {"message": "no such network"}))
+        self.route("DELETE", "/networks/[^/]+", ok)
+
+    async def _pull(self, req: Request) -> Reply:
+        if self.pull_gate is not None:
+            await self.pull_gate.wait()
+        return 200, {"Transfer-Encoding": "chunked"}, b'{"stream":"pulling"}\n{"id":"sha256:abc"}\n'
+
+    def _create_volume(self, req: Request) -> Reply:
+        body = req.json()
+        self.volumes[body["Name"]] = {"Name": body["Name"], "Labels": body.get("Label") or {}}
+        return 201, {}, self.volumes[body["Name"]]
+
+    def _inspect_volume(self, req: Request) -> Reply:
+        name = req.path.rsplit("/", 2)[-2]
+        if name in self.volumes:
+            return 200, {}, self.volumes[name]
+        return 404, {}, {"message": "no such volume"}
+
+    def _remove_volume(self, req: Request) -> Reply:
+        name = req.path.rsplit("/", 1)[-1]
+        if self.volumes.pop(name, None) is None:
+            return 404, {}, {"message": "no such volume"}
+        return 204, {}, b""
+
+    def block_pulls(self) -> None:
+        """Make image pulls wait until :meth:`release_pulls`."""
+        self.call(lambda: setattr(self, "pull_gate", asyncio.Event()))
+
+    def release_pulls(self) -> None:
+        def release() -> None:
+            if self.pull_gate is not None:
+                self.pull_gate.set()
+
+        self.call(release)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self, path: str) -> None:
+        self.path = path
+        self._loop = asyncio.get_running_loop()
+        self._server = await asyncio.start_unix_server(self._serve, path)
+
+    async def close(self) -> None:
+        """Stop listening, drop every connection and unlink the socket."""
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def start_in_thread(self, path: str) -> FakeLibpod:
+        """Serve from a private loop in a daemon thread (for sync gRPC tests)."""
+        started = threading.Event()
+        loop = asyncio.new_event_loop()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(self.start(path))
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="fake-libpod", daemon=True)
+        self._thread.start()
+        if not started.wait(10):
+            raise RuntimeError("fake libpod did not start")
+        return self
+
+    def stop_thread(self) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        loop = self._loop
+        if loop.is_running():
+            asyncio.run_coroutine_threadsafe(self.close(), loop).result(10)
+            loop.call_soon_threadsafe(loop.stop)
+        self._thread.join(10)
+        self._thread = None
+
+    def call(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the fake's loop (safe from any thread)."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("fake libpod is not running")
+        if self._thread is None or threading.current_thread() is self._thread:
+            fn()
+            return
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                done.set()
+
+        loop.call_soon_threadsafe(run)
+        if not done.wait(10):
+            raise RuntimeError("fake libpod loop is stuck")
+
+    # ------------------------------------------------------------ queries
+
+    def count(self, pattern: str) -> int:
+        """How many recorded requests match ``pattern`` (regex, searched)."""
+        rx = re.compile(pattern)
+        return sum(1 for r in list(self.requests) if rx.search(r))
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+        """Poll (from a non-fake thread) until ``predicate()`` is truthy."""
+        end = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > end:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}; requests: {self.requests}")
+            time.sleep(0.02)
+
+    # ------------------------------------------------------------ HTTP
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)  # type: ignore[arg-type]
+        self._writers.add(writer)
+        self.connections += 1
+        try:
+            while await self._one(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.disconnects += 1
+            self._writers.discard(writer)
+            self._tasks.discard(task)  # type: ignore[arg-type]
+            writer.close()
+
+    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return False
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, _ = lines[0].split(" ", 2)
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                k, v = line.split(":", 1)
+                headers[k.strip().lower()] = v.strip()
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        raw_path, _, raw_query = target.partition("?")
+        path = urllib.parse.unquote(raw_path)
+        query = dict(urllib.parse.parse_qsl(raw_query))
+        self.requests.append(f"{method} {path}" + (f"?{urllib.parse.unquote(raw_query)}" if raw_query else ""))
+        self.bodies.append((f"{method} {path}", body))
+        req = Request(method, path, query, headers, body)
+
+        for route in reversed(self._routes):
+            if route.method == method and route.pattern.match(path):
+                result = route.handler(req)
+                if asyncio.iscoroutine(result):
+                    result = await result
+                break
+        else:
+            result = (404, {}, {"cause": "no such route", "message": f"fake libpod: no route for {method} {path}"})
+
+        if isinstance(result, Hang):
+            await asyncio.Event().wait()
+            return False
+        if isinstance(result, Stream):
+            return await self._stream(result, writer)
+        status, extra, payload = result
+        if isinstance(payload, bytes):
+            data = payload
+        elif isinstance(payload, str):
+            data = payload.encode()
+        else:
+            data = json.dumps(payload).encode()
+        out = [f"HTTP/1.1 {status} {_REASONS.get(status, 'X')}", "Api-Version: 1.41", "Libpod-Api-Version: 4.3.1"]
+        chunked = extra.get("Transfer-Encoding", "").lower() == "chunked"
+        for k, v in extra.items():
+            out.append(f"{k}: {v}")
+        if status in (204, 304):
+            data = b""
+        elif not chunked and "Content-Length" not in extra:
+            out.append(f"Content-Length: {len(data)}")
+        if "Content-Type" not in extra and status not in (204, 304):
+            out.append("Content-Type: application/json")
+        writer.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
+        if chunked:
+            for i in range(0, len(data), 7):  # small chunks to exercise reassembly
+                piece = data[i:i + 7]
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            writer.write(b"0\r\n\r\n")
+        else:
+            writer.write(data)
+        await writer.drain()
+        return extra.get("Connection", "").lower() != "close"
+
+    async def _stream(self, stream: Stream, writer: asyncio.StreamWriter) -> bool:
+        writer.write(f"HTTP/1.1 {stream.status} OK\r\nContent-Type: application/json\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n".encode())
+        await writer.drain()
+        q = stream.feed._attach()
+        try:
+            while True:
+                item = await q.get()
+                if item is None:
+                    writer.write(b"0\r\n\r\n")
+                    await writer.drain()
+                    return True
+                if item == "drop":
+                    return False
+                if item == "cut":
+                    writer.write(b"100\r\n{\"Type\":")
+                    await writer.drain()
+                    return False
+                assert isinstance(item, bytes)
+                writer.write(b"%x\r\n%s\r\n" % (len(item), item))
+                await writer.drain()
+        finally:
+            stream.feed._detach(q)
+
+
+_REASONS = {200: "OK", 201: "Created", 204: "No Content", 304: "Not Modified", 404: "Not Found",
+            409: "Conflict", 500: "Internal Server Error"}
