@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 
 import grpc
 import podman
@@ -223,3 +225,80 @@ def test_workspaces_are_isolated(driver: Podmand, podman_client: podman.PodmanCl
         assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
     names = {n.name for n in podman_client.networks.list()}
     assert "openshell-wsa" not in names and "openshell-wsb" not in names
+
+
+@pytest.mark.parametrize("userns", ["host", "keep-id"])
+def test_token_root_only_in_other_userns_modes(make_podmand: Callable[..., Podmand],
+                                               podman_client: podman.PodmanClient, cleanup: list[str],
+                                               userns: str) -> None:
+    """The token file is container-root-only whatever the user namespace mode."""
+    daemon = make_podmand({"OPENSHELL_PODMAN_USERNS": userns})
+    watch = daemon.watch()
+    box = sandbox(token=TOKEN)
+    cleanup.append(box.id)
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    watch.wait_reason(box.id, "ContainerRunning")
+    [container] = containers_of(podman_client, box.id)
+    assert run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"])[1].strip() == TOKEN
+    code, out, err = run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"], user="1000")
+    assert code != 0 and TOKEN not in out
+    assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+
+
+def test_rootful_userns_auto(make_podmand: Callable[..., Podmand], cleanup: list[str]) -> None:
+    """Rootful Podman with userns=auto: the same contract, podmand running as root."""
+    rootful = os.environ.get("PODMAN_ROOTFUL_SOCK", "/run/podman/podman.sock")
+    daemon = make_podmand(user=None, socket=rootful)
+    watch = daemon.watch()
+    box = sandbox(token=TOKEN)
+    cleanup.append(box.id)
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    watch.wait_reason(box.id, "ContainerRunning")
+    with podman.PodmanClient(base_url=f"unix://{rootful}") as client:
+        [container] = containers_of(client, box.id)
+        uid_map = run_in(container, ["cat", "/proc/1/uid_map"])[1].split()
+        assert uid_map[1] != "0" and uid_map[2] == "1024", uid_map
+        assert run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"])[1].strip() == TOKEN
+        assert run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"], user="1000")[0] != 0
+        daemon.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id))
+        daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id))
+        watch.wait_reason(box.id, "ContainerRunning")
+        assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+        assert containers_of(client, box.id) == [] and volumes_of(client, box.id) == []
+
+
+def test_pull_policy_never_names_missing_image(make_podmand: Callable[..., Podmand],
+                                               podman_client: podman.PodmanClient) -> None:
+    """A missing image under pull policy 'never' is FAILED_PRECONDITION naming it; nothing is created."""
+    daemon = make_podmand({"OPENSHELL_SANDBOX_IMAGE_PULL_POLICY": "never"})
+    box = sandbox(image="localhost/podmand-test/absent:1")
+    with pytest.raises(grpc.RpcError) as err:
+        daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "localhost/podmand-test/absent:1" in (err.value.details() or "")
+    assert volumes_of(podman_client, box.id) == []
+    assert not (daemon.state_dir / "sandboxes" / box.id).exists()
+
+
+def test_workspace_rpcs_and_health(driver: Podmand, podman_client: podman.PodmanClient) -> None:
+    """EnsureWorkspace makes the workspace network (idempotently), DeleteWorkspace removes it;
+    AuthenticateSandbox is not offered yet; the gRPC health service reports SERVING."""
+    driver.stub.EnsureWorkspace(pb.EnsureWorkspaceRequest(workspace="wsx"))
+    driver.stub.EnsureWorkspace(pb.EnsureWorkspaceRequest(workspace="wsx"))
+    assert "openshell-wsx" in {n.name for n in podman_client.networks.list()}
+    driver.stub.DeleteWorkspace(pb.DeleteWorkspaceRequest(workspace="wsx"))
+    assert "openshell-wsx" not in {n.name for n in podman_client.networks.list()}
+    with pytest.raises(grpc.RpcError) as err:
+        driver.stub.EnsureWorkspace(pb.EnsureWorkspaceRequest(workspace="../x"))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "workspace" in (err.value.details() or "")
+    with pytest.raises(grpc.RpcError) as err:
+        driver.stub.AuthenticateSandbox(pb.AuthenticateSandboxRequest(credential="secret-credential"))
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "secret-credential" not in driver.logs()
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(f"unix://{driver.socket}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "openshell.compute.v1.ComputeDriver"):
+            answer = health.Check(health_pb2.HealthCheckRequest(service=service))
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING

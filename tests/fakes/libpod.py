@@ -321,6 +321,8 @@ class FakeLibpod:
                 pass
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            pass  # close(): end quietly (asyncio logs a cancelled client_connected_cb)
         finally:
             self.disconnects += 1
             self._writers.discard(writer)
@@ -357,7 +359,7 @@ class FakeLibpod:
             result = (404, {}, {"cause": "no such route", "message": f"fake libpod: no route for {method} {path}"})
 
         if isinstance(result, Hang):
-            await asyncio.Event().wait()
+            await reader.read()  # until the client gives up and closes
             return False
         if isinstance(result, Stream):
             return await self._stream(result, writer)
@@ -394,9 +396,16 @@ class FakeLibpod:
                      "Transfer-Encoding: chunked\r\n\r\n".encode())
         await writer.drain()
         q = stream.feed._attach()
+        # The client sends nothing more on a stream connection: EOF means it left.
+        eof = asyncio.ensure_future(reader.read())
         try:
             while True:
-                item = await q.get()
+                get = asyncio.ensure_future(q.get())
+                done, _ = await asyncio.wait({get, eof}, return_when=asyncio.FIRST_COMPLETED)
+                if get not in done:
+                    get.cancel()
+                    return False
+                item = get.result()
                 if item is None:
                     writer.write(b"0\r\n\r\n")
                     await writer.drain()
@@ -411,6 +420,7 @@ class FakeLibpod:
                 writer.write(b"%x\r\n%s\r\n" % (len(item), item))
                 await writer.drain()
         finally:
+            eof.cancel()
             stream.feed._detach(q)
 
 
