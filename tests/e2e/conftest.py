@@ -131,7 +131,8 @@ class Watch:
 class Podmand:
     """One podmand process (the pex) serving on its own socket and state dir."""
 
-    def __init__(self, podman_socket: str, user: str | None, env: dict[str, str]) -> None:
+    def __init__(self, pex: Path, podman_socket: str, user: str | None, env: dict[str, str]) -> None:
+        self.pex = pex
         self.workdir = Path(tempfile.mkdtemp(prefix="podmand-e2e-"))
         self.socket = str(self.workdir / "run" / "driver.sock")
         self.state_dir = self.workdir / "state"
@@ -158,7 +159,7 @@ class Podmand:
         self._channel: grpc.Channel | None = None
 
     def command(self, *args: str) -> list[str]:
-        run = [str(PEX), *args]
+        run = [str(self.pex), *args]
         if self.user:
             return ["runuser", "-u", self.user, "--", "env", "-i", *[f"{k}={v}" for k, v in self.env.items()], *run]
         return ["env", "-i", *[f"{k}={v}" for k, v in self.env.items()], *run]
@@ -221,10 +222,19 @@ def podman_socket() -> str:
 
 
 @pytest.fixture(scope="session")
-def pex_file() -> Path:
+def pex_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built pex, copied where the rootless user can run it (the checkout may be private)."""
     if not PEX.exists():
         subprocess.run([str(ROOT / "build_pex.sh")], check=True)
-    return PEX
+    home = tmp_path_factory.mktemp("pex")
+    for d in (home, *home.parents):
+        if d == Path("/tmp") or d == Path("/"):
+            break
+        os.chmod(d, 0o755)
+    copy = home / "podmand.pex"
+    shutil.copy(PEX, copy)
+    os.chmod(copy, 0o755)
+    return copy
 
 
 @pytest.fixture(scope="session")
@@ -239,7 +249,7 @@ def make_podmand(podman_socket: str, pex_file: Path) -> Iterator[Callable[..., P
 
     def make(env: dict[str, str] | None = None, *, start: bool = True, user: str | None = USER,
              socket: str | None = None) -> Podmand:
-        daemon = Podmand(socket or podman_socket, user, env or {})
+        daemon = Podmand(pex_file, socket or podman_socket, user, env or {})
         started.append(daemon)
         return daemon.start() if start else daemon
 

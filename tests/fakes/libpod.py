@@ -152,6 +152,8 @@ class FakeLibpod:
         self.path = ""
         self.events = Feed(self)
         self.pull_gate: asyncio.Event | None = None  # set => pulls wait for it
+        # Sent on every response, as Podman does; clear it to play a Docker socket.
+        self.common_headers: dict[str, str] = {"Api-Version": "1.41", "Libpod-Api-Version": "4.3.1"}
         self._install_defaults()
 
     # ------------------------------------------------------------ routes
@@ -167,8 +169,7 @@ class FakeLibpod:
 
     def _install_defaults(self) -> None:
         ok: Reply = (200, {}, b"OK")
-        self.route("GET", "/_ping", (200, {"Libpod-Api-Version": "4.3.1"}, b"OK"))
-        self.route("HEAD", "/_ping", (200, {"Libpod-Api-Version": "4.3.1"}, b""))
+        self.route("GET", "/_ping", (200, {"Content-Type": "text/plain"}, b"OK"))
         self.route("GET", "/info", (200, {}, INFO))
         self.route("GET", "/containers/json", (200, {}, []))
         self.route("POST", "/containers/create", (201, {}, {"Id": "cid", "Warnings": []}))
@@ -362,7 +363,7 @@ class FakeLibpod:
             await reader.read()  # until the client gives up and closes
             return False
         if isinstance(result, Stream):
-            return await self._stream(result, writer)
+            return await self._stream(result, reader, writer)
         status, extra, payload = result
         if isinstance(payload, bytes):
             data = payload
@@ -370,9 +371,9 @@ class FakeLibpod:
             data = payload.encode()
         else:
             data = json.dumps(payload).encode()
-        out = [f"HTTP/1.1 {status} {_REASONS.get(status, 'X')}", "Api-Version: 1.41", "Libpod-Api-Version: 4.3.1"]
+        out = [f"HTTP/1.1 {status} {_REASONS.get(status, 'X')}"]
         chunked = extra.get("Transfer-Encoding", "").lower() == "chunked"
-        for k, v in extra.items():
+        for k, v in {**self.common_headers, **extra}.items():
             out.append(f"{k}: {v}")
         if status in (204, 304):
             data = b""
@@ -391,13 +392,14 @@ class FakeLibpod:
         await writer.drain()
         return extra.get("Connection", "").lower() != "close"
 
-    async def _stream(self, stream: Stream, writer: asyncio.StreamWriter) -> bool:
+    async def _stream(self, stream: Stream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        q = stream.feed._attach()  # before the head: the client may push lines as soon as it sees it
         writer.write(f"HTTP/1.1 {stream.status} OK\r\nContent-Type: application/json\r\n"
                      "Transfer-Encoding: chunked\r\n\r\n".encode())
         await writer.drain()
-        q = stream.feed._attach()
         # The client sends nothing more on a stream connection: EOF means it left.
         eof = asyncio.ensure_future(reader.read())
+        get: asyncio.Future[bytes | None | str] | None = None
         try:
             while True:
                 get = asyncio.ensure_future(q.get())
@@ -421,6 +423,8 @@ class FakeLibpod:
                 await writer.drain()
         finally:
             eof.cancel()
+            if get is not None:
+                get.cancel()
             stream.feed._detach(q)
 
 
