@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if command == "serve":
         from .discovery import NoPodmanSocket
+        from .podman import PodmanError, PodmanUnavailable
         from .server import SocketError, serve
 
         try:
@@ -41,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         except (NoPodmanSocket, SocketError) as exc:
             print(f"podmand: {exc}", file=sys.stderr)
+            return 1
+        except (PodmanError, PodmanUnavailable) as exc:
+            print(f"podmand: Podman failed during start-up: {exc}", file=sys.stderr)
+            return 1
+        except TimeoutError:
+            print("podmand: Podman's event stream did not connect within 10 s", file=sys.stderr)
             return 1
     return 2  # pragma: no cover - argparse enforces the choices
 

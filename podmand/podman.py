@@ -214,15 +214,20 @@ async def _iter_body(reader: asyncio.StreamReader, status: int, headers: Mapping
         return
     if headers.get("transfer-encoding", "").lower() == "chunked":
         while True:
-            size_line = await reader.readline()
-            if not size_line:
-                raise PodmanUnavailable("connection closed inside a chunked body")
-            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
-            if size == 0:
-                await reader.readline()  # trailing CRLF (no trailers from Podman)
-                return
-            data = await reader.readexactly(size)
-            await reader.readexactly(2)
+            try:
+                size_line = await reader.readline()
+                size = int(size_line.split(b";", 1)[0].strip() or b"-1", 16)
+                if size < 0:
+                    raise PodmanUnavailable("connection closed inside a chunked body")
+                if size == 0:
+                    await reader.readline()  # trailing CRLF (Podman sends no trailers)
+                    return
+                data = await reader.readexactly(size)
+                await reader.readexactly(2)
+            except asyncio.IncompleteReadError as exc:
+                raise PodmanUnavailable("connection closed inside a chunk") from exc
+            except ValueError as exc:
+                raise PodmanUnavailable(f"malformed chunk size from Podman: {exc}") from exc
             yield data
     elif "content-length" in headers:
         remaining = int(headers["content-length"])

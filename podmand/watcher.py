@@ -177,6 +177,9 @@ class Hub:
     async def _handle(self, kind: str, item: object) -> None:
         if kind == "subscribe":
             assert isinstance(item, Stream)
+            if self._closed:
+                item.close(grpc.StatusCode.UNAVAILABLE, "podmand is shutting down")
+                return
             for snap in await self.driver.snapshot_all():
                 item.put(sandbox_event(snap))
             self._streams.add(item)

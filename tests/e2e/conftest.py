@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import queue
 import shutil
 import signal
 import subprocess
@@ -59,13 +58,27 @@ def gateway_metadata() -> ext.PeerMetadata:
     )
 
 
-def sandbox(sandbox_id: str | None = None, *, name: str = "box", workspace: str = "ws", command: list[str] | None = None,
-            token: str = "", image: str = SANDBOX_IMAGE, **spec: Any) -> pb.DriverSandbox:
+def sandbox(
+    sandbox_id: str | None = None,
+    *,
+    name: str = "box",
+    workspace: str = "ws",
+    command: list[str] | None = None,
+    token: str = "",
+    image: str = SANDBOX_IMAGE,
+    **spec: Any,
+) -> pb.DriverSandbox:
     sandbox_id = sandbox_id or f"sb-{uuid.uuid4().hex[:12]}"
     return pb.DriverSandbox(
-        id=sandbox_id, name=name, workspace=workspace,
-        spec=pb.DriverSandboxSpec(command=command if command is not None else ["sleep", "600"], sandbox_token=token,
-                                  template=pb.DriverSandboxTemplate(image=image), **spec),
+        id=sandbox_id,
+        name=name,
+        workspace=workspace,
+        spec=pb.DriverSandboxSpec(
+            command=command if command is not None else ["sleep", "600"],
+            sandbox_token=token,
+            template=pb.DriverSandboxTemplate(image=image),
+            **spec,
+        ),
     )
 
 
@@ -99,8 +112,11 @@ class Watch:
 
     def snapshots(self, sandbox_id: str) -> list[pb.DriverSandbox]:
         with self._lock:
-            return [e.sandbox.sandbox for e in self.events
-                    if e.WhichOneof("payload") == "sandbox" and e.sandbox.sandbox.id == sandbox_id]
+            return [
+                e.sandbox.sandbox
+                for e in self.events
+                if e.WhichOneof("payload") == "sandbox" and e.sandbox.sandbox.id == sandbox_id
+            ]
 
     def latest(self, sandbox_id: str) -> pb.DriverSandbox | None:
         snaps = self.snapshots(sandbox_id)
@@ -116,13 +132,15 @@ class Watch:
 
     def deleted(self, sandbox_id: str) -> bool:
         with self._lock:
-            return any(e.WhichOneof("payload") == "deleted" and e.deleted.sandbox_id == sandbox_id
-                       for e in self.events)
+            return any(e.WhichOneof("payload") == "deleted" and e.deleted.sandbox_id == sandbox_id for e in self.events)
 
     def platform_events(self, sandbox_id: str) -> list[pb.DriverPlatformEvent]:
         with self._lock:
-            return [e.platform_event.event for e in self.events
-                    if e.WhichOneof("payload") == "platform_event" and e.platform_event.sandbox_id == sandbox_id]
+            return [
+                e.platform_event.event
+                for e in self.events
+                if e.WhichOneof("payload") == "platform_event" and e.platform_event.sandbox_id == sandbox_id
+            ]
 
     def cancel(self) -> None:
         self.call.cancel()
@@ -143,7 +161,9 @@ class Podmand:
             shutil.chown(self.workdir, user, user)
         home = pwd.getpwnam(user).pw_dir if user else os.environ.get("HOME", "/root")
         self.env = {
-            "PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8",
+            "PATH": "/usr/bin:/bin",
+            "HOME": home,
+            "LANG": "C.UTF-8",
             "OPENSHELL_COMPUTE_DRIVER_SOCKET": self.socket,
             "OPENSHELL_PODMAN_SOCKET": podman_socket,
             "OPENSHELL_SANDBOX_IMAGE": SANDBOX_IMAGE,
@@ -167,8 +187,11 @@ class Podmand:
     def start(self, timeout: float = 60.0) -> Podmand:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the process owns it
         self.proc = subprocess.Popen(self.command("serve"), stdout=log, stderr=subprocess.STDOUT)
-        wait_until(lambda: "ready: serving" in self.logs() or self.proc.poll() is not None,  # type: ignore[union-attr]
-                   timeout, "podmand to log its ready line")
+        wait_until(
+            lambda: "ready: serving" in self.logs() or self.proc.poll() is not None,  # type: ignore[union-attr]
+            timeout,
+            "podmand to log its ready line",
+        )
         assert self.proc.poll() is None, f"podmand exited: {self.logs()}"
         return self
 
@@ -217,7 +240,9 @@ class Podmand:
 def podman_socket() -> str:
     sock = os.environ.get("PODMAN_ROOTLESS_SOCK") or f"/run/user/{pwd.getpwnam(USER).pw_uid}/podman/podman.sock"
     if not os.path.exists(sock):
-        pytest.fail(f"rootless Podman socket {sock} missing: run 'bash tests/setup-podman.sh' first (tests/run.sh does)")
+        pytest.fail(
+            f"rootless Podman socket {sock} missing: run 'bash tests/setup-podman.sh' first (tests/run.sh does)"
+        )
     return sock
 
 
@@ -247,8 +272,9 @@ def podman_client(podman_socket: str) -> Iterator[podman.PodmanClient]:
 def make_podmand(podman_socket: str, pex_file: Path) -> Iterator[Callable[..., Podmand]]:
     started: list[Podmand] = []
 
-    def make(env: dict[str, str] | None = None, *, start: bool = True, user: str | None = USER,
-             socket: str | None = None) -> Podmand:
+    def make(
+        env: dict[str, str] | None = None, *, start: bool = True, user: str | None = USER, socket: str | None = None
+    ) -> Podmand:
         daemon = Podmand(pex_file, socket or podman_socket, user, env or {})
         started.append(daemon)
         return daemon.start() if start else daemon

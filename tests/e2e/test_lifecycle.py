@@ -47,8 +47,11 @@ def test_lifecycle_userns_auto(driver: Podmand, podman_client: podman.PodmanClie
     assert (snap.name, snap.workspace) == (box.name, box.workspace)
     assert ready(snap).status == "True"
     assert ready(snap).transition_time.seconds > 0
-    steps = [e.metadata["openshell.progress.complete_step"] for e in watch.platform_events(box.id)
-             if "openshell.progress.complete_step" in e.metadata]
+    steps = [
+        e.metadata["openshell.progress.complete_step"]
+        for e in watch.platform_events(box.id)
+        if "openshell.progress.complete_step" in e.metadata
+    ]
     assert steps == ["requesting_sandbox", "pulling_image", "starting_sandbox"]
 
     [container] = containers_of(podman_client, box.id)
@@ -105,26 +108,53 @@ BAD = [
     (pb.DriverSandbox(id="sb-bad-name", name="a/b", spec=pb.DriverSandboxSpec()), "sandbox.name"),
     (pb.DriverSandbox(id="sb-no-spec", name="x"), "sandbox.spec"),
     (sandbox("sb-bad-env", environment={"A=B": "1"}), "sandbox.spec.environment"),
-    (pb.DriverSandbox(id="sb-bad-cpu", name="x", spec=pb.DriverSandboxSpec(template=pb.DriverSandboxTemplate(
-        resources=pb.DriverResourceRequirements(cpu_limit="NaN")))), "sandbox.spec.template.resources.cpu_limit"),
-    (pb.DriverSandbox(id="sb-bad-mem", name="x", spec=pb.DriverSandboxSpec(template=pb.DriverSandboxTemplate(
-        resources=pb.DriverResourceRequirements(memory_limit="lots")))), "sandbox.spec.template.resources.memory_limit"),
+    (
+        pb.DriverSandbox(
+            id="sb-bad-cpu",
+            name="x",
+            spec=pb.DriverSandboxSpec(
+                template=pb.DriverSandboxTemplate(resources=pb.DriverResourceRequirements(cpu_limit="NaN"))
+            ),
+        ),
+        "sandbox.spec.template.resources.cpu_limit",
+    ),
+    (
+        pb.DriverSandbox(
+            id="sb-bad-mem",
+            name="x",
+            spec=pb.DriverSandboxSpec(
+                template=pb.DriverSandboxTemplate(resources=pb.DriverResourceRequirements(memory_limit="lots"))
+            ),
+        ),
+        "sandbox.spec.template.resources.memory_limit",
+    ),
     (sandbox("sb-bad-token", token="two words"), "sandbox.spec.sandbox_token"),
-    (pb.DriverSandbox(id="sb-bad-gpu", name="x", spec=pb.DriverSandboxSpec(
-        resource_requirements=pb.ResourceRequirements(gpu=pb.GpuResourceRequirements(count=0)))),
-     "sandbox.spec.resource_requirements.gpu.count"),
+    (
+        pb.DriverSandbox(
+            id="sb-bad-gpu",
+            name="x",
+            spec=pb.DriverSandboxSpec(
+                resource_requirements=pb.ResourceRequirements(gpu=pb.GpuResourceRequirements(count=0))
+            ),
+        ),
+        "sandbox.spec.resource_requirements.gpu.count",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("box", "field"), BAD, ids=[f for _, f in BAD])
-def test_invalid_argument_creates_nothing(driver: Podmand, podman_client: podman.PodmanClient,
-                                          box: pb.DriverSandbox, field: str) -> None:
+def test_invalid_argument_creates_nothing(
+    driver: Podmand, podman_client: podman.PodmanClient, box: pb.DriverSandbox, field: str
+) -> None:
     """Each bad field is named in INVALID_ARGUMENT, and nothing reaches Podman or the state dir."""
     before = {c.id for c in podman_client.containers.list(all=True)}
     before_volumes = {v.name for v in podman_client.volumes.list()}
     for call in (driver.stub.ValidateSandboxCreate, driver.stub.CreateSandbox):
-        request = pb.ValidateSandboxCreateRequest(sandbox=box) if call is driver.stub.ValidateSandboxCreate \
+        request = (
+            pb.ValidateSandboxCreateRequest(sandbox=box)
+            if call is driver.stub.ValidateSandboxCreate
             else pb.CreateSandboxRequest(sandbox=box)
+        )
         with pytest.raises(grpc.RpcError) as err:
             call(request)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -170,8 +200,7 @@ def test_natural_exit_is_reported(driver: Podmand, cleanup: list[str]) -> None:
     assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
-def test_missing_image_fails_visibly(driver: Podmand, podman_client: podman.PodmanClient,
-                                     cleanup: list[str]) -> None:
+def test_missing_image_fails_visibly(driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
     """A pull failure is a terminal Ready=False with an actionable message; delete leaves nothing."""
     watch = driver.watch()
     box = sandbox(image="localhost/podmand-test/does-not-exist:1")
@@ -187,8 +216,9 @@ def test_missing_image_fails_visibly(driver: Podmand, podman_client: podman.Podm
     assert not (driver.state_dir / "sandboxes" / box.id).exists()
 
 
-def test_out_of_band_removal_yields_deleted(driver: Podmand, podman_client: podman.PodmanClient,
-                                            cleanup: list[str]) -> None:
+def test_out_of_band_removal_yields_deleted(
+    driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
     """A container removed behind podmand's back: Deleted, after podmand's own leftovers are gone."""
     watch = driver.watch()
     box = sandbox(token=TOKEN)
@@ -228,9 +258,9 @@ def test_workspaces_are_isolated(driver: Podmand, podman_client: podman.PodmanCl
 
 
 @pytest.mark.parametrize("userns", ["host", "keep-id"])
-def test_token_root_only_in_other_userns_modes(make_podmand: Callable[..., Podmand],
-                                               podman_client: podman.PodmanClient, cleanup: list[str],
-                                               userns: str) -> None:
+def test_token_root_only_in_other_userns_modes(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str], userns: str
+) -> None:
     """The token file is container-root-only whatever the user namespace mode."""
     daemon = make_podmand({"OPENSHELL_PODMAN_USERNS": userns})
     watch = daemon.watch()
@@ -241,7 +271,7 @@ def test_token_root_only_in_other_userns_modes(make_podmand: Callable[..., Podma
     [container] = containers_of(podman_client, box.id)
     assert run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"])[1].strip() == TOKEN
     code, out, err = run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"], user="1000")
-    assert code != 0 and TOKEN not in out
+    assert code != 0 and TOKEN not in out and "Permission denied" in err
     assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
@@ -267,8 +297,9 @@ def test_rootful_userns_auto(make_podmand: Callable[..., Podmand], cleanup: list
         assert containers_of(client, box.id) == [] and volumes_of(client, box.id) == []
 
 
-def test_pull_policy_never_names_missing_image(make_podmand: Callable[..., Podmand],
-                                               podman_client: podman.PodmanClient) -> None:
+def test_pull_policy_never_names_missing_image(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient
+) -> None:
     """A missing image under pull policy 'never' is FAILED_PRECONDITION naming it; nothing is created."""
     daemon = make_podmand({"OPENSHELL_SANDBOX_IMAGE_PULL_POLICY": "never"})
     box = sandbox(image="localhost/podmand-test/absent:1")

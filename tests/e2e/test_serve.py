@@ -23,8 +23,9 @@ def test_ready_line_names_socket(driver: Podmand) -> None:
 
 def test_missing_podman_socket_lists_paths(make_podmand: Callable[..., Podmand]) -> None:
     """No Podman: non-zero exit, and every path tried with the reason it failed."""
-    daemon = make_podmand({"OPENSHELL_PODMAN_SOCKET": "/nonexistent/podman.sock"}, start=False,
-                          socket="/nonexistent/podman.sock")
+    daemon = make_podmand(
+        {"OPENSHELL_PODMAN_SOCKET": "/nonexistent/podman.sock"}, start=False, socket="/nonexistent/podman.sock"
+    )
     result = subprocess.run(daemon.command("serve"), capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "/nonexistent/podman.sock: does not exist" in result.stderr
@@ -41,8 +42,9 @@ def test_sigterm_ends_watch_and_removes_socket(driver: Podmand) -> None:
     assert not os.path.exists(driver.socket)
 
 
-def test_restart_finishes_interrupted_create(make_podmand: Callable[..., Podmand],
-                                             podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
+def test_restart_finishes_interrupted_create(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
     """SIGKILL right after create: the next podmand reports the sandbox and finishes it, no orphans."""
     first = make_podmand()
     box = sandbox(token="a.b.c")

@@ -66,23 +66,23 @@ class Feed:
 
     def __init__(self, fake: FakeLibpod) -> None:
         self._fake = fake
-        self._queues: list[asyncio.Queue[bytes | None | str]] = []
-        self._backlog: list[bytes | None | str] = []
+        self._queues: list[asyncio.Queue[bytes | str | None]] = []
+        self._backlog: list[bytes | str | None] = []
         self.opened = 0
 
-    def _attach(self) -> asyncio.Queue[bytes | None | str]:
-        q: asyncio.Queue[bytes | None | str] = asyncio.Queue()
+    def _attach(self) -> asyncio.Queue[bytes | str | None]:
+        q: asyncio.Queue[bytes | str | None] = asyncio.Queue()
         for item in self._backlog:
             q.put_nowait(item)
         self._queues.append(q)
         self.opened += 1
         return q
 
-    def _detach(self, q: asyncio.Queue[bytes | None | str]) -> None:
+    def _detach(self, q: asyncio.Queue[bytes | str | None]) -> None:
         with contextlib.suppress(ValueError):
             self._queues.remove(q)
 
-    def _put(self, item: bytes | None | str, *, sticky: bool = False) -> None:
+    def _put(self, item: bytes | str | None, *, sticky: bool = False) -> None:
         def put() -> None:
             if sticky:
                 self._backlog.append(item)
@@ -399,7 +399,7 @@ class FakeLibpod:
         await writer.drain()
         # The client sends nothing more on a stream connection: EOF means it left.
         eof = asyncio.ensure_future(reader.read())
-        get: asyncio.Future[bytes | None | str] | None = None
+        get: asyncio.Future[bytes | str | None] | None = None
         try:
             while True:
                 get = asyncio.ensure_future(q.get())

@@ -227,8 +227,6 @@ def test_events_stream_dropped_between_chunks_is_unavailable(sock: str) -> None:
     run(main())
 
 
-@pytest.mark.xfail(strict=True, raises=asyncio.IncompleteReadError,
-                   reason="BUG podman.py _iter_body: readexactly() inside a chunk leaks IncompleteReadError")
 def test_events_stream_cut_inside_a_chunk_is_unavailable(sock: str) -> None:
     """A connection that breaks mid-chunk must also surface as PodmanUnavailable: the
     watcher's pump and provisioning only catch PodmanUnavailable/PodmanError/OSError."""
