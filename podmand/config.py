@@ -56,6 +56,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     telemetry_enabled: bool = True
     state_dir: str = ""
     log_level: str = "info"
+    resync_interval: float = 30.0
+    gc_grace: float = 300.0
+    watch_buffer: int = 1024
 
     @property
     def tls_enabled(self) -> bool:
@@ -167,6 +170,24 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("state_dir", "PODMAND_STATE_DIR", "--state-dir", "directory for token files and the supervisor cache"),
     Option("log_level", "OPENSHELL_LOG_LEVEL", "--log-level", "debug, info, warning or error"),
+    Option(
+        "resync_interval",
+        "PODMAND_RESYNC_INTERVAL",
+        "--resync-interval",
+        "seconds between full comparisons of Podman with what watchers saw (0: off)",
+    ),
+    Option(
+        "gc_grace",
+        "PODMAND_GC_GRACE",
+        "--gc-grace",
+        "seconds before podmand-owned leftovers of a vanished sandbox are removed",
+    ),
+    Option(
+        "watch_buffer",
+        "PODMAND_WATCH_BUFFER",
+        "--watch-buffer",
+        "events buffered per watch stream before a slow one is ended",
+    ),
 )
 _LIST_FIELDS = {"uidmap", "gidmap"}
 _BOOL_FIELDS = {"enable_bind_mounts", "allow_driver_config", "admission_enabled", "telemetry_enabled"}
@@ -297,6 +318,12 @@ def validate(s: Settings) -> None:
         raise bad("gateway_port", "must be a TCP port (1-65535)")
     if s.podman_wait < 0:
         raise bad("podman_wait", "must be zero or greater")
+    if s.resync_interval < 0:
+        raise bad("resync_interval", "must be zero or greater")
+    if s.gc_grace < 0:
+        raise bad("gc_grace", "must be zero or greater")
+    if s.watch_buffer < 1:
+        raise bad("watch_buffer", "must be at least 1")
     if s.host_gateway_ip:
         try:
             ipaddress.ip_address(s.host_gateway_ip)

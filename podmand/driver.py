@@ -103,7 +103,11 @@ class Driver:
         self._health: dict[str, str] = {}
         self._oom: dict[str, bool] = {}
         self._probes: dict[str, asyncio.Task[None]] = {}
+        self._waiters: dict[str, asyncio.Task[None]] = {}
+        self._announced: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        # Exits before this moment happened while no podmand was watching.
+        self.watching_since = int(time.time())
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)
@@ -138,9 +142,34 @@ class Driver:
         health = info.state.health.status if info.state.health else ""
         self._health[info.id] = health
         self._oom[info.id] = info.state.oom_killed
-        if info.state.running and self.settings.health_check_interval and info.config.healthcheck:
-            self._ensure_probe(info.id)
-        return state.from_inspect(info, health=health, stopped=self._stopped(sandbox_id, info.id))
+        if info.state.running:
+            self._ensure_task(self._waiters, info.id, self._wait_exit)
+            if self.settings.health_check_interval and info.config.healthcheck:
+                self._ensure_task(self._probes, info.id, self._probe)
+        snap = state.from_inspect(
+            info, health=health, stopped=self._stopped(sandbox_id, info.id), watching_since=self.watching_since
+        )
+        self._announce_exit(sandbox_id, info, snap)
+        return snap
+
+    def _announce_exit(self, sandbox_id: str, info: ContainerInspect, snap: pb.DriverSandbox) -> None:
+        """One platform event per abnormal end of a container run (OOM, runtime restart, exit)."""
+        cond = snap.status.conditions[0]
+        if cond.reason not in ("OOMKilled", "ContainerRuntimeRestart", "ContainerExited", "WorkspaceValidationFailed"):
+            return
+        key = (info.id, info.state.finished_at)
+        if key in self._announced:
+            return
+        self._announced.add(key)
+        self.publish(platform_event(sandbox_id, cond.reason, cond.message, warning=True))
+
+    async def _wait_exit(self, container_id: str) -> None:
+        """Podman's /wait answers the moment a container stops; its events lag."""
+        try:
+            await self.podman.wait_container(container_id)
+        except (PodmanError, PodmanUnavailable):
+            return  # gone, or Podman away: the watcher's resubscription covers it
+        self.refresh(container_id)
 
     async def observe(self, container_id: str) -> pb.DriverSandbox | None:
         """A fresh snapshot of one container, or None when it is gone."""
@@ -180,6 +209,7 @@ class Driver:
                     health=self._health.get(entry.id, ""),
                     oom=self._oom.get(entry.id, False),
                     stopped=self._stopped(sandbox_id, entry.id),
+                    watching_since=self.watching_since,
                 )
             )
         out += [p.snapshot() for sid, p in self._pending.items() if sid not in seen]
@@ -583,6 +613,56 @@ class Driver:
                 raise FailedPrecondition(f"workspace {workspace!r} still has {len(left_ids)} sandbox(es)")
             await self._remove_network(workspace, quiet=False)
 
+    # ------------------------------------------------------------ garbage collection
+
+    async def collect_garbage(self) -> list[str]:
+        """Remove podmand-owned leftovers of sandboxes that no longer exist, once
+        older than the grace period: token directories, workspace networks and
+        supervisor extractor containers.  Never touches anything podmand does
+        not own (networks need both podmand's owner label and a workspace label)."""
+        removed: list[str] = []
+        cutoff = time.time() - self.settings.gc_grace
+        entries = await self._containers()
+        live = {(e.labels or {}).get(names.SANDBOX_ID) for e in entries} | set(self._pending) | self._deleting
+        volumes = {
+            (v.labels or {}).get(names.SANDBOX_ID)
+            for v in await self.podman.list_volumes([f"{names.OWNER}={names.OWNER_VALUE}"])
+        }
+        for sandbox_id in self.files.sandbox_ids():
+            if sandbox_id in live or sandbox_id in volumes or self.files.dir(sandbox_id).stat().st_mtime > cutoff:
+                continue
+            async with self._locks[sandbox_id]:
+                if sandbox_id not in self._pending and await self._find(sandbox_id) is None:
+                    self.files.remove(sandbox_id)
+                    removed.append(f"files:{sandbox_id}")
+        workspaces = {(e.labels or {}).get(names.SANDBOX_WORKSPACE) for e in entries}
+        workspaces |= {p.plan.workspace for p in self._pending.values()}
+        for network in await self.podman.list_networks([f"{names.OWNER}={names.OWNER_VALUE}"]):
+            labels = network.labels or {}
+            if names.SANDBOX_WORKSPACE not in labels or labels[names.SANDBOX_WORKSPACE] in workspaces:
+                continue
+            created = state.parse_time(network.created)
+            if created is None or created.seconds > cutoff:
+                continue
+            await self._maybe_remove_network(labels[names.SANDBOX_WORKSPACE])
+            removed.append(f"network:{network.name}")
+        # Extractors live for well under a second: one older than a minute was
+        # orphaned by a podmand killed mid-extraction.
+        extractor_cutoff = max(cutoff, time.time() - 60)
+        for extractor in await self.podman.list_containers([f"{names.OWNER}={names.OWNER_VALUE}"]):
+            name = (extractor.names or [""])[0]
+            created = state.parse_time(extractor.created)
+            old = created is not None and created.seconds < extractor_cutoff
+            if (
+                name.startswith("podmand-supervisor-extract-")
+                and old
+                and await self.podman.remove_container(extractor.id, 0)
+            ):
+                removed.append(f"container:{name}")
+        if removed:
+            log.info("garbage collected %s", ", ".join(removed))
+        return removed
+
     # ------------------------------------------------------------ watch support
 
     async def snapshot_all(self) -> list[pb.DriverSandbox]:
@@ -599,13 +679,15 @@ class Driver:
     def is_busy(self, sandbox_id: str) -> bool:
         return sandbox_id in self._deleting or sandbox_id in self._pending
 
-    # ------------------------------------------------------------ health probes
+    # ------------------------------------------------------------ per-container tasks
 
-    def _ensure_probe(self, container_id: str) -> None:
-        if container_id not in self._probes:
-            task = self._spawn(self._probe(container_id))
-            self._probes[container_id] = task
-            task.add_done_callback(lambda _t: self._probes.pop(container_id, None))
+    def _ensure_task(
+        self, tasks: dict[str, asyncio.Task[None]], container_id: str, run: Callable[[str], Coroutine[Any, Any, None]]
+    ) -> None:
+        if container_id not in tasks:
+            task = self._spawn(run(container_id))
+            tasks[container_id] = task
+            task.add_done_callback(lambda _t: tasks.pop(container_id, None))
 
     async def _probe(self, container_id: str) -> None:
         """Run the container's healthcheck ourselves: no systemd timers here."""

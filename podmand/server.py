@@ -81,7 +81,7 @@ async def serve(settings: Settings) -> int:
     state_dir = Path(settings.state_dir or default_state_dir())
     driver = Driver(settings, podman, state_dir)
     driver.files.setup()
-    hub = Hub(podman, driver)
+    hub = Hub(podman, driver, buffer=settings.watch_buffer, resync=settings.resync_interval)
     enforced = not (rootless and info.host.cgroupVersion == "v1")
     servicer = ComputeDriverServicer(driver, hub, capabilities(settings, limits_enforced=enforced))
 

@@ -57,9 +57,21 @@ def _condition(type_: str, c: Condition) -> pb.DriverCondition:
     return out
 
 
-def exited_condition(exit_code: int, oom: bool, time: Timestamp | None) -> Condition:
+RUNTIME_RESTART_CODES = (137, 143)
+
+
+def exited_condition(exit_code: int, oom: bool, time: Timestamp | None, *, unwatched: bool = False) -> Condition:
+    """``unwatched``: the container ended before this podmand was watching it."""
     if oom:
         return Condition("False", "OOMKilled", "Container was killed by the OOM killer", time)
+    if unwatched and exit_code in RUNTIME_RESTART_CODES:
+        return Condition(
+            "False",
+            "ContainerRuntimeRestart",
+            f"Container terminated by signal (exit code {exit_code}) while podmand was not running; "
+            "the host or container runtime restarted",
+            time,
+        )
     if exit_code == 78:
         return Condition(
             "False",
@@ -77,6 +89,7 @@ def ready_from_state(
     oom: bool = False,
     health: str = "",
     stopped: bool = False,
+    unwatched: bool = False,
     started: Timestamp | None = None,
     finished: Timestamp | None = None,
     created: Timestamp | None = None,
@@ -97,7 +110,7 @@ def ready_from_state(
     if status in ("exited", "stopped"):
         if stopped:
             return Condition("False", "ContainerStopped", "Sandbox was stopped", finished)
-        return exited_condition(exit_code, oom, finished)
+        return exited_condition(exit_code, oom, finished, unwatched=unwatched)
     if status in ("created", "configured", "initialized"):
         return Condition("False", "ContainerCreated", "Container created; starting", created)
     if status == "paused":
@@ -136,7 +149,10 @@ def snapshot(
     )
 
 
-def from_inspect(info: ContainerInspect, *, health: str = "", stopped: bool = False) -> pb.DriverSandbox:
+def from_inspect(
+    info: ContainerInspect, *, health: str = "", stopped: bool = False, watching_since: int = 0
+) -> pb.DriverSandbox:
+    """``watching_since``: Unix time podmand began watching; exits before it are unwatched."""
     state = info.state
     stopped = stopped and state.status in ("exited", "stopped", "stopping")
     ready = ready_from_state(
@@ -145,6 +161,7 @@ def from_inspect(info: ContainerInspect, *, health: str = "", stopped: bool = Fa
         oom=state.oom_killed,
         health=health if info.config.healthcheck and info.config.healthcheck.test else "",
         stopped=stopped,
+        unwatched=_before(parse_time(state.finished_at), watching_since),
         started=parse_time(state.started_at),
         finished=parse_time(state.finished_at),
         created=parse_time(info.created),
@@ -160,7 +177,7 @@ def from_inspect(info: ContainerInspect, *, health: str = "", stopped: bool = Fa
 
 
 def from_list_entry(
-    entry: ContainerListEntry, *, health: str = "", oom: bool = False, stopped: bool = False
+    entry: ContainerListEntry, *, health: str = "", oom: bool = False, stopped: bool = False, watching_since: int = 0
 ) -> pb.DriverSandbox:
     """``health`` and ``oom`` come from earlier inspects: the list endpoint lacks them."""
     stopped = stopped and entry.state in ("exited", "stopped", "stopping")
@@ -170,6 +187,7 @@ def from_list_entry(
         oom=oom,
         health=health,
         stopped=stopped,
+        unwatched=_before(timestamp(entry.exited_at), watching_since),
         started=timestamp(entry.started_at),
         finished=timestamp(entry.exited_at),
         created=parse_time(entry.created),
@@ -183,6 +201,10 @@ def from_list_entry(
         stopped=stopped,
         deleting=entry.state == "removing",
     )
+
+
+def _before(finished: Timestamp | None, since: int) -> bool:
+    return finished is not None and finished.seconds < since
 
 
 def pending(

@@ -52,18 +52,37 @@ class End:
     message: str
 
 
+def _key(event: pb.WatchSandboxesEvent) -> tuple[str, bytes]:
+    """(sandbox id, state) for deduplication; ('', b'') for platform events."""
+    kind = event.WhichOneof("payload")
+    if kind == "sandbox":
+        return event.sandbox.sandbox.id, event.sandbox.sandbox.SerializeToString(deterministic=True)
+    if kind == "deleted":
+        return event.deleted.sandbox_id, b"deleted"
+    return "", b""
+
+
 class Stream:
-    """A bounded per-client buffer; overflow ends this stream alone."""
+    """A bounded per-client buffer; overflow ends this stream alone.
+
+    Each stream remembers what it last told its client about each sandbox and
+    drops repeats, so a change is never lost to another stream's history."""
 
     def __init__(self, limit: int) -> None:
         self._items: collections.deque[pb.WatchSandboxesEvent] = collections.deque()
         self._limit = limit
         self._wake = asyncio.Event()
+        self.seen: dict[str, bytes] = {}
         self.end: End | None = None
 
     def put(self, event: pb.WatchSandboxesEvent) -> None:
         if self.end is not None:
             return
+        key, value = _key(event)
+        if key:
+            if self.seen.get(key) == value:
+                return
+            self.seen[key] = value
         if len(self._items) >= self._limit:
             self.close(grpc.StatusCode.RESOURCE_EXHAUSTED, "watch stream consumer fell behind; reconnect")
             return
@@ -86,14 +105,14 @@ class Stream:
 
 
 class Hub:
-    def __init__(self, podman: PodmanClient, driver: Driver, *, buffer: int = 1024) -> None:
+    def __init__(self, podman: PodmanClient, driver: Driver, *, buffer: int = 1024, resync: float = 30.0) -> None:
         self.podman = podman
         self.driver = driver
         self.buffer = buffer
+        self.resync = resync
         self.connected = asyncio.Event()
         self._inbox: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
         self._streams: set[Stream] = set()
-        self._last: dict[str, bytes] = {}
         self._closed = False
         driver.publish = lambda event: self._inbox.put_nowait(("publish", event))
         driver.refresh = lambda container_id: self._inbox.put_nowait(("refresh", container_id))
@@ -127,10 +146,12 @@ class Hub:
                     self.connected.set()
                     delay = 0.25
                     pump = asyncio.create_task(self._pump(events))
+                    ticker = asyncio.create_task(self._tick())
                     try:
                         await self._process()
                     finally:
                         pump.cancel()
+                        ticker.cancel()
             except (PodmanUnavailable, PodmanError, msgspec.DecodeError, OSError) as exc:
                 reason = str(exc)
             else:
@@ -149,7 +170,14 @@ class Hub:
         for stream in list(self._streams):
             stream.close(code, message)
         self._streams.clear()
-        self._last.clear()
+
+    async def _tick(self) -> None:
+        """The safety net: periodically compare Podman with what streams were told."""
+        if not self.resync:
+            return
+        while True:
+            await asyncio.sleep(self.resync)
+            self._inbox.put_nowait(("resync", None))
 
     async def _pump(self, events: object) -> None:
         try:
@@ -188,6 +216,8 @@ class Hub:
             self._emit(item)
         elif kind == "refresh":
             await self._observe(str(item), "")
+        elif kind == "resync":
+            await self._resync()
         elif kind == "event":
             assert isinstance(item, Event)
             attrs = item.Actor.attributes or {}
@@ -202,18 +232,18 @@ class Hub:
         elif sandbox_id and await self.driver.forget(sandbox_id):
             self._emit(deleted_event(sandbox_id))
 
+    async def _resync(self) -> None:
+        snaps = await self.driver.snapshot_all()
+        for snap in snaps:
+            self._emit(sandbox_event(snap))
+        present = {s.id for s in snaps}
+        told = {sid for stream in self._streams for sid, value in stream.seen.items() if value != b"deleted"}
+        for sandbox_id in sorted(told - present):
+            if await self.driver.forget(sandbox_id):
+                self._emit(deleted_event(sandbox_id))
+        await self.driver.collect_garbage()
+
     def _emit(self, event: pb.WatchSandboxesEvent) -> None:
-        kind = event.WhichOneof("payload")
-        if kind == "sandbox":
-            key, value = event.sandbox.sandbox.id, event.SerializeToString(deterministic=True)
-        elif kind == "deleted":
-            key, value = event.deleted.sandbox_id, b"deleted"
-        else:
-            key, value = "", b""
-        if key:
-            if self._last.get(key) == value:
-                return  # nothing changed for this sandbox
-            self._last[key] = value
         for stream in list(self._streams):
             stream.put(event)
             if stream.end is not None:

@@ -8,6 +8,7 @@
 #     all   (default) packages, host config, rootless user + store, both API
 #           services, test images (tests/images/build.sh), smoke check
 #     stop  stop the two API services started by this script
+#     restart-rootless  stop and start the rootless API service (for tests)
 #     env   print export lines for the test suite (eval "$(... env)")
 #
 # Knobs (environment):
@@ -307,6 +308,7 @@ case "${1:-all}" in
         timed check    smoke_check
         ;;
     stop) stop_all ;;
+    restart-rootless) stop_rootless; start_rootless ;;  # tests: Podman restarting under podmand
     env)  print_env ;;
-    *)    fail "usage: $0 [all|stop|env]" ;;
+    *)    fail "usage: $0 [all|stop|restart-rootless|env]" ;;
 esac
