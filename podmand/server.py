@@ -70,6 +70,14 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("grpc").setLevel(logging.WARNING)
 
 
+def _dump_tasks() -> None:
+    """SIGUSR1: log every asyncio task's stack, for diagnosing a stuck daemon."""
+    for task in asyncio.all_tasks():
+        frames = task.get_stack(limit=8)
+        where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
+        log.warning("task %s: %s", task.get_name(), where or "(not started)")
+
+
 async def serve(settings: Settings) -> int:
     _setup_logging(settings.log_level)
     podman_path = await discover(settings.podman_socket, settings.podman_wait)
@@ -104,6 +112,7 @@ async def serve(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
     try:
         await asyncio.wait_for(hub.connected.wait(), 10.0)
         await server.start()

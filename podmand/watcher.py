@@ -143,6 +143,7 @@ class Hub:
         while not self._closed:
             try:
                 async with self.podman.events([f"{names.MANAGED}=true"]) as events:
+                    log.debug("subscribed to Podman events")
                     self.connected.set()
                     delay = 0.25
                     pump = asyncio.create_task(self._pump(events))
@@ -208,7 +209,13 @@ class Hub:
             if self._closed:
                 item.close(grpc.StatusCode.UNAVAILABLE, "podmand is shutting down")
                 return
-            for snap in await self.driver.snapshot_all():
+            try:
+                snaps = await self.driver.snapshot_all()
+            except BaseException as exc:
+                # A stream whose snapshot failed must not wait forever for one.
+                item.close(grpc.StatusCode.UNAVAILABLE, f"snapshot failed: {exc}")
+                raise
+            for snap in snaps:
                 item.put(sandbox_event(snap))
             self._streams.add(item)
         elif kind == "publish":

@@ -1,0 +1,107 @@
+"""The watch engine on real rootless Podman: out-of-band exits and removals,
+many watchers, Podman restarting underneath, exits nobody watched."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import podman
+
+from podmand._proto import compute_driver_pb2 as pb
+
+from .conftest import Podmand, Watch, containers_of, ready, sandbox, wait_until
+
+SETUP = Path(__file__).resolve().parents[1] / "setup-podman.sh"
+
+
+def reasons(watch: Watch, sandbox_id: str) -> list[str]:
+    return [ready(s).reason for s in watch.snapshots(sandbox_id)]
+
+
+def test_out_of_band_kill_reaches_every_watcher(driver: Podmand, podman_client: podman.PodmanClient,
+                                                cleanup: list[str]) -> None:
+    """Three watchers see the same per-sandbox sequence, ending in ContainerExited with the code;
+    a fourth client that never reads does not hold them up."""
+    stalled = driver.stub.WatchSandboxes(pb.WatchSandboxesRequest())  # opened, never read
+    watches = [driver.watch() for _ in range(3)]
+    box = sandbox()
+    cleanup.append(box.id)
+    driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    for watch in watches:
+        watch.wait_reason(box.id, "ContainerRunning")
+    [container] = containers_of(podman_client, box.id)
+    container.kill()
+    for watch in watches:
+        snap = watch.wait_reason(box.id, "ContainerExited")
+        assert "137" in ready(snap).message
+    sequences = [[s.SerializeToString(deterministic=True) for s in w.snapshots(box.id)] for w in watches]
+    assert sequences[0] == sequences[1] == sequences[2]
+    assert reasons(watches[0], box.id)[-2:] == ["ContainerRunning", "ContainerExited"]
+    def warnings() -> list[pb.DriverPlatformEvent]:
+        return [e for e in watches[0].platform_events(box.id) if e.reason == "ContainerExited"]
+
+    wait_until(warnings, what="the exit's platform event")
+    assert len(warnings()) == 1 and warnings()[0].type == "Warning" and "137" in warnings()[0].message
+    stalled.cancel()
+    assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+
+
+def test_podman_restart_ends_streams_then_snapshot_is_exact(driver: Podmand, podman_client: podman.PodmanClient,
+                                                           cleanup: list[str]) -> None:
+    """Podman's service restarting under an open stream ends it UNAVAILABLE; the next
+    stream's snapshot matches Podman, including a change made while nobody watched."""
+    watch = driver.watch()
+    running, stopped = sandbox(), sandbox()
+    for box in (running, stopped):
+        cleanup.append(box.id)
+        driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+        watch.wait_reason(box.id, "ContainerRunning")
+    subprocess.run(["bash", str(SETUP), "restart-rootless"], check=True, capture_output=True, timeout=60)
+    assert watch.done.wait(30), "stream still open after Podman restarted"
+    assert watch.error is not None and watch.error.code() == grpc.StatusCode.UNAVAILABLE
+    containers_of(podman_client, stopped.id)[0].stop(timeout=1)  # while no stream is open
+
+    def fresh() -> Watch | None:
+        try:
+            again = driver.watch()
+            wait_until(lambda: again.latest(running.id) is not None or again.done.is_set(), 10, "a snapshot")
+        except grpc.RpcError:
+            return None
+        return None if again.done.is_set() else again
+
+    again = wait_until(fresh, 30, "a new watch stream after the restart")
+    assert ready(again.latest(running.id)).reason == "ContainerRunning"
+    snap = again.wait_reason(stopped.id, "ContainerExited")
+    assert containers_of(podman_client, stopped.id)[0].status == "exited"
+    assert str(containers_of(podman_client, stopped.id)[0].attrs["State"]["ExitCode"]) in ready(snap).message
+    for box in (running, stopped):
+        assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+
+
+def test_exit_while_unwatched_is_a_runtime_restart(make_podmand: Callable[..., Podmand],
+                                                   podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
+    """A sandbox SIGTERMed while no podmand ran (a host or runtime restart) is reported as
+    ContainerRuntimeRestart, which the gateway restarts; StartSandbox brings it back."""
+    first = make_podmand()
+    box = sandbox()
+    cleanup.append(box.id)
+    watch = first.watch()
+    first.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    watch.wait_reason(box.id, "ContainerRunning")
+    assert first.stop(signal.SIGTERM) == 0
+    [container] = containers_of(podman_client, box.id)
+    container.stop(timeout=5)
+    assert containers_of(podman_client, box.id)[0].attrs["State"]["ExitCode"] == 143
+    second = make_podmand()
+    got = second.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=box.id)).sandbox
+    assert (ready(got).status, ready(got).reason) == ("False", "ContainerRuntimeRestart")
+    listed = [s for s in second.stub.ListSandboxes(pb.ListSandboxesRequest()).sandboxes if s.id == box.id]
+    assert ready(listed[0]).reason == "ContainerRuntimeRestart"
+    again = second.watch()
+    second.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id))
+    again.wait_reason(box.id, "ContainerRunning")
+    assert second.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
