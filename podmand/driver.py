@@ -95,7 +95,7 @@ class Driver:
         self.files = SandboxFiles(state_dir)
         self.supervisor = SupervisorCache(podman, state_dir)
         self.publish: Publish = lambda event: None
-        self.refresh: Callable[[str], None] = lambda container_id: None
+        self.refresh: Callable[[str, str], None] = lambda container_id, sandbox_id: None
         self._locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self._pending: dict[str, Pending] = {}
         self._deleting: set[str] = set()
@@ -143,9 +143,9 @@ class Driver:
         self._health[info.id] = health
         self._oom[info.id] = info.state.oom_killed
         if info.state.running:
-            self._ensure_task(self._waiters, info.id, self._wait_exit)
+            self._ensure_task(self._waiters, info.id, sandbox_id, self._wait_exit)
             if self.settings.health_check_interval and info.config.healthcheck:
-                self._ensure_task(self._probes, info.id, self._probe)
+                self._ensure_task(self._probes, info.id, sandbox_id, self._probe)
         snap = state.from_inspect(
             info, health=health, stopped=self._stopped(sandbox_id, info.id), watching_since=self.watching_since
         )
@@ -163,13 +163,13 @@ class Driver:
         self._announced.add(key)
         self.publish(platform_event(sandbox_id, cond.reason, cond.message, warning=True))
 
-    async def _wait_exit(self, container_id: str) -> None:
-        """Podman's /wait answers the moment a container stops; its events lag."""
+    async def _wait_exit(self, container_id: str, sandbox_id: str) -> None:
+        """Podman's /wait answers as soon as Podman knows a container stopped."""
         try:
             await self.podman.wait_container(container_id)
         except (PodmanError, PodmanUnavailable):
             return  # gone, or Podman away: the watcher's resubscription covers it
-        self.refresh(container_id)
+        self.refresh(container_id, sandbox_id)
 
     async def observe(self, container_id: str) -> pb.DriverSandbox | None:
         """A fresh snapshot of one container, or None when it is gone."""
@@ -401,7 +401,7 @@ class Driver:
                 },
             )
         )
-        self.refresh(container_id)
+        self.refresh(container_id, plan.sandbox_id)
 
     async def _create_container(self, plan: Plan, spec: dict[str, object]) -> str:
         try:
@@ -469,7 +469,7 @@ class Driver:
             except BaseException:
                 self.files.clear_stopped(sandbox_id)
                 raise
-        self.refresh(entry.id)
+        self.refresh(entry.id, sandbox_id)
 
     async def _wait_stopped(self, container_id: str) -> None:
         deadline = time.monotonic() + self.settings.stop_timeout + 5
@@ -502,7 +502,7 @@ class Driver:
                 await self.podman.start_container(entry.id)
             except PodmanError as exc:
                 raise DriverError(f"starting the sandbox container failed: {exc.message}") from exc
-        self.refresh(entry.id)
+        self.refresh(entry.id, sandbox_id)
 
     # ------------------------------------------------------------ delete
 
@@ -576,27 +576,28 @@ class Driver:
                     raise
         return name
 
-    async def _maybe_remove_network(self, workspace: str) -> None:
-        """Remove the workspace's network once its last sandbox is gone."""
+    async def _maybe_remove_network(self, workspace: str, name: str | None = None) -> bool:
+        """Remove the workspace's network (or ``name``) once its last sandbox is gone."""
         async with self._locks[f"ws:{workspace}"]:
             if any(p.plan.workspace == workspace for p in self._pending.values()):
-                return
+                return False
             for entry in await self._containers():
                 if (entry.labels or {}).get(names.SANDBOX_WORKSPACE) == workspace:
-                    return
-            await self._remove_network(workspace, quiet=True)
+                    return False
+            return await self._remove_network(name or self._network(workspace), quiet=True)
 
-    async def _remove_network(self, workspace: str, *, quiet: bool) -> None:
-        name = self._network(workspace)
+    async def _remove_network(self, name: str, *, quiet: bool) -> bool:
+        """Remove a network podmand owns; True when it was removed."""
         network = await self.podman.inspect_network(name)
         if network is None or (network.labels or {}).get(names.OWNER) != names.OWNER_VALUE:
-            return
+            return False
         try:
-            await self.podman.remove_network(name)
+            return await self.podman.remove_network(name)
         except PodmanError as exc:
             if not quiet:
                 raise FailedPrecondition(f"workspace network {name!r} cannot be removed: {exc.message}") from exc
             log.info("workspace network %s kept: %s", name, exc.message)
+            return False
 
     async def ensure_workspace(self, workspace: str) -> None:
         check_name("workspace", workspace, required=False)
@@ -611,7 +612,7 @@ class Driver:
             left_ids |= {sid for sid, p in self._pending.items() if p.plan.workspace == workspace}
             if left_ids:
                 raise FailedPrecondition(f"workspace {workspace!r} still has {len(left_ids)} sandbox(es)")
-            await self._remove_network(workspace, quiet=False)
+            await self._remove_network(self._network(workspace), quiet=False)
 
     # ------------------------------------------------------------ garbage collection
 
@@ -629,7 +630,11 @@ class Driver:
             for v in await self.podman.list_volumes([f"{names.OWNER}={names.OWNER_VALUE}"])
         }
         for sandbox_id in self.files.sandbox_ids():
-            if sandbox_id in live or sandbox_id in volumes or self.files.dir(sandbox_id).stat().st_mtime > cutoff:
+            try:
+                recent = self.files.dir(sandbox_id).stat().st_mtime > cutoff
+            except FileNotFoundError:
+                continue  # deleted meanwhile
+            if sandbox_id in live or sandbox_id in volumes or recent:
                 continue
             async with self._locks[sandbox_id]:
                 if sandbox_id not in self._pending and await self._find(sandbox_id) is None:
@@ -644,8 +649,8 @@ class Driver:
             created = state.parse_time(network.created)
             if created is None or created.seconds > cutoff:
                 continue
-            await self._maybe_remove_network(labels[names.SANDBOX_WORKSPACE])
-            removed.append(f"network:{network.name}")
+            if await self._maybe_remove_network(labels[names.SANDBOX_WORKSPACE], network.name):
+                removed.append(f"network:{network.name}")
         # Extractors live for well under a second: one older than a minute was
         # orphaned by a podmand killed mid-extraction.
         extractor_cutoff = max(cutoff, time.time() - 60)
@@ -682,14 +687,18 @@ class Driver:
     # ------------------------------------------------------------ per-container tasks
 
     def _ensure_task(
-        self, tasks: dict[str, asyncio.Task[None]], container_id: str, run: Callable[[str], Coroutine[Any, Any, None]]
+        self,
+        tasks: dict[str, asyncio.Task[None]],
+        container_id: str,
+        sandbox_id: str,
+        run: Callable[[str, str], Coroutine[Any, Any, None]],
     ) -> None:
         if container_id not in tasks:
-            task = self._spawn(run(container_id))
+            task = self._spawn(run(container_id, sandbox_id))
             tasks[container_id] = task
             task.add_done_callback(lambda _t: tasks.pop(container_id, None))
 
-    async def _probe(self, container_id: str) -> None:
+    async def _probe(self, container_id: str, sandbox_id: str) -> None:
         """Run the container's healthcheck ourselves: no systemd timers here."""
         last = self._health.get(container_id, "")
         while True:
@@ -699,7 +708,7 @@ class Driver:
                 return  # stopped or gone: the watcher reports that
             if status != last:
                 last = status
-                self.refresh(container_id)
+                self.refresh(container_id, sandbox_id)
             await asyncio.sleep(self.settings.health_check_interval if status == "healthy" else 1.0)
 
 

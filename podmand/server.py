@@ -90,6 +90,7 @@ async def serve(settings: Settings) -> int:
     driver = Driver(settings, podman, state_dir)
     driver.files.setup()
     hub = Hub(podman, driver, buffer=settings.watch_buffer, resync=settings.resync_interval)
+    stop = asyncio.Event()
     enforced = not (rootless and info.host.cgroupVersion == "v1")
     servicer = ComputeDriverServicer(driver, hub, capabilities(settings, limits_enforced=enforced))
 
@@ -108,7 +109,14 @@ async def serve(settings: Settings) -> int:
         server.add_insecure_port(settings.listen_tcp)
 
     hub_task = asyncio.create_task(hub.run())
-    stop = asyncio.Event()
+
+    # Without the hub no watch stream can work: a crashed hub stops the server.
+    def hub_ended(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.critical("the watch hub crashed; shutting down", exc_info=task.exception())
+            stop.set()
+
+    hub_task.add_done_callback(hub_ended)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

@@ -115,7 +115,9 @@ class Hub:
         self._streams: set[Stream] = set()
         self._closed = False
         driver.publish = lambda event: self._inbox.put_nowait(("publish", event))
-        driver.refresh = lambda container_id: self._inbox.put_nowait(("refresh", container_id))
+        driver.refresh = lambda container_id, sandbox_id: self._inbox.put_nowait(
+            ("refresh", (container_id, sandbox_id))
+        )
 
     # ------------------------------------------------------------ public
 
@@ -202,6 +204,8 @@ class Hub:
                 raise
             except PodmanError as exc:
                 log.warning("watch: Podman error while handling %s: %s", kind, exc)
+            except Exception:  # one bad item must not stop every watch stream
+                log.exception("watch: failed to handle %s", kind)
 
     async def _handle(self, kind: str, item: object) -> None:
         if kind == "subscribe":
@@ -222,7 +226,8 @@ class Hub:
             assert isinstance(item, pb.WatchSandboxesEvent)
             self._emit(item)
         elif kind == "refresh":
-            await self._observe(str(item), "")
+            assert isinstance(item, tuple)
+            await self._observe(*item)
         elif kind == "resync":
             await self._resync()
         elif kind == "event":

@@ -239,7 +239,6 @@ def test_gc_removes_only_podmand_owned_leftovers(
     assert d.proc.poll() is None
 
 
-@pytest.mark.xfail(strict=True, reason="bug: GC logs networks it did not remove as garbage collected")
 def test_gc_does_not_claim_to_remove_a_network_it_kept(
         fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:
     """collect_garbage appends ``network:<name>`` whether or not anything was

@@ -29,7 +29,7 @@ class StubDriver:
 
     def __init__(self) -> None:
         self.publish: Callable[[pb.WatchSandboxesEvent], None] = lambda _e: None
-        self.refresh: Callable[[str], None] = lambda _c: None
+        self.refresh: Callable[[str, str], None] = lambda _c, _s: None
         self.snaps: list[pb.DriverSandbox] = []
         self.snapshot_calls = 0
         self.gone: set[str] = set()  # forget() says True for these
