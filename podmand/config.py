@@ -56,6 +56,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     telemetry_enabled: bool = True
     state_dir: str = ""
     log_level: str = "info"
+    require_launch_auth: bool = False
     resync_interval: float = 30.0
     gc_grace: float = 300.0
     watch_buffer: int = 1024
@@ -171,6 +172,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("state_dir", "PODMAND_STATE_DIR", "--state-dir", "directory for token files and the supervisor cache"),
     Option("log_level", "OPENSHELL_LOG_LEVEL", "--log-level", "debug, info, warning or error"),
     Option(
+        "require_launch_auth",
+        "PODMAND_REQUIRE_LAUNCH_AUTHENTICATION",
+        "--require-launch-authentication",
+        "refuse creates and starts without the gateway's launch_authentication bundle",
+    ),
+    Option(
         "resync_interval",
         "PODMAND_RESYNC_INTERVAL",
         "--resync-interval",
@@ -190,7 +197,13 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 _LIST_FIELDS = {"uidmap", "gidmap"}
-_BOOL_FIELDS = {"enable_bind_mounts", "allow_driver_config", "admission_enabled", "telemetry_enabled"}
+_BOOL_FIELDS = {
+    "enable_bind_mounts",
+    "allow_driver_config",
+    "admission_enabled",
+    "telemetry_enabled",
+    "require_launch_auth",
+}
 _FALSE = {"0", "false", "no", "off"}
 _TRUE = {"1", "true", "yes", "on"}
 _LABEL_KEY = re.compile(

@@ -14,18 +14,30 @@ import contextlib
 import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import names, state
+from . import fence, identity, names, state, tokens
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
-from .errors import AlreadyExists, DriverError, FailedPrecondition, InvalidArgument, NotFound
+from .credentials import BadCredential, CredentialSigner
+from .errors import AlreadyExists, DriverError, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
 from .files import SandboxFiles
-from .podman import ContainerInspect, ContainerListEntry, PodmanClient, PodmanError, PodmanUnavailable
-from .spec import Plan, check_name, container_spec, decode_intent, intent_labels, validate
+from .identity import Resolved
+from .imagefiles import READER_PREFIX, read_image_files
+from .podman import (
+    ContainerInspect,
+    ContainerListEntry,
+    IDMappings,
+    ImageInspect,
+    PodmanClient,
+    PodmanError,
+    PodmanUnavailable,
+)
+from .spec import Plan, Provision, check_name, container_spec, decode_intent, intent_labels, validate
 from .state import Condition
 from .supervisor import SupervisorCache
 
@@ -48,6 +60,7 @@ class Pending:
     """A sandbox with no container yet: provisioning, failed, or stopped early."""
 
     plan: Plan
+    instance: str
     ready: Condition
     stopped: bool = False
     task: asyncio.Task[None] | None = None
@@ -94,6 +107,7 @@ class Driver:
         self.podman = podman
         self.files = SandboxFiles(state_dir)
         self.supervisor = SupervisorCache(podman, state_dir)
+        self.signer = CredentialSigner(state_dir / "credential.key")
         self.publish: Publish = lambda event: None
         self.refresh: Callable[[str, str], None] = lambda container_id, sandbox_id: None
         self._locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
@@ -102,6 +116,8 @@ class Driver:
         # What inspect knows and the list endpoint does not, per container ID.
         self._health: dict[str, str] = {}
         self._oom: dict[str, bool] = {}
+        self._fence: dict[str, pb.DriverFenceEvidence] = {}
+        self._accounts: dict[str, tuple[str, ...]] = {}  # image ID -> (/etc/passwd, /etc/group)
         self._probes: dict[str, asyncio.Task[None]] = {}
         self._waiters: dict[str, asyncio.Task[None]] = {}
         self._announced: set[tuple[str, str]] = set()
@@ -146,8 +162,13 @@ class Driver:
             self._ensure_task(self._waiters, info.id, sandbox_id, self._wait_exit)
             if self.settings.health_check_interval and info.config.healthcheck:
                 self._ensure_task(self._probes, info.id, sandbox_id, self._probe)
+        self._fence[info.id] = fence.evidence(fence_facts(info), self.files.generation(sandbox_id))
         snap = state.from_inspect(
-            info, health=health, stopped=self._stopped(sandbox_id, info.id), watching_since=self.watching_since
+            info,
+            health=health,
+            stopped=self._stopped(sandbox_id, info.id),
+            watching_since=self.watching_since,
+            fence=self._fence[info.id],
         )
         self._announce_exit(sandbox_id, info, snap)
         return snap
@@ -210,6 +231,7 @@ class Driver:
                     oom=self._oom.get(entry.id, False),
                     stopped=self._stopped(sandbox_id, entry.id),
                     watching_since=self.watching_since,
+                    fence=self._fence.get(entry.id),
                 )
             )
         out += [p.snapshot() for sid, p in self._pending.items() if sid not in seen]
@@ -224,19 +246,43 @@ class Driver:
             if mount.kind == "volume" and await self.podman.inspect_volume(mount.source) is None:
                 where = f"sandbox.spec.template.driver_config.mounts[{i}].source"
                 raise FailedPrecondition(f"{where}: podman volume {mount.source!r} does not exist")
+        try:
+            image = await self.podman.inspect_image(plan.image)
+        except PodmanError as exc:
+            if exc.status != 404:
+                raise
+            if self.settings.image_pull_policy == "never":
+                raise FailedPrecondition(
+                    f"sandbox.spec.template.image: image {plan.image!r} is not present and the pull policy is 'never'"
+                ) from exc
+        else:  # present already: the identity can be checked before anything is made
+            await self._resolve_identity(plan, image.id, image.config.user)
         return plan
 
-    async def _existing_hash(self, plan: Plan) -> str | None:
+    async def _resolve_identity(self, plan: Plan, image_id: str, image_user: str) -> Resolved:
+        """The workload's uid/gid from the image's own /etc/passwd and /etc/group (nothing is run)."""
+        if image_id not in self._accounts:  # an image ID never changes: read it once
+            files = await read_image_files(self.podman, image_id, ["/etc/passwd", "/etc/group"])
+            self._accounts[image_id] = tuple((files[p] or b"").decode(errors="replace") for p in files)
+        passwd, group = self._accounts[image_id]
+        return identity.resolve(plan.workload_user, plan.workload_group, image_user, passwd, group, image_id)
+
+    async def _existing(self, plan: Plan) -> tuple[str, str] | None:
+        """(spec hash, instance) of a sandbox already recorded under this id."""
         pending = self._pending.get(plan.sandbox_id)
         if pending is not None:
-            return pending.plan.spec_hash
+            return pending.plan.spec_hash, pending.instance
         volume = await self.podman.inspect_volume(plan.volume_name)
-        if volume is not None:
-            return (volume.labels or {}).get(names.SPEC_HASH, "")
-        entry = await self._find(plan.sandbox_id)
-        if entry is not None:
-            return (entry.labels or {}).get(names.SPEC_HASH, "")
-        return None
+        labels = volume.labels if volume is not None else None
+        if labels is None:
+            entry = await self._find(plan.sandbox_id)
+            labels = entry.labels if entry is not None else None
+        if labels is None:
+            return None
+        return labels.get(names.SPEC_HASH, ""), labels.get(names.INSTANCE, "")
+
+    def runtime_identity(self, sandbox_id: str, instance: str) -> str:
+        return names.runtime_identity(instance, self.files.generation(sandbox_id) or "0")
 
     def _tls_files(self) -> dict[str, Path]:
         s = self.settings
@@ -244,38 +290,38 @@ class Driver:
             return {}
         return {"ca.crt": Path(s.tls_ca), "tls.crt": Path(s.tls_cert), "tls.key": Path(s.tls_key)}
 
-    async def create(self, sandbox: pb.DriverSandbox | None) -> None:
+    async def create(self, sandbox: pb.DriverSandbox | None) -> str:
+        """Record the request and start provisioning; the runtime identity."""
         plan = await self.validate(sandbox)
         assert sandbox is not None
         async with self._locks[plan.sandbox_id]:
-            existing = await self._existing_hash(plan)
+            existing = await self._existing(plan)
             if existing is not None:
-                if existing == plan.spec_hash:
-                    return  # an identical retry: already accepted
+                if existing[0] == plan.spec_hash:
+                    return self.runtime_identity(plan.sandbox_id, existing[1])  # an identical retry
                 raise AlreadyExists("sandbox already exists with a different spec")
-            if self.settings.image_pull_policy == "never":
-                await self._require_local_image(plan.image)
+            instance = uuid.uuid4().hex
             try:
                 self.files.write_secrets(plan.sandbox_id, sandbox.spec.sandbox_token, self._tls_files())
-                await self.podman.create_volume(plan.volume_name, intent_labels(plan))
+                if plan.has_launch:
+                    bundle = tokens.decode_launch_authentication(sandbox.spec.launch_authentication, "launch")
+                    self.files.write(plan.sandbox_id, "launch.json", tokens.supervisor_file(bundle))
+                self._new_generation(plan.sandbox_id, instance, plan.generation)
+                await self.podman.create_volume(plan.volume_name, intent_labels(plan, instance))
             except BaseException:
                 self.files.remove(plan.sandbox_id)
                 raise
-            self._start_provisioning(plan)
+            self._start_provisioning(plan, instance)
+            return self.runtime_identity(plan.sandbox_id, instance)
 
-    async def _require_local_image(self, image: str) -> None:
-        try:
-            await self.podman.inspect_image(image)
-        except PodmanError as exc:
-            if exc.status == 404:
-                raise FailedPrecondition(
-                    f"sandbox.spec.template.image: image {image!r} is not present and the pull policy is 'never'"
-                ) from exc
-            raise
+    def _new_generation(self, sandbox_id: str, instance: str, generation: str) -> None:
+        """Record the generation and mint podmand's credential for it (the old one stops working)."""
+        self.files.write(sandbox_id, "driver.credential", self.signer.mint(sandbox_id, instance, generation).encode())
+        self.files.set_generation(sandbox_id, generation)
 
-    def _start_provisioning(self, plan: Plan) -> None:
+    def _start_provisioning(self, plan: Plan, instance: str) -> None:
         ready = Condition("False", "Starting", f"Sandbox accepted; preparing image {plan.image}", state.now())
-        pending = Pending(plan, ready)
+        pending = Pending(plan, instance, ready)
         self._pending[plan.sandbox_id] = pending
         self.publish(sandbox_event(pending.snapshot()))
         self.publish(
@@ -321,8 +367,8 @@ class Driver:
         self._set_pending(pending, reason, message)
         self.publish(platform_event(pending.plan.sandbox_id, reason, message, warning=True))
 
-    async def _pull(self, ref: str, policy: str, reason: str) -> tuple[str, str]:
-        """Pull per policy and pin the image: (image ID, Config.User)."""
+    async def _pull(self, ref: str, policy: str, reason: str) -> ImageInspect:
+        """Pull per policy and pin the image (its ID, user and environment)."""
         if policy != "never":
             try:
                 async for _ in self.podman.pull_image(ref, policy):
@@ -337,7 +383,7 @@ class Driver:
             raise
         if not info.id:
             raise ProvisionFailed(reason, f"inspecting image {ref!r} returned no immutable image ID")
-        return info.id, info.config.user
+        return info
 
     async def _provision_once(self, pending: Pending) -> None:
         plan, s = pending.plan, self.settings
@@ -345,15 +391,19 @@ class Driver:
             raise ProvisionFailed(
                 "SandboxTokenMissing", "the sandbox token file is gone from the state directory; delete and recreate"
             )
-        sup_id, _ = await self._pull(
+        sup = await self._pull(
             s.supervisor_image, supervisor_pull_policy(s.supervisor_image), "SupervisorImageUnavailable"
         )
         try:
-            supervisor_path = await self.supervisor.binary(sup_id)
+            supervisor_path = await self.supervisor.binary(sup.id)
         except FailedPrecondition as exc:
             raise ProvisionFailed("SupervisorImageUnavailable", exc.message) from exc
         self._set_pending(pending, "Starting", f"Pulling image {plan.image}")
-        image_id, image_user = await self._pull(plan.image, s.image_pull_policy, "ImagePullFailed")
+        image = await self._pull(plan.image, s.image_pull_policy, "ImagePullFailed")
+        try:
+            workload = await self._resolve_identity(plan, image.id, image.config.user)
+        except FailedPrecondition as exc:
+            raise ProvisionFailed("WorkloadIdentityInvalid", exc.message) from exc
         self.publish(
             platform_event(
                 plan.sandbox_id,
@@ -369,15 +419,17 @@ class Driver:
         self._set_pending(pending, "ContainerStarting", "Creating the sandbox container")
         async with self._locks[f"ws:{plan.workspace}"]:
             network = await self._ensure_network(plan.workspace)
-            spec = container_spec(
-                plan,
-                s,
-                image_id=image_id,
-                image_user=image_user,
+            prov = Provision(
+                image_id=image.id,
+                image_user=image.config.user,
+                image_env=tuple(image.config.env or ()),
                 network=network,
                 supervisor_path=str(supervisor_path),
                 secrets_dir=str(self.files.dir(plan.sandbox_id)),
+                instance=pending.instance,
+                identity=workload,
             )
+            spec = container_spec(plan, s, prov)
             container_id = await self._create_container(plan, spec)
         info = await self.podman.inspect_container(container_id)
         if not info.state.running:
@@ -433,14 +485,21 @@ class Driver:
             if not sandbox_id or sandbox_id in have or sandbox_id in self._pending or names.INTENT not in labels:
                 continue
             try:
-                plan = validate(decode_intent(labels[names.INTENT]), self.settings)
+                plan = validate(decode_intent(labels[names.INTENT]), self.settings, recorded=True)
             except (DriverError, ValueError) as exc:
                 log.warning("sandbox %s: recorded create request is unusable: %s", sandbox_id, exc)
                 continue
-            if labels.get(names.HAS_TOKEN) == "true":
-                plan = _with_token(plan)
+            plan = dataclasses.replace(
+                plan,
+                has_token=labels.get(names.HAS_TOKEN) == "true",
+                has_launch=(self.files.dir(sandbox_id) / "launch.json").exists(),
+                generation=self.files.generation(sandbox_id) or plan.generation,
+            )
+            instance = labels.get(names.INSTANCE) or uuid.uuid4().hex
+            if not (self.files.dir(sandbox_id) / "driver.credential").exists():
+                self._new_generation(sandbox_id, instance, plan.generation)
             log.info("sandbox %s: resuming interrupted create", sandbox_id)
-            self._start_provisioning(plan)
+            self._start_provisioning(plan, instance)
             resumed += 1
         return resumed
 
@@ -481,28 +540,80 @@ class Driver:
                 raise DriverError(f"container {container_id[:12]} did not stop in time (state {info.state.status})")
             await asyncio.sleep(0.05)
 
-    async def start(self, sandbox_id: str) -> None:
+    async def start(
+        self,
+        sandbox_id: str,
+        *,
+        launch_authentication: bytes = b"",
+        generation_id: str = "",
+        expected_runtime_identity: str = "",
+    ) -> str:
+        """Start a stopped sandbox (idempotent); the new runtime identity.
+
+        A fresh launch bundle and podmand's credential for the new generation
+        replace the old files before the container starts."""
         if not sandbox_id:
             raise InvalidArgument("sandbox_id: is required")
+        if generation_id:
+            tokens.check_generation("generation_id", generation_id)
+        bundle = (
+            tokens.decode_launch_authentication(launch_authentication, "launch_authentication")
+            if launch_authentication
+            else None
+        )
         async with self._locks[sandbox_id]:
             entry = await self._find(sandbox_id)
             if entry is None:
                 pending = self._pending.get(sandbox_id)
                 if pending is None:
                     raise NotFound("sandbox not found")
+                self._check_expected(expected_runtime_identity, pending.instance)
                 if pending.task is None or pending.task.done():
                     pending.stopped = False
                     self._set_pending(pending, "Starting", "Resuming provisioning")
                     pending.task = self._spawn(self._provision(pending))
-                return
-            self.files.clear_stopped(sandbox_id)
+                return self.runtime_identity(sandbox_id, pending.instance)
+            instance = (entry.labels or {}).get(names.INSTANCE, "")
+            self._check_expected(expected_runtime_identity, instance)
             if entry.state == "running":
-                return
+                self.files.clear_stopped(sandbox_id)
+                return self.runtime_identity(sandbox_id, instance)
+            if bundle is None and self.settings.require_launch_auth:
+                raise FailedPrecondition("launch_authentication: podmand is configured to require it")
+            if bundle is not None:
+                self.files.write(sandbox_id, "launch.json", tokens.supervisor_file(bundle))
+                self.files.write_secrets(sandbox_id, bundle.supervisor.gateway_token, {})
+            generation = (
+                generation_id or (bundle.supervisor.runtime_generation if bundle else "") or uuid.uuid4().hex[:16]
+            )
+            self._new_generation(sandbox_id, instance, generation)
+            self.files.clear_stopped(sandbox_id)
             try:
                 await self.podman.start_container(entry.id)
             except PodmanError as exc:
                 raise DriverError(f"starting the sandbox container failed: {exc.message}") from exc
         self.refresh(entry.id, sandbox_id)
+        return self.runtime_identity(sandbox_id, instance)
+
+    @staticmethod
+    def _check_expected(expected: str, instance: str) -> None:
+        if expected and names.stable_identity(expected) != names.stable_identity(names.runtime_identity(instance, "")):
+            raise FailedPrecondition(
+                "expected_runtime_identity: the sandbox's container was replaced out of band; recreate the sandbox"
+            )
+
+    async def authenticate(self, credential: str) -> tuple[str, str]:
+        """Check podmand's own bootstrap credential: (sandbox id, runtime identity)."""
+        try:
+            claims = self.signer.verify(credential)
+        except BadCredential as exc:
+            raise Unauthenticated(f"credential rejected: {exc}") from exc
+        entry = await self._find(claims.sandbox_id)
+        if entry is None or (entry.labels or {}).get(names.INSTANCE) != claims.instance:
+            raise Unauthenticated("credential rejected: its sandbox no longer exists")
+        if self.files.generation(claims.sandbox_id) != claims.generation:
+            raise Unauthenticated("credential rejected: it belongs to an earlier start of the sandbox")
+        return claims.sandbox_id, names.runtime_identity(claims.instance, claims.generation)
 
     # ------------------------------------------------------------ delete
 
@@ -532,6 +643,7 @@ class Driver:
             workspace = (entry.labels or {}).get(names.SANDBOX_WORKSPACE, "")
             self._health.pop(entry.id, None)
             self._oom.pop(entry.id, None)
+            self._fence.pop(entry.id, None)
             existed |= await self.podman.remove_container(entry.id, self.settings.stop_timeout)
         volume = await self.podman.inspect_volume(names.volume_name(sandbox_id))
         if volume is not None:
@@ -651,18 +763,14 @@ class Driver:
                 continue
             if await self._maybe_remove_network(labels[names.SANDBOX_WORKSPACE], network.name):
                 removed.append(f"network:{network.name}")
-        # Extractors live for well under a second: one older than a minute was
-        # orphaned by a podmand killed mid-extraction.
+        # Image readers live for well under a second: one older than a minute
+        # was orphaned by a podmand killed mid-read.
         extractor_cutoff = max(cutoff, time.time() - 60)
         for extractor in await self.podman.list_containers([f"{names.OWNER}={names.OWNER_VALUE}"]):
             name = (extractor.names or [""])[0]
             created = state.parse_time(extractor.created)
             old = created is not None and created.seconds < extractor_cutoff
-            if (
-                name.startswith("podmand-supervisor-extract-")
-                and old
-                and await self.podman.remove_container(extractor.id, 0)
-            ):
+            if name.startswith(READER_PREFIX) and old and await self.podman.remove_container(extractor.id, 0):
                 removed.append(f"container:{name}")
         if removed:
             log.info("garbage collected %s", ", ".join(removed))
@@ -712,8 +820,30 @@ class Driver:
             await asyncio.sleep(self.settings.health_check_interval if status == "healthy" else 1.0)
 
 
-def _with_token(plan: Plan) -> Plan:
-    return dataclasses.replace(plan, has_token=True)
+def fence_facts(info: ContainerInspect) -> dict[str, object]:
+    """What the created container really is, from inspect (observed, not requested)."""
+    hc = info.host_config
+    maps = hc.id_mappings or IDMappings()
+    return {
+        "container_id": info.id,
+        "image_id": info.image,
+        "effective_caps": sorted(info.effective_caps or []),
+        "cap_add": sorted(hc.cap_add or []),
+        "cap_drop": sorted(hc.cap_drop or []),
+        "uid_map": list(maps.uid_map or []),
+        "gid_map": list(maps.gid_map or []),
+        "userns_mode": hc.userns_mode,
+        "network_mode": hc.network_mode,
+        "networks": sorted((info.network_settings.networks or {}).keys()),
+        "mounts": [{"destination": m.destination, "type": m.type, "rw": m.rw} for m in info.mounts or []],
+        "seccomp": next((o.split("=", 1)[1] for o in hc.security_opt or [] if o.startswith("seccomp=")), "default"),
+        "no_new_privileges": "no-new-privileges" in (hc.security_opt or []),
+        "privileged": hc.privileged,
+        "memory_limit": hc.memory,
+        "cpu_quota": hc.cpu_quota,
+        "cpu_period": hc.cpu_period,
+        "pids_limit": hc.pids_limit,
+    }
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:

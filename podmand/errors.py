@@ -35,3 +35,7 @@ class Unavailable(DriverError):
 
 class Unimplemented(DriverError):
     code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class Unauthenticated(DriverError):
+    code = grpc.StatusCode.UNAUTHENTICATED

@@ -57,6 +57,19 @@ class SandboxFiles:
         for name, src in tls.items():
             write_atomic(d / name, src.read_bytes(), 0o400)
 
+    def write(self, sandbox_id: str, name: str, data: bytes) -> None:
+        """Replace one root-only file (launch bundle, driver credential) atomically."""
+        write_atomic(ensure_dir(self.dir(sandbox_id)) / name, data, 0o400)
+
+    def generation(self, sandbox_id: str) -> str:
+        try:
+            return (self.dir(sandbox_id) / "generation").read_text().strip()
+        except OSError:
+            return ""
+
+    def set_generation(self, sandbox_id: str, generation: str) -> None:
+        write_atomic(ensure_dir(self.dir(sandbox_id)) / "generation", generation.encode(), 0o600)
+
     def has_token(self, sandbox_id: str) -> bool:
         return (self.dir(sandbox_id) / "sandbox.jwt").exists()
 

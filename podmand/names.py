@@ -19,6 +19,8 @@ OWNER_VALUE = "podmand"
 SPEC_HASH = "io.podmand.spec-hash"
 INTENT = "io.podmand.intent"
 HAS_TOKEN = "io.podmand.has-token"
+INSTANCE = "io.podmand.instance"  # the stable half of the runtime identity
+IDENTITY = "io.podmand.identity"  # resolved workload identity (JSON, no secrets)
 
 MANAGED_FILTER = [f"{MANAGED}=true", f"{OWNER}={OWNER_VALUE}"]
 
@@ -26,6 +28,8 @@ MANAGED_FILTER = [f"{MANAGED}=true", f"{OWNER}={OWNER_VALUE}"]
 SUPERVISOR_BIN = "/opt/openshell/bin/openshell-sandbox"
 SUPERVISOR_IN_IMAGE = "/openshell-sandbox"
 TOKEN_PATH = "/etc/openshell/auth/sandbox.jwt"
+LAUNCH_PATH = "/etc/openshell/auth/launch.json"
+CREDENTIAL_PATH = "/etc/openshell/auth/driver.credential"
 TLS_DIR = "/etc/openshell/tls/client"
 WORKSPACE_PATH = "/sandbox"
 NETNS_DIR = "/run/netns"
@@ -55,6 +59,8 @@ ENV_IMAGE_USER = "OPENSHELL_OCI_IMAGE_USER"
 ENV_UID = "OPENSHELL_SANDBOX_UID"
 ENV_GID = "OPENSHELL_SANDBOX_GID"
 ENV_TOKEN_FILE = "OPENSHELL_SANDBOX_TOKEN_FILE"
+ENV_LAUNCH_FILE = "OPENSHELL_LAUNCH_AUTHENTICATION_FILE"
+ENV_CREDENTIAL_FILE = "OPENSHELL_DRIVER_CREDENTIAL_FILE"
 ENV_TLS_CA = "OPENSHELL_TLS_CA"
 ENV_TLS_CERT = "OPENSHELL_TLS_CERT"
 ENV_TLS_KEY = "OPENSHELL_TLS_KEY"
@@ -84,6 +90,16 @@ PROGRESS_COMPLETE_LABEL = "openshell.progress.complete_label"
 STEP_REQUESTING = "requesting_sandbox"
 STEP_PULLING = "pulling_image"
 STEP_STARTING = "starting_sandbox"
+
+
+def runtime_identity(instance: str, generation: str) -> str:
+    """Opaque to the gateway: a stable part (the sandbox's container instance)
+    and a part that changes with every start."""
+    return f"podmand:{instance}/{generation}"
+
+
+def stable_identity(runtime_identity: str) -> str:
+    return runtime_identity.split("/", 1)[0]
 
 
 def container_name(workspace: str, name: str, sandbox_id: str) -> str:

@@ -18,6 +18,7 @@ from .errors import FailedPrecondition
 PROTOCOL_MAJOR = 1
 PROTOCOL_MINOR = 0
 CONTRACT = "openshell.compute.contract"
+LAUNCH_AUTHENTICATION = "openshell.compute.launch-authentication"
 IMPLEMENTATION_NAME = "podmand/podman"
 _CAPABILITY = re.compile(r"^openshell(\.[a-z0-9-]+){2,}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -41,7 +42,7 @@ def capabilities(settings: Settings, *, limits_enforced: bool) -> pb.GetCapabili
         driver_version=__version__,
         default_image=settings.sandbox_image,
         gateway_manages_lifecycle=True,
-        supports_sandbox_authentication=False,
+        supports_sandbox_authentication=True,
         driver_reports_runtime_readiness=False,
         resource_capabilities=pb.ResourceCapabilities(
             cpu=pb.CpuResourceCapabilities(limit_supported=limits_enforced),
@@ -57,8 +58,8 @@ def capabilities(settings: Settings, *, limits_enforced: bool) -> pb.GetCapabili
             protocol_version=ext.ProtocolVersion(major=PROTOCOL_MAJOR, minor=PROTOCOL_MINOR),
             implementation_name=IMPLEMENTATION_NAME,
             implementation_version=__version__,
-            supported_capabilities=[CONTRACT],
-            required_capabilities=[CONTRACT],
+            supported_capabilities=[CONTRACT, LAUNCH_AUTHENTICATION],
+            required_capabilities=[CONTRACT, LAUNCH_AUTHENTICATION] if settings.require_launch_auth else [CONTRACT],
         ),
         resource_admission_policy=admission_policy(settings),
     )

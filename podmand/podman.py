@@ -67,6 +67,35 @@ class ContainerConfig(msgspec.Struct, rename="pascal"):
     user: str = ""
 
 
+class IDMappings(msgspec.Struct, rename="pascal"):
+    uid_map: list[str] | None = None
+    gid_map: list[str] | None = None
+
+
+class HostConfig(msgspec.Struct, rename="pascal"):
+    cap_add: list[str] | None = None
+    cap_drop: list[str] | None = None
+    id_mappings: IDMappings | None = msgspec.field(default=None, name="IDMappings")
+    userns_mode: str = ""
+    network_mode: str = ""
+    security_opt: list[str] | None = None
+    privileged: bool = False
+    memory: int = 0
+    cpu_quota: int = 0
+    cpu_period: int = 0
+    pids_limit: int = 0
+
+
+class MountPoint(msgspec.Struct, rename="pascal"):
+    destination: str = ""
+    type: str = ""
+    rw: bool = msgspec.field(default=True, name="RW")
+
+
+class NetworkSettings(msgspec.Struct, rename="pascal"):
+    networks: dict[str, Any] | None = None
+
+
 class ContainerInspect(msgspec.Struct, rename="pascal"):
     id: str
     name: str = ""
@@ -74,6 +103,10 @@ class ContainerInspect(msgspec.Struct, rename="pascal"):
     state: ContainerState = msgspec.field(default_factory=ContainerState)
     config: ContainerConfig = msgspec.field(default_factory=ContainerConfig)
     image: str = ""
+    effective_caps: list[str] | None = None
+    host_config: HostConfig = msgspec.field(default_factory=HostConfig)
+    mounts: list[MountPoint] | None = None
+    network_settings: NetworkSettings = msgspec.field(default_factory=NetworkSettings)
 
     @property
     def labels(self) -> dict[str, str]:

@@ -62,8 +62,11 @@ class ComputeDriverServicer:
     async def AuthenticateSandbox(
         self, request: pb.AuthenticateSandboxRequest, context: Any
     ) -> pb.AuthenticateSandboxResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "podmand does not authenticate sandbox credentials yet")
-        raise AssertionError("abort returned")  # pragma: no cover
+        async def call() -> pb.AuthenticateSandboxResponse:
+            sandbox_id, identity = await self.driver.authenticate(request.credential)
+            return pb.AuthenticateSandboxResponse(sandbox_id=sandbox_id, runtime_identity=identity)
+
+        return await self._run("AuthenticateSandbox", "", context, call)
 
     async def ValidateSandboxCreate(
         self, request: pb.ValidateSandboxCreateRequest, context: Any
@@ -76,8 +79,8 @@ class ComputeDriverServicer:
 
     async def CreateSandbox(self, request: pb.CreateSandboxRequest, context: Any) -> pb.CreateSandboxResponse:
         async def call() -> pb.CreateSandboxResponse:
-            await self.driver.create(request.sandbox if request.HasField("sandbox") else None)
-            return pb.CreateSandboxResponse()
+            identity = await self.driver.create(request.sandbox if request.HasField("sandbox") else None)
+            return pb.CreateSandboxResponse(runtime_identity=identity)
 
         return await self._run("CreateSandbox", request.sandbox.id, context, call)
 
@@ -102,8 +105,13 @@ class ComputeDriverServicer:
 
     async def StartSandbox(self, request: pb.StartSandboxRequest, context: Any) -> pb.StartSandboxResponse:
         async def call() -> pb.StartSandboxResponse:
-            await self.driver.start(request.sandbox_id)
-            return pb.StartSandboxResponse()
+            identity = await self.driver.start(
+                request.sandbox_id,
+                launch_authentication=request.launch_authentication,
+                generation_id=request.generation_id,
+                expected_runtime_identity=request.expected_runtime_identity,
+            )
+            return pb.StartSandboxResponse(runtime_identity=identity)
 
         return await self._run("StartSandbox", request.sandbox_id, context, call)
 

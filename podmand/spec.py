@@ -12,16 +12,17 @@ import hashlib
 import json
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from google.protobuf import json_format
 
-from . import names
+from . import names, tokens
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
 from .errors import FailedPrecondition, InvalidArgument
+from .identity import Resolved
 
 _ID_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -88,7 +89,10 @@ class Plan:
     spec_hash: str = ""
     intent: str = ""
     has_token: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    has_launch: bool = False
+    generation: str = "0"
+    workload_user: str = ""
+    workload_group: str = ""
 
     @property
     def container_name(self) -> str:
@@ -309,8 +313,11 @@ def decode_intent(intent: str) -> pb.DriverSandbox:
     return sandbox
 
 
-def validate(sandbox: pb.DriverSandbox | None, settings: Settings) -> Plan:
-    """Check everything that can be checked without allocating anything."""
+def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: bool = False) -> Plan:
+    """Check everything that can be checked without allocating anything.
+
+    ``recorded``: a request read back from Podman, whose secrets were checked
+    when it arrived and are not part of the record."""
     if sandbox is None:
         raise InvalidArgument("sandbox: is required")
     check_name("sandbox.id", sandbox.id, required=True)
@@ -344,9 +351,19 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings) -> Plan:
     ssh_socket = tpl.agent_socket_path or settings.ssh_socket_path
     if not ssh_socket.startswith("/") or _CONTROL.search(ssh_socket):
         raise InvalidArgument("sandbox.spec.template.agent_socket_path: must be an absolute path")
-    token = spec.sandbox_token
-    if token and (len(token) > MAX_TOKEN_BYTES or re.search(r"\s", token.strip()) or _CONTROL.search(token.strip())):
-        raise InvalidArgument("sandbox.spec.sandbox_token: must be a single token without whitespace, at most 64 KiB")
+    token = spec.sandbox_token.strip()
+    if token:
+        if len(token) > MAX_TOKEN_BYTES:
+            raise InvalidArgument("sandbox.spec.sandbox_token: longer than 64 KiB")
+        tokens.check_sandbox_token(token, sandbox.id)
+    generation = "0"
+    if spec.launch_authentication:
+        bundle = tokens.decode_launch_authentication(spec.launch_authentication, "sandbox.spec.launch_authentication")
+        generation = bundle.supervisor.runtime_generation
+    elif settings.require_launch_auth and not recorded:
+        raise FailedPrecondition("sandbox.spec.launch_authentication: podmand is configured to require it")
+    _check_text("sandbox.spec.workload_identity.user", spec.workload_identity.user)
+    _check_text("sandbox.spec.workload_identity.group", spec.workload_identity.group)
     cpu, mem = _resources(tpl)
     mounts, devices, used = _driver_config(sandbox, settings)
     devices = _gpu(sandbox, devices)
@@ -371,11 +388,49 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings) -> Plan:
         driver_config_used=used,
         spec_hash=spec_hash,
         intent=intent,
-        has_token=bool(token.strip()),
+        has_token=bool(token),
+        has_launch=bool(spec.launch_authentication),
+        generation=generation,
+        workload_user=spec.workload_identity.user.strip(),
+        workload_group=spec.workload_identity.group.strip(),
     )
 
 
 # ---------------------------------------------------------------- building
+
+# Image environment that must not reach the root supervisor: loader knobs and
+# anything claiming to configure OpenShell.
+_UNSAFE_ENV = re.compile(r"^(LD_[A-Z_]*|OPENSHELL_.*|PYTHON(PATH|STARTUP|HOME)|BASH_ENV|ENV)$")
+
+
+@dataclass(frozen=True)
+class Provision:
+    """What provisioning resolved for a plan."""
+
+    image_id: str
+    image_user: str
+    image_env: tuple[str, ...]
+    network: str
+    supervisor_path: str
+    secrets_dir: str
+    instance: str
+    identity: Resolved
+
+
+def identity_label(identity: Resolved) -> str:
+    doc = {
+        "uid": identity.uid,
+        "gid": identity.gid,
+        "groups": list(identity.supplementary),
+        "source": identity.source,
+        "digest": identity.digest,
+    }
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
+def unsafe_image_env(image_env: tuple[str, ...]) -> list[str]:
+    """Keys of the image's ENV that podmand unsets in the supervisor."""
+    return sorted({item.split("=", 1)[0] for item in image_env if _UNSAFE_ENV.match(item.split("=", 1)[0])})
 
 
 def main_process_spec(plan: Plan) -> str:
@@ -391,7 +446,7 @@ def main_process_spec(plan: Plan) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
-def sandbox_env(plan: Plan, settings: Settings, *, image_user: str) -> dict[str, str]:
+def sandbox_env(plan: Plan, settings: Settings, *, image_user: str, identity: Resolved | None = None) -> dict[str, str]:
     """The supervisor's environment. User values travel only inside
     OPENSHELL_USER_ENVIRONMENT, so they cannot steer the root supervisor."""
     env: dict[str, str] = {}
@@ -409,8 +464,9 @@ def sandbox_env(plan: Plan, settings: Settings, *, image_user: str) -> dict[str,
             names.ENV_MAIN_PROCESS: main_process_spec(plan),
             names.ENV_TELEMETRY: "true" if settings.telemetry_enabled else "false",
             names.ENV_IMAGE_USER: image_user,
-            names.ENV_UID: "",
-            names.ENV_GID: "",
+            names.ENV_UID: str(identity.uid) if identity else "",
+            names.ENV_GID: str(identity.gid) if identity else "",
+            names.ENV_CREDENTIAL_FILE: names.CREDENTIAL_PATH,
         }
     )
     if settings.tls_enabled:
@@ -419,10 +475,12 @@ def sandbox_env(plan: Plan, settings: Settings, *, image_user: str) -> dict[str,
         env[names.ENV_TLS_KEY] = f"{names.TLS_DIR}/tls.key"
     if plan.has_token:
         env[names.ENV_TOKEN_FILE] = names.TOKEN_PATH
+    if plan.has_launch:
+        env[names.ENV_LAUNCH_FILE] = names.LAUNCH_PATH
     return env
 
 
-def container_labels(plan: Plan) -> dict[str, str]:
+def container_labels(plan: Plan, instance: str = "", identity: Resolved | None = None) -> dict[str, str]:
     labels = dict(plan.labels)
     labels.update(
         {
@@ -434,12 +492,14 @@ def container_labels(plan: Plan) -> dict[str, str]:
             names.SANDBOX_WORKSPACE: plan.workspace,
             names.DRIVER_CONFIG_USED: "true" if plan.driver_config_used else "false",
             names.SPEC_HASH: plan.spec_hash,
+            names.INSTANCE: instance,
+            names.IDENTITY: identity_label(identity) if identity else "",
         }
     )
     return labels
 
 
-def intent_labels(plan: Plan) -> dict[str, str]:
+def intent_labels(plan: Plan, instance: str) -> dict[str, str]:
     """Labels of the workspace volume: the durable record of a create request."""
     return {
         names.OWNER: names.OWNER_VALUE,
@@ -447,6 +507,7 @@ def intent_labels(plan: Plan) -> dict[str, str]:
         names.SANDBOX_WORKSPACE: plan.workspace,
         names.SPEC_HASH: plan.spec_hash,
         names.HAS_TOKEN: "true" if plan.has_token else "false",
+        names.INSTANCE: instance,
         names.INTENT: plan.intent,
     }
 
@@ -480,41 +541,30 @@ def _idmap(entries: list[str]) -> list[dict[str, int]]:
     return out
 
 
-def container_spec(
-    plan: Plan,
-    settings: Settings,
-    *,
-    image_id: str,
-    image_user: str,
-    network: str,
-    supervisor_path: str,
-    secrets_dir: str,
-) -> dict[str, Any]:
+def _secret_mount(destination: str, source: str) -> dict[str, Any]:
+    """A root-only file: Podman's "U" chowns it to the container's root in every userns mode."""
+    return {"destination": destination, "type": "bind", "source": source, "options": ["bind", "ro", "U"]}
+
+
+def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str, Any]:
     """The libpod SpecGenerator for one sandbox container (V1 single-container layout)."""
+    secrets = prov.secrets_dir
     mounts: list[dict[str, Any]] = [
         {"destination": names.NETNS_DIR, "type": "tmpfs", "source": "tmpfs", "options": ["rw", "nosuid", "nodev"]},
-        {"destination": names.SUPERVISOR_BIN, "type": "bind", "source": supervisor_path, "options": ["bind", "ro"]},
+        {
+            "destination": names.SUPERVISOR_BIN,
+            "type": "bind",
+            "source": prov.supervisor_path,
+            "options": ["bind", "ro"],
+        },
+        _secret_mount(names.CREDENTIAL_PATH, f"{secrets}/driver.credential"),
     ]
-    # Per-sandbox copies, chowned by Podman ("U") to the container's root, so only it can read them.
     if plan.has_token:
-        mounts.append(
-            {
-                "destination": names.TOKEN_PATH,
-                "type": "bind",
-                "source": f"{secrets_dir}/sandbox.jwt",
-                "options": ["bind", "ro", "U"],
-            }
-        )
+        mounts.append(_secret_mount(names.TOKEN_PATH, f"{secrets}/sandbox.jwt"))
+    if plan.has_launch:
+        mounts.append(_secret_mount(names.LAUNCH_PATH, f"{secrets}/launch.json"))
     if settings.tls_enabled:
-        for fname in ("ca.crt", "tls.crt", "tls.key"):
-            mounts.append(
-                {
-                    "destination": f"{names.TLS_DIR}/{fname}",
-                    "type": "bind",
-                    "source": f"{secrets_dir}/{fname}",
-                    "options": ["bind", "ro", "U"],
-                }
-            )
+        mounts += [_secret_mount(f"{names.TLS_DIR}/{f}", f"{secrets}/{f}") for f in ("ca.crt", "tls.crt", "tls.key")]
     volumes: list[dict[str, Any]] = [{"Name": plan.volume_name, "Dest": names.WORKSPACE_PATH, "Options": ["rw"]}]
     for m in plan.mounts:
         if m.kind == "bind":
@@ -543,8 +593,8 @@ def container_spec(
     spec: dict[str, Any] = {
         "name": plan.container_name,
         "hostname": f"sandbox-{plan.name}"[:63],
-        "image": image_id,
-        "labels": container_labels(plan),
+        "image": prov.image_id,
+        "labels": container_labels(plan, prov.instance, prov.identity),
         "entrypoint": [names.SUPERVISOR_BIN],
         "command": ["--workdir", names.WORKSPACE_PATH],
         "user": "0:0",
@@ -552,11 +602,12 @@ def container_spec(
         "cap_drop": CAP_DROP,
         "no_new_privileges": True,
         "seccomp_profile_path": "unconfined",
-        "env": sandbox_env(plan, settings, image_user=image_user),
+        "env": sandbox_env(plan, settings, image_user=prov.image_user, identity=prov.identity),
+        "unsetenv": unsafe_image_env(prov.image_env),
         "mounts": mounts,
         "volumes": volumes,
         "netns": {"nsmode": "bridge"},
-        "Networks": {network: {}},
+        "Networks": {prov.network: {}},
         "hostadd": hostadd,
         "stop_timeout": settings.stop_timeout,
         "resource_limits": limits,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -122,6 +123,23 @@ def ready_from_state(
     return Condition("Unknown", "Unknown", f"Unknown container state: {status}", None)
 
 
+def resolved_identity(label: str) -> pb.ResolvedWorkloadIdentity | None:
+    """The identity podmand resolved at create, from the container's label."""
+    try:
+        doc = json.loads(label) if label else None
+        if not isinstance(doc, dict):
+            return None
+        return pb.ResolvedWorkloadIdentity(
+            uid=doc["uid"],
+            gid=doc["gid"],
+            supplementary_gids=doc["groups"],
+            source=doc["source"],
+            resource_digest=doc["digest"],
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def snapshot(
     labels: dict[str, str],
     *,
@@ -130,6 +148,7 @@ def snapshot(
     ready: Condition,
     stopped: bool = False,
     deleting: bool = False,
+    fence: pb.DriverFenceEvidence | None = None,
 ) -> pb.DriverSandbox:
     status = pb.DriverSandboxStatus(
         name=container_name,
@@ -137,6 +156,11 @@ def snapshot(
         deleting=deleting,
         conditions=[_condition(names.READY, ready)],
     )
+    identity = resolved_identity(labels.get(names.IDENTITY, ""))
+    if identity is not None:
+        status.resolved_identity.CopyFrom(identity)
+    if fence is not None:
+        status.fence_evidence.CopyFrom(fence)
     if stopped:
         status.conditions.append(
             _condition(names.SUSPENDED, Condition("True", "ContainerStopped", "Sandbox was stopped", ready.time))
@@ -150,7 +174,12 @@ def snapshot(
 
 
 def from_inspect(
-    info: ContainerInspect, *, health: str = "", stopped: bool = False, watching_since: int = 0
+    info: ContainerInspect,
+    *,
+    health: str = "",
+    stopped: bool = False,
+    watching_since: int = 0,
+    fence: pb.DriverFenceEvidence | None = None,
 ) -> pb.DriverSandbox:
     """``watching_since``: Unix time podmand began watching; exits before it are unwatched."""
     state = info.state
@@ -173,11 +202,18 @@ def from_inspect(
         ready=ready,
         stopped=stopped,
         deleting=state.status == "removing",
+        fence=fence,
     )
 
 
 def from_list_entry(
-    entry: ContainerListEntry, *, health: str = "", oom: bool = False, stopped: bool = False, watching_since: int = 0
+    entry: ContainerListEntry,
+    *,
+    health: str = "",
+    oom: bool = False,
+    stopped: bool = False,
+    watching_since: int = 0,
+    fence: pb.DriverFenceEvidence | None = None,
 ) -> pb.DriverSandbox:
     """``health`` and ``oom`` come from earlier inspects: the list endpoint lacks them."""
     stopped = stopped and entry.state in ("exited", "stopped", "stopping")
@@ -200,6 +236,7 @@ def from_list_entry(
         ready=ready,
         stopped=stopped,
         deleting=entry.state == "removing",
+        fence=fence,
     )
 
 

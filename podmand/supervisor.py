@@ -8,33 +8,13 @@ created-never-started container once per image ID and bind-mounted read-only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
-import itertools
-import os
-import tarfile
 from pathlib import Path
 
 from . import names
 from .errors import FailedPrecondition
 from .files import ensure_dir, write_atomic
-from .podman import PodmanClient, PodmanError, PodmanUnavailable
-
-_seq = itertools.count()
-
-
-def binary_from_tar(data: bytes) -> bytes:
-    """The first regular file of a tar archive."""
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            for member in tar:
-                if member.isfile():
-                    extracted = tar.extractfile(member)
-                    if extracted is not None:
-                        return extracted.read()
-    except tarfile.TarError as exc:
-        raise FailedPrecondition(f"failed to extract the supervisor binary from its tar: {exc}") from exc
-    raise FailedPrecondition("the supervisor image archive holds no regular file")
+from .imagefiles import read_image_files
+from .podman import PodmanClient, PodmanError
 
 
 class SupervisorCache:
@@ -52,25 +32,15 @@ class SupervisorCache:
         async with self._lock:
             if path.is_file() and path.stat().st_size > 0:
                 return path
-            temp = f"podmand-supervisor-extract-{os.getpid()}-{next(_seq)}"
-            spec = {
-                "name": temp,
-                "image": image_id,
-                "entrypoint": [names.SUPERVISOR_IN_IMAGE],
-                "command": [],
-                "labels": {names.OWNER: names.OWNER_VALUE},
-            }
             try:
-                await self.podman.create_container(spec)
-                data = await self.podman.archive(temp, names.SUPERVISOR_IN_IMAGE)
+                files = await read_image_files(self.podman, image_id, [names.SUPERVISOR_IN_IMAGE])
             except PodmanError as exc:
                 raise FailedPrecondition(
                     f"cannot read {names.SUPERVISOR_IN_IMAGE} from the supervisor image {image_id}: {exc.message}"
                 ) from exc
-            finally:
-                with contextlib.suppress(PodmanError, PodmanUnavailable):
-                    await self.podman.remove_container(temp, 0)
-            binary = binary_from_tar(data)
+            binary = files[names.SUPERVISOR_IN_IMAGE]
+            if not binary:
+                raise FailedPrecondition(f"the supervisor image {image_id} has no {names.SUPERVISOR_IN_IMAGE}")
             ensure_dir(self.root)
             ensure_dir(path.parent)
             write_atomic(path, binary, 0o755)

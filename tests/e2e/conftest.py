@@ -27,6 +27,7 @@ import pytest
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand._proto import extension_pb2 as ext
+from tests.jwt import make_token
 
 ROOT = Path(__file__).resolve().parents[2]
 PEX = Path(os.environ.get("PODMAND_PEX", ROOT / "dist" / "podmand.pex"))
@@ -64,7 +65,7 @@ def sandbox(
     name: str = "box",
     workspace: str = "ws",
     command: list[str] | None = None,
-    token: str = "",
+    token: str | bool = "",
     image: str = SANDBOX_IMAGE,
     **spec: Any,
 ) -> pb.DriverSandbox:
@@ -75,7 +76,7 @@ def sandbox(
         workspace=workspace,
         spec=pb.DriverSandboxSpec(
             command=command if command is not None else ["sleep", "600"],
-            sandbox_token=token,
+            sandbox_token=make_token(sandbox_id) if token is True else token or "",
             template=pb.DriverSandboxTemplate(image=image),
             **spec,
         ),

@@ -11,10 +11,9 @@ import podman
 import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
+from tests.jwt import make_token
 
 from .conftest import Podmand, containers_of, gateway_metadata, ready, run_in, sandbox, volumes_of, wait_until
-
-TOKEN = "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJzcGlmZmU6Ly9vcGVuc2hlbGwvc2FuZGJveC94In0.c2lnbmF0dXJlLXNlY3JldC14eXo"
 
 
 def test_capabilities_negotiate(driver: Podmand) -> None:
@@ -40,7 +39,7 @@ def test_capabilities_negotiate(driver: Podmand) -> None:
 def test_lifecycle_userns_auto(driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
     """create → Ready=True → stop → start → delete, with the token only for container root."""
     watch = driver.watch()
-    box = sandbox(token=TOKEN, environment={"GREETING": "hello"})
+    box = sandbox(token=True, environment={"GREETING": "hello"})
     cleanup.append(box.id)
     driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     snap = watch.wait_reason(box.id, "ContainerRunning")
@@ -62,12 +61,12 @@ def test_lifecycle_userns_auto(driver: Podmand, podman_client: podman.PodmanClie
     assert uid_map[0] == "0" and uid_map[1] != "0" and uid_map[2] == "1024", uid_map
 
     code, out, _ = run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"])
-    assert (code, out.strip()) == (0, TOKEN)
+    assert (code, out.strip()) == (0, box.spec.sandbox_token)
     code, out, err = run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"], user="1000")
     assert code != 0 and out == "" and "Permission denied" in err
     inspect_text = json.dumps(podman_client.containers.get(container_id).attrs)
-    assert TOKEN not in inspect_text
-    assert TOKEN not in driver.logs()
+    assert box.spec.sandbox_token not in inspect_text
+    assert box.spec.sandbox_token not in driver.logs()
     env = dict(e.split("=", 1) for e in attrs["Config"]["Env"])
     assert env["OPENSHELL_SANDBOX_TOKEN_FILE"] == "/etc/openshell/auth/sandbox.jwt"
     assert json.loads(env["OPENSHELL_USER_ENVIRONMENT"]) == {"GREETING": "hello"}
@@ -129,6 +128,8 @@ BAD = [
         "sandbox.spec.template.resources.memory_limit",
     ),
     (sandbox("sb-bad-token", token="two words"), "sandbox.spec.sandbox_token"),
+    (sandbox("sb-other-token", token=make_token("another-sandbox")), "sandbox.spec.sandbox_token"),
+    (sandbox("sb-old-token", token=make_token("sb-old-token", exp=1_600_000_000)), "sandbox.spec.sandbox_token"),
     (
         pb.DriverSandbox(
             id="sb-bad-gpu",
@@ -159,7 +160,8 @@ def test_invalid_argument_creates_nothing(
             call(request)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert (err.value.details() or "").startswith(field), err.value.details()
-        assert TOKEN not in (err.value.details() or "")
+        if box.spec.sandbox_token:
+            assert box.spec.sandbox_token not in (err.value.details() or "")
     assert {c.id for c in podman_client.containers.list(all=True)} == before
     assert {v.name for v in podman_client.volumes.list()} == before_volumes
     assert not (driver.state_dir / "sandboxes" / box.id).exists() if box.id else True
@@ -168,7 +170,7 @@ def test_invalid_argument_creates_nothing(
 def test_create_twice(driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
     """Same id and spec: OK; same id, other spec: ALREADY_EXISTS with the live one untouched."""
     watch = driver.watch()
-    box = sandbox(token=TOKEN)
+    box = sandbox(token=True)
     cleanup.append(box.id)
     driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
@@ -177,14 +179,14 @@ def test_create_twice(driver: Podmand, podman_client: podman.PodmanClient, clean
     other = pb.DriverSandbox()
     other.CopyFrom(box)
     other.spec.command[:] = ["sleep", "1"]
-    other.spec.sandbox_token = TOKEN[::-1]
+    other.spec.sandbox_token = make_token(box.id, jti="another")
     with pytest.raises(grpc.RpcError) as err:
         driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=other))
     assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
     driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     [same] = containers_of(podman_client, box.id)
     assert same.id == container.id and same.status == "running"
-    assert run_in(same, ["cat", "/etc/openshell/auth/sandbox.jwt"])[1].strip() == TOKEN
+    assert run_in(same, ["cat", "/etc/openshell/auth/sandbox.jwt"])[1].strip() == box.spec.sandbox_token
     assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
@@ -221,7 +223,7 @@ def test_out_of_band_removal_yields_deleted(
 ) -> None:
     """A container removed behind podmand's back: Deleted, after podmand's own leftovers are gone."""
     watch = driver.watch()
-    box = sandbox(token=TOKEN)
+    box = sandbox(token=True)
     cleanup.append(box.id)
     driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     watch.wait_reason(box.id, "ContainerRunning")
@@ -264,14 +266,14 @@ def test_token_root_only_in_other_userns_modes(
     """The token file is container-root-only whatever the user namespace mode."""
     daemon = make_podmand({"OPENSHELL_PODMAN_USERNS": userns})
     watch = daemon.watch()
-    box = sandbox(token=TOKEN)
+    box = sandbox(token=True)
     cleanup.append(box.id)
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     watch.wait_reason(box.id, "ContainerRunning")
     [container] = containers_of(podman_client, box.id)
-    assert run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"])[1].strip() == TOKEN
+    assert run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"])[1].strip() == box.spec.sandbox_token
     code, out, err = run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"], user="1000")
-    assert code != 0 and TOKEN not in out and "Permission denied" in err
+    assert code != 0 and box.spec.sandbox_token not in out and "Permission denied" in err
     assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
@@ -280,7 +282,7 @@ def test_rootful_userns_auto(make_podmand: Callable[..., Podmand], cleanup: list
     rootful = os.environ.get("PODMAN_ROOTFUL_SOCK", "/run/podman/podman.sock")
     daemon = make_podmand(user=None, socket=rootful)
     watch = daemon.watch()
-    box = sandbox(token=TOKEN)
+    box = sandbox(token=True)
     cleanup.append(box.id)
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     watch.wait_reason(box.id, "ContainerRunning")
@@ -288,7 +290,7 @@ def test_rootful_userns_auto(make_podmand: Callable[..., Podmand], cleanup: list
         [container] = containers_of(client, box.id)
         uid_map = run_in(container, ["cat", "/proc/1/uid_map"])[1].split()
         assert uid_map[1] != "0" and uid_map[2] == "1024", uid_map
-        assert run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"])[1].strip() == TOKEN
+        assert run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"])[1].strip() == box.spec.sandbox_token
         assert run_in(container, ["cat", "/etc/openshell/auth/sandbox.jwt"], user="1000")[0] != 0
         daemon.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id))
         daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id))
@@ -313,7 +315,7 @@ def test_pull_policy_never_names_missing_image(
 
 def test_workspace_rpcs_and_health(driver: Podmand, podman_client: podman.PodmanClient) -> None:
     """EnsureWorkspace makes the workspace network (idempotently), DeleteWorkspace removes it;
-    AuthenticateSandbox is not offered yet; the gRPC health service reports SERVING."""
+    a junk credential is UNAUTHENTICATED and never logged; the gRPC health service reports SERVING."""
     driver.stub.EnsureWorkspace(pb.EnsureWorkspaceRequest(workspace="wsx"))
     driver.stub.EnsureWorkspace(pb.EnsureWorkspaceRequest(workspace="wsx"))
     assert "openshell-wsx" in {n.name for n in podman_client.networks.list()}
@@ -324,7 +326,7 @@ def test_workspace_rpcs_and_health(driver: Podmand, podman_client: podman.Podman
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "workspace" in (err.value.details() or "")
     with pytest.raises(grpc.RpcError) as err:
         driver.stub.AuthenticateSandbox(pb.AuthenticateSandboxRequest(credential="secret-credential"))
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert "secret-credential" not in driver.logs()
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 

@@ -47,7 +47,7 @@ def test_restart_finishes_interrupted_create(
 ) -> None:
     """SIGKILL right after create: the next podmand reports the sandbox and finishes it, no orphans."""
     first = make_podmand()
-    box = sandbox(token="a.b.c")
+    box = sandbox(token=True)
     cleanup.append(box.id)
     first.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     first.stop(signal.SIGKILL)
@@ -63,7 +63,7 @@ def test_restart_finishes_interrupted_create(
     assert len(containers_of(podman_client, box.id)) == 1
     # An extractor container orphaned by the SIGKILL is garbage-collected.
     wait_until(lambda: not [c for c in podman_client.containers.list(all=True)
-                            if c.name.startswith("podmand-supervisor-extract")], what="no orphan extractor")
+                            if c.name.startswith("podmand-read-")], what="no orphan extractor")
     assert second.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
     assert containers_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []
 

@@ -169,7 +169,7 @@ def test_container_create_500_fails_the_sandbox_and_delete_cleans_up(
     """Create is asynchronous, so a libpod 500 surfaces as Ready=False on the watch;
     Delete must still remove the durable intent (the volume) and the secrets dir."""
     def create(req: Request) -> tuple[int, dict[str, str], Any]:
-        if req.json()["name"].startswith("podmand-supervisor-extract-"):
+        if req.json()["name"].startswith("podmand-read-"):
             return 201, {}, {"Id": "extract", "Warnings": []}
         return 500, {}, {"cause": "x", "message": "boom", "response": 500}
 
@@ -186,9 +186,10 @@ def test_container_create_500_fails_the_sandbox_and_delete_cleans_up(
         watch.cancel()
     assert (cond.status, cond.reason) == ("False", "ContainerCreateFailed")
     assert "boom" in cond.message
-    # The supervisor was extracted first, then the sandbox container create failed.
-    assert fake.count(r"GET .*/containers/podmand-supervisor-extract-[^/]+/archive\?path=/openshell-sandbox") == 1
-    assert fake.count(r"POST .*/containers/create") == 2
+    # Two image readers (account files, supervisor binary), then the sandbox container create failed.
+    assert fake.count(r"GET .*/containers/podmand-read-[^/]+/archive\?path=/openshell-sandbox") == 1
+    assert fake.count(r"GET .*/containers/podmand-read-[^/]+/archive\?path=/etc/passwd") == 1
+    assert fake.count(r"POST .*/containers/create") == 3
     sandbox_dir = d.state / "sandboxes" / "sb1"
     assert sandbox_dir.is_dir()
     get = d.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id="sb1"), timeout=5)
@@ -230,7 +231,8 @@ def test_create_returns_while_the_pull_is_blocked(fake: FakeLibpod, launch: Call
     assert got.id == "sb1" and got.workspace == "ws"
     listed = d.stub.ListSandboxes(pb.ListSandboxesRequest(), timeout=5).sandboxes
     assert [s.id for s in listed] == ["sb1"]
-    assert fake.count(r"POST .*/containers/create") == 0
+    # Only the image reader that resolved the workload identity; no sandbox container.
+    assert fake.count(r"POST .*/containers/create") == fake.count(r"GET .*/containers/podmand-read-.*/etc/passwd")
 
 
 @pytest.mark.parametrize("how", [

@@ -13,8 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from tests.fakes.libpod import FakeLibpod, Feed, Hang, Request, Stream

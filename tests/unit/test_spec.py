@@ -12,8 +12,10 @@ from podmand import names, spec
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.errors import FailedPrecondition, InvalidArgument
+from podmand.identity import Resolved
+from tests.jwt import make_token
 
-TOKEN = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJzYngifQ.c2lnbmF0dXJl"
+TOKEN = make_token("abc123")
 SECRETS_DIR = "/var/lib/podmand/secrets/abc123"
 
 
@@ -22,9 +24,14 @@ def make_sandbox(**spec_fields: Any) -> pb.DriverSandbox:
     return pb.DriverSandbox(id="abc123", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(**spec_fields))
 
 
-def build(plan: spec.Plan, settings: Settings) -> dict[str, Any]:
-    return spec.container_spec(plan, settings, image_id="sha256:feed", image_user="", network="openshell-ws",
-                               supervisor_path="/cache/openshell-sandbox", secrets_dir=SECRETS_DIR)
+IDENTITY = Resolved(uid=1000, gid=1000, supplementary=(1001,), source="image", digest="sha256:feed")
+
+
+def build(plan: spec.Plan, settings: Settings, image_env: tuple[str, ...] = ()) -> dict[str, Any]:
+    prov = spec.Provision(image_id="sha256:feed", image_user="", image_env=image_env, network="openshell-ws",
+                          supervisor_path="/cache/openshell-sandbox", secrets_dir=SECRETS_DIR, instance="inst1",
+                          identity=IDENTITY)
+    return spec.container_spec(plan, settings, prov)
 
 
 def with_driver_config(cfg: dict[str, Any]) -> pb.DriverSandbox:
@@ -361,8 +368,8 @@ def test_intent_ignores_secrets_but_not_content() -> None:
     plan_a = spec.validate(make_sandbox(command=["a"], sandbox_token=TOKEN), Settings())
     plan_b = spec.validate(make_sandbox(command=["a"], sandbox_token=TOKEN + "x"), Settings())
     assert plan_a.spec_hash == plan_b.spec_hash == base[0]
-    assert spec.intent_labels(plan_a)[names.INTENT] == base[1]
-    assert spec.intent_labels(plan_a)[names.HAS_TOKEN] == "true"
+    assert spec.intent_labels(plan_a, "inst1")[names.INTENT] == base[1]
+    assert spec.intent_labels(plan_a, "inst1")[names.HAS_TOKEN] == "true"
 
 
 # ---------------------------------------------------------------- container_spec
