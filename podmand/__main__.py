@@ -1,12 +1,16 @@
-"""Command line: ``podmand serve [options]``."""
+"""Command line: ``podmand serve | ctl | doctor | health``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import sys
 
 from . import __version__, config
+
+# Subcommands living in their own modules: each has add_parser(subparsers) and run(args) -> int.
+TOOLS = ("ctl", "doctor", "health")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -19,37 +23,40 @@ def parser() -> argparse.ArgumentParser:
         description="Serve openshell.compute.v1.ComputeDriver on a Unix socket.",
     )
     config.add_arguments(serve)
+    for name in TOOLS:
+        importlib.import_module(f"podmand.{name}").add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     command = args.__dict__.pop("command")
+    if command in TOOLS:
+        result: int = importlib.import_module(f"podmand.{command}").run(args)
+        return result
     try:
         settings = config.load(args)
     except config.ConfigError as exc:
         print(f"podmand: {exc}", file=sys.stderr)
         return 2
-    if command == "serve":
-        from .discovery import NoPodmanSocket
-        from .podman import PodmanError, PodmanUnavailable
-        from .server import SocketError, serve
+    from .discovery import NoPodmanSocket
+    from .podman import PodmanError, PodmanUnavailable
+    from .server import SocketError, StateDirError, serve
 
-        try:
-            return asyncio.run(serve(settings))
-        except config.ConfigError as exc:
-            print(f"podmand: {exc}", file=sys.stderr)
-            return 2
-        except (NoPodmanSocket, SocketError) as exc:
-            print(f"podmand: {exc}", file=sys.stderr)
-            return 1
-        except (PodmanError, PodmanUnavailable) as exc:
-            print(f"podmand: Podman failed during start-up: {exc}", file=sys.stderr)
-            return 1
-        except TimeoutError:
-            print("podmand: Podman's event stream did not connect within 10 s", file=sys.stderr)
-            return 1
-    return 2  # pragma: no cover - argparse enforces the choices
+    try:
+        return asyncio.run(serve(settings))
+    except config.ConfigError as exc:
+        print(f"podmand: {exc}", file=sys.stderr)
+        return 2
+    except (NoPodmanSocket, SocketError, StateDirError) as exc:
+        print(f"podmand: {exc}", file=sys.stderr)
+        return 1
+    except (PodmanError, PodmanUnavailable) as exc:
+        print(f"podmand: Podman failed during start-up: {exc}", file=sys.stderr)
+        return 1
+    except TimeoutError:
+        print("podmand: Podman's event stream did not connect within 10 s", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

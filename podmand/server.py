@@ -37,6 +37,10 @@ class SocketError(Exception):
     """The driver socket path cannot be used safely."""
 
 
+class StateDirError(Exception):
+    """Podman cannot see the state directory at the path podmand uses."""
+
+
 def prepare_socket(path: str) -> None:
     """Make the parent 0700 and ours; clear a stale socket of ours, refuse anything else."""
     parent = Path(path).parent
