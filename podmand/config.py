@@ -56,6 +56,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     telemetry_enabled: bool = True
     state_dir: str = ""
     log_level: str = "info"
+    log_format: Literal["human", "json"] = "human"
     require_launch_auth: bool = False
     resync_interval: float = 30.0
     gc_grace: float = 300.0
@@ -171,6 +172,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("state_dir", "PODMAND_STATE_DIR", "--state-dir", "directory for token files and the supervisor cache"),
     Option("log_level", "OPENSHELL_LOG_LEVEL", "--log-level", "debug, info, warning or error"),
+    Option("log_format", "PODMAND_LOG_FORMAT", "--log-format", "human or json (one JSON object per line)"),
     Option(
         "require_launch_auth",
         "PODMAND_REQUIRE_LAUNCH_AUTHENTICATION",

@@ -105,6 +105,7 @@ class Driver:
     def __init__(self, settings: Settings, podman: PodmanClient, state_dir: Path) -> None:
         self.settings = settings
         self.podman = podman
+        self.state_dir = state_dir
         self.files = SandboxFiles(state_dir)
         self.supervisor = SupervisorCache(podman, state_dir)
         self.signer = CredentialSigner(state_dir / "credential.key")
@@ -307,7 +308,7 @@ class Driver:
                     bundle = tokens.decode_launch_authentication(sandbox.spec.launch_authentication, "launch")
                     self.files.write(plan.sandbox_id, "launch.json", tokens.supervisor_file(bundle))
                 self._new_generation(plan.sandbox_id, instance, plan.generation)
-                await self.podman.create_volume(plan.volume_name, intent_labels(plan, instance))
+                await self.podman.create_volume(plan.volume_name, intent_labels(plan, instance, str(self.state_dir)))
             except BaseException:
                 self.files.remove(plan.sandbox_id)
                 raise
@@ -484,6 +485,8 @@ class Driver:
             sandbox_id = labels.get(names.SANDBOX_ID, "")
             if not sandbox_id or sandbox_id in have or sandbox_id in self._pending or names.INTENT not in labels:
                 continue
+            if labels.get(names.STATE_DIR, str(self.state_dir)) != str(self.state_dir):
+                continue  # recorded by another podmand sharing this Podman: its to finish
             try:
                 plan = validate(decode_intent(labels[names.INTENT]), self.settings, recorded=True)
             except (DriverError, ValueError) as exc:

@@ -19,6 +19,7 @@ OWNER_VALUE = "podmand"
 SPEC_HASH = "io.podmand.spec-hash"
 INTENT = "io.podmand.intent"
 HAS_TOKEN = "io.podmand.has-token"
+STATE_DIR = "io.podmand.state-dir"  # which podmand (by its state directory) recorded an intent
 INSTANCE = "io.podmand.instance"  # the stable half of the runtime identity
 IDENTITY = "io.podmand.identity"  # resolved workload identity (JSON, no secrets)
 

@@ -467,6 +467,11 @@ class PodmanClient:
     async def archive(self, name: str, path: str) -> bytes:
         return (await self.call("GET", f"/containers/{quote(name)}/archive", query={"path": path})).body
 
+    async def list_images(self) -> list[str]:
+        """IDs of the local images."""
+        resp = await self.call("GET", "/images/json")
+        return [str(item["Id"]) for item in msgspec.json.decode(resp.body) or []]
+
     async def inspect_image(self, ref: str) -> ImageInspect:
         resp = await self.call("GET", f"/images/{quote(ref)}/json")
         return msgspec.json.decode(resp.body, type=ImageInspect)

@@ -18,12 +18,14 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
-from . import __version__
+from . import __version__, logs
 from ._proto import compute_driver_pb2_grpc
 from .config import ConfigError, Settings, default_socket, default_state_dir
 from .discovery import discover
 from .driver import Driver
+from .hostpaths import state_dir_problem
 from .negotiation import capabilities
 from .podman import PodmanClient
 from .servicer import ComputeDriverServicer
@@ -66,14 +68,6 @@ def prepare_socket(path: str) -> None:
     raise SocketError(f"another process is already serving on {path}")
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper().replace("WARN", "WARNING").replace("WARNINGING", "WARNING")),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("grpc").setLevel(logging.WARNING)
-
-
 def _dump_tasks() -> None:
     """SIGUSR1: log every asyncio task's stack, for diagnosing a stuck daemon."""
     for task in asyncio.all_tasks():
@@ -83,7 +77,7 @@ def _dump_tasks() -> None:
 
 
 async def serve(settings: Settings) -> int:
-    _setup_logging(settings.log_level)
+    logs.setup(settings.log_level, settings.log_format)
     podman_path = await discover(settings.podman_socket, settings.podman_wait)
     podman = PodmanClient(podman_path)
     info = await podman.info()
@@ -91,8 +85,16 @@ async def serve(settings: Settings) -> int:
     if settings.userns_base == "keep-id" and not rootless:
         raise ConfigError("invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman")
     state_dir = Path(settings.state_dir or default_state_dir())
-    driver = Driver(settings, podman, state_dir)
-    driver.files.setup()
+    try:
+        driver = Driver(settings, podman, state_dir)
+        driver.files.setup()
+    except OSError as exc:
+        await podman.close()
+        raise StateDirError(f"state directory {state_dir} is not usable: {exc.strerror}: {exc.filename}") from exc
+    problem = await state_dir_problem(podman, state_dir)
+    if problem:
+        await podman.close()
+        raise StateDirError(problem)
     hub = Hub(podman, driver, buffer=settings.watch_buffer, resync=settings.resync_interval)
     stop = asyncio.Event()
     enforced = not (rootless and info.host.cgroupVersion == "v1")
@@ -102,6 +104,8 @@ async def serve(settings: Settings) -> int:
     compute_driver_pb2_grpc.add_ComputeDriverServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    # Reflection lets operators poke the driver with grpcurl without the protos.
+    reflection.enable_server_reflection((SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     socket_path = settings.socket.removeprefix("unix://") or default_socket()
     prepare_socket(socket_path)
     old_umask = os.umask(0o177)

@@ -499,7 +499,7 @@ def container_labels(plan: Plan, instance: str = "", identity: Resolved | None =
     return labels
 
 
-def intent_labels(plan: Plan, instance: str) -> dict[str, str]:
+def intent_labels(plan: Plan, instance: str, state_dir: str = "") -> dict[str, str]:
     """Labels of the workspace volume: the durable record of a create request."""
     return {
         names.OWNER: names.OWNER_VALUE,
@@ -508,6 +508,7 @@ def intent_labels(plan: Plan, instance: str) -> dict[str, str]:
         names.SPEC_HASH: plan.spec_hash,
         names.HAS_TOKEN: "true" if plan.has_token else "false",
         names.INSTANCE: instance,
+        names.STATE_DIR: state_dir,
         names.INTENT: plan.intent,
     }
 

@@ -1,0 +1,58 @@
+"""Logging: human lines by default, JSON lines for machines, secrets redacted.
+
+Secrets should never reach a log call in the first place; the redaction
+filter is the second line of defence, for text podmand does not control
+(Podman's error messages, exceptions)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+
+# JWTs (gateway tokens) and podmand's own credentials, wherever they appear.
+_SECRET = re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*|pdc1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+REDACTED = "[REDACTED]"
+
+
+def redact(text: str) -> str:
+    return _SECRET.sub(REDACTED, text)
+
+
+class RedactingFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact(message)
+        if clean != message or record.args:
+            record.msg, record.args = clean, None
+        if record.exc_info and record.exc_info[1] is not None:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_text:
+            doc["exception"] = record.exc_text
+        return json.dumps(doc, separators=(",", ":"))
+
+
+def setup(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler()
+    handler.addFilter(RedactingFilter())
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING if level.lower() == "warn" else level.upper())
+    logging.getLogger("grpc").setLevel(logging.WARNING)

@@ -1,0 +1,259 @@
+"""Unit tests for podmand.doctor: the decisions, from injected facts, and the output."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import msgspec
+
+from podmand import doctor
+from podmand.discovery import Attempt
+from podmand.doctor import (
+    Check,
+    DriverSocketFact,
+    ImageFact,
+    PodmanInfo,
+    StateDirFact,
+    check_cgroups,
+    check_driver_socket,
+    check_images,
+    check_socket,
+    check_state_dir,
+    check_storage,
+    check_subids,
+    check_tun,
+    check_version,
+    parse_subids,
+)
+
+
+def test_no_subuid_range_fails_naming_usermod_and_migrate() -> None:
+    c = check_subids("alice", True, 0, 0, "auto")
+    assert c.status == "FAIL"
+    assert "userns=auto needs them" in c.finding
+    assert "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 alice" in c.fix
+    assert "podman system migrate" in c.fix
+
+
+def test_missing_subgids_alone_fails() -> None:
+    assert check_subids("alice", True, 65536, 0, "auto").status == "FAIL"
+
+
+def test_262144_subuids_fit_256_default_sandboxes() -> None:
+    c = check_subids("podmand", True, 262144, 262144, "auto")
+    assert c.status == "OK"
+    assert "room for 256 userns=auto sandboxes" in c.finding
+
+
+def test_userns_size_setting_is_honoured() -> None:
+    c = check_subids("podmand", True, 262144, 262144, "auto:size=2048,uidmapping=0:1:1")
+    assert "room for 128 userns=auto sandboxes (2048 IDs each" in c.finding
+
+
+def test_fewer_ids_than_one_sandbox_fails() -> None:
+    c = check_subids("bob", True, 500, 500, "auto")
+    assert c.status == "FAIL"
+    assert "fewer than the 1024" in c.finding
+
+
+def test_podman_view_wins_over_this_machines_files() -> None:
+    """In a sidecar /etc/subuid is the container's; Podman's /info mapping is the host's truth."""
+    c = check_subids("podmand", True, 0, 0, "auto", podman_mapped=65536)
+    assert c.status == "OK"
+    assert "room for 64" in c.finding
+    assert "not the host's" in c.finding
+
+
+def test_rootful_auto_needs_the_containers_range() -> None:
+    assert check_subids("containers", False, 0, 0, "auto").status == "FAIL"
+    assert "containers:2147483647:2147483648" in check_subids("containers", False, 0, 0, "auto").fix
+    assert check_subids("containers", False, 0, 0, "host").status == "OK"
+    big = check_subids("containers", False, 2147483648, 2147483648, "auto")
+    assert big.status == "OK" and "room for 2097152" in big.finding
+
+
+def test_parse_subids_by_name_or_uid_sums_ranges() -> None:
+    text = "podmand:100000:65536\n1001:165536:196608\nother:1:5\nbroken line\npodmand:x:y\n"
+    assert parse_subids(text, "podmand", 1001) == 262144
+    assert parse_subids(text, "podmand", None) == 65536
+    assert parse_subids(text, "nobody", 4242) == 0
+
+
+def test_mapped_subids_from_info() -> None:
+    body = {
+        "host": {
+            "security": {"rootless": True},
+            "idMappings": {
+                "uidmap": [
+                    {"container_id": 0, "host_id": 1001, "size": 1},
+                    {"container_id": 1, "host_id": 1, "size": 9},
+                ],
+                "gidmap": [
+                    {"container_id": 0, "host_id": 1001, "size": 1},
+                    {"container_id": 1, "host_id": 1, "size": 7},
+                ],
+            },
+        }
+    }
+    info = msgspec.json.decode(msgspec.json.encode(body), type=PodmanInfo)
+    assert info.mapped_subids() == 7
+    rootful = msgspec.json.decode(b'{"host": {"idMappings": {"uidmap": null, "gidmap": null}}}', type=PodmanInfo)
+    assert rootful.mapped_subids() is None
+
+
+def test_tun_not_writable_fails_naming_chmod() -> None:
+    c = check_tun(True, False, rootless=True)
+    assert c.status == "FAIL"
+    assert "chmod 0666 /dev/net/tun" in c.fix
+    missing = check_tun(False, False, rootless=True)
+    assert missing.status == "FAIL" and "modprobe tun" in missing.fix
+    assert check_tun(True, True, rootless=True).status == "OK"
+    assert check_tun(False, False, rootless=False).status == "OK"
+
+
+def test_vfs_warns_naming_storage_conf() -> None:
+    c = check_storage("vfs", "/home/u/.local/share/containers/storage")
+    assert c.status == "WARN"
+    assert "~/.config/containers/storage.conf" in c.fix
+    assert 'driver = "overlay"' in c.fix
+    assert "podman system reset" in c.fix
+    assert check_storage("overlay").status == "OK"
+
+
+def test_cgroup_v1_rootless_warns_with_switch() -> None:
+    c = check_cgroups("v1", True, None, "")
+    assert c.status == "WARN"
+    assert "not enforced" in c.finding
+    assert "systemd.unified_cgroup_hierarchy=1" in c.fix
+    assert check_cgroups("v1", False, None, "").status == "OK"
+
+
+def test_cgroup_v2_delegation() -> None:
+    missing = check_cgroups("v2", True, ["cpuset", "io", "memory"], "/sys/x/cgroup.controllers")
+    assert missing.status == "WARN"
+    assert "cpu, pids not delegated" in missing.finding
+    assert "Delegate=cpu cpuset io memory pids" in missing.fix
+    assert check_cgroups("v2", True, ["cpuset", "cpu", "io", "memory", "pids"], "x").status == "OK"
+    assert check_cgroups("v2", True, None, "").status == "WARN"
+
+
+def test_version_thresholds() -> None:
+    assert check_version("4.2.0", True).status == "WARN"
+    old = check_version("3.4.4", False)
+    assert old.status == "WARN" and "rootful" in old.finding
+    v431 = check_version("4.3.1", True)
+    assert v431.status == "OK" and "rootless" in v431.finding and "4.3 quirks handled" in v431.finding
+    assert check_version("5.2.0-dev", True).status == "OK"
+    assert check_version("garbage", True).status == "WARN"
+
+
+def test_missing_socket_fails_listing_every_path() -> None:
+    attempts = [
+        Attempt("/run/user/1000/podman/podman.sock", "does not exist"),
+        Attempt("/run/podman/podman.sock", "permission denied (connect)"),
+    ]
+    c = check_socket(attempts)
+    assert c.status == "FAIL"
+    assert "/run/user/1000/podman/podman.sock: does not exist" in c.finding
+    assert "/run/podman/podman.sock: permission denied (connect)" in c.finding
+    assert "podman system service" in c.fix and "OPENSHELL_PODMAN_SOCKET" in c.fix
+
+
+def test_socket_ok_names_only_paths_tried_before_it() -> None:
+    c = check_socket([Attempt("/a", "does not exist"), Attempt("/b", ""), Attempt("/c", "does not exist")])
+    assert c.status == "OK"
+    assert c.finding == "/b answers (tried first: /a: does not exist)"
+
+
+def test_images_missing_warn_with_pull_hint() -> None:
+    c = check_images([ImageFact("supervisor", "ghcr.io/x/sup:1", False), ImageFact("sandbox", "localhost/sb:1", True)])
+    assert c.status == "WARN"
+    assert "podman pull ghcr.io/x/sup:1" in c.fix
+    assert "localhost/sb:1" not in c.fix
+    local = check_images([ImageFact("sandbox", "localhost/sb:1", False)])
+    assert "cannot be pulled" in local.fix
+    assert check_images([ImageFact("sandbox", "a:1", True)]).status == "OK"
+
+
+def test_state_dir_invisible_to_podman_fails_with_same_path_fix() -> None:
+    err = "statfs /srv/state/.doctor-probe-abc: no such file or directory"
+    c = check_state_dir(StateDirFact("/srv/state", image="img", create_error=err))
+    assert c.status == "FAIL"
+    assert "mount the state directory at the same path in the sidecar and on the host" in c.fix
+    other = check_state_dir(StateDirFact("/srv/state", image="img", create_error="image not known"))
+    assert other.status == "WARN"
+
+
+def test_state_dir_outcomes() -> None:
+    assert check_state_dir(StateDirFact("/s", problem="not writable by this user: x")).status == "FAIL"
+    assert check_state_dir(StateDirFact("/s", image="")).status == "WARN"
+    assert check_state_dir(StateDirFact("/s", podman=False)).status == "WARN"
+    good = check_state_dir(StateDirFact("/s", created=True, image="img"))
+    assert good.status == "OK" and "(created)" in good.finding
+
+
+def test_driver_socket_decisions() -> None:
+    long_path = "/tmp/" + "x" * 110 + "/d.sock"
+    assert check_driver_socket(DriverSocketFact(long_path)).status == "FAIL"
+    assert check_driver_socket(DriverSocketFact("/r/d.sock", parent_problem="owned by uid 0")).status == "FAIL"
+    assert check_driver_socket(DriverSocketFact("/r/d.sock", occupant="not a socket")).status == "FAIL"
+    assert check_driver_socket(DriverSocketFact("/r/d.sock", occupant="listening")).status == "WARN"
+    assert check_driver_socket(DriverSocketFact("/r/d.sock", occupant="stale")).status == "OK"
+    assert check_driver_socket(DriverSocketFact("/r/d.sock")).status == "OK"
+
+
+def test_driver_socket_facts_sees_a_listener_and_a_stale_socket(tmp_path: Path) -> None:
+    path = tmp_path / "d.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    try:
+        assert doctor.driver_socket_facts(str(path)).occupant == "listening"
+    finally:
+        server.close()
+    assert doctor.driver_socket_facts(str(path)).occupant == "stale"
+    assert doctor.driver_socket_facts(str(path.parent / "new" / "d.sock")).parent_problem == ""
+
+
+CHECKS = [
+    Check("podman socket", "OK", "/s answers"),
+    Check("tun", "FAIL", "/dev/net/tun is not readable and writable", "chmod 0666 /dev/net/tun"),
+    Check("storage", "WARN", "storage driver vfs", "write ~/.config/containers/storage.conf"),
+]
+
+
+def test_human_output_lists_each_check_and_every_fix() -> None:
+    out = doctor.render(CHECKS)
+    assert out.splitlines() == [
+        "OK    podman socket: /s answers",
+        "FAIL  tun: /dev/net/tun is not readable and writable",
+        "      fix: chmod 0666 /dev/net/tun",
+        "WARN  storage: storage driver vfs",
+        "      fix: write ~/.config/containers/storage.conf",
+    ]
+
+
+def test_json_output_has_every_field_and_fix() -> None:
+    data = json.loads(doctor.render_json(CHECKS))
+    assert data == [
+        {"name": "podman socket", "status": "OK", "finding": "/s answers", "fix": ""},
+        {
+            "name": "tun",
+            "status": "FAIL",
+            "finding": "/dev/net/tun is not readable and writable",
+            "fix": "chmod 0666 /dev/net/tun",
+        },
+        {
+            "name": "storage",
+            "status": "WARN",
+            "finding": "storage driver vfs",
+            "fix": "write ~/.config/containers/storage.conf",
+        },
+    ]
+
+
+def test_exit_code_is_1_only_on_fail() -> None:
+    assert doctor.exit_code(CHECKS) == 1
+    assert doctor.exit_code([c for c in CHECKS if c.status != "FAIL"]) == 0
