@@ -178,6 +178,8 @@ class FakeLibpod:
                                                        tar_with("openshell-sandbox", b"#!/bin/true\n")))
         self.route("GET", "/images/.+/json", (200, {}, {"Id": "sha256:img", "Config": {"User": ""}}))
         self.route("POST", "/images/pull", self._pull)
+        # No local images: podmand skips its start-up state-dir visibility probe.
+        self.route("GET", "/images/json", (200, {}, []))
         self.route("GET", "/events", lambda _req: Stream(self.events))
         self.route("GET", "/volumes/json", lambda _req: (200, {}, list(self.volumes.values())))
         self.route("POST", "/volumes/create", self._create_volume)
