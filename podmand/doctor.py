@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import pwd
 import re
@@ -22,7 +21,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from . import config
+from . import config, hostpaths
 from .discovery import Attempt, candidates, probe
 from .podman import PodmanClient, PodmanError, PodmanUnavailable, quote
 
@@ -30,7 +29,6 @@ Status = Literal["OK", "WARN", "FAIL"]
 AUTO_SIZE = 1024  # podman's default --userns=auto size
 TUN = "/dev/net/tun"
 SUN_PATH_MAX = 108  # sizeof(sockaddr_un.sun_path), NUL included
-PROBE_LABEL = "io.podmand.doctor"
 MIN_VERSION = (4, 3)
 
 
@@ -333,6 +331,7 @@ class StateDirFact:
     podman: bool = True  # a Podman API answered, so visibility could be checked
     image: str = ""  # image of the probe container ("" when no usable image is local)
     create_error: str | None = None  # None: the probe container was created
+    hidden: bool = False  # the create error says Podman cannot find the probe file at its path
 
 
 def check_state_dir(fact: StateDirFact) -> Check:
@@ -355,12 +354,12 @@ def check_state_dir(fact: StateDirFact) -> Check:
             "pull or load the sandbox or supervisor image (see 'images'), then run doctor again",
         )
     if fact.create_error is not None:
-        if path in fact.create_error:
+        if fact.hidden:
             return fail(
                 name,
                 f"Podman cannot see {path}: creating a container bind-mounting a file in it failed: "
                 f"{fact.create_error}",
-                "mount the state directory at the same path in the sidecar and on the host",
+                hostpaths.fix(Path(path)),
             )
         return warn(
             name,
@@ -489,18 +488,8 @@ async def image_facts(client: PodmanClient, roles: list[tuple[str, str]]) -> lis
     return out
 
 
-async def any_image(client: PodmanClient) -> str:
-    """The ID of some local image, for the probe container when neither configured one is present."""
-    try:
-        resp = await client.call("GET", "/images/json")
-        items = msgspec.json.decode(resp.body, type=list[dict[str, Any]] | None) or []
-    except (PodmanError, PodmanUnavailable, msgspec.DecodeError):
-        return ""
-    return next((str(i["Id"]) for i in items if i.get("Id")), "")
-
-
 async def state_dir_facts(client: PodmanClient | None, path: str, image: str) -> StateDirFact:
-    """Create a probe file, then a never-started container bind-mounting it; always remove both."""
+    """Is the directory usable by this user, and does Podman see it at the same path (hostpaths.probe)?"""
     state = Path(path)
     created = not state.exists()
     try:
@@ -515,32 +504,13 @@ async def state_dir_facts(client: PodmanClient | None, path: str, image: str) ->
         os.close(os.open(probe_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as exc:
         return StateDirFact(path, problem=f"not writable by this user: {exc.strerror or exc}", created=created)
-    try:
-        if client is None:
-            return StateDirFact(path, created=created, podman=False)
-        if not image:
-            return StateDirFact(path, created=created)
-        name = f"podmand-doctor-{token}"
-        spec: dict[str, Any] = {
-            "name": name,
-            "image": image,
-            "command": ["true"],
-            "labels": {PROBE_LABEL: "probe"},
-            "netns": {"nsmode": "none"},
-            "mounts": [
-                {"destination": "/probe", "type": "bind", "source": str(probe_file), "options": ["rbind", "ro"]}
-            ],
-        }
-        try:
-            await client.create_container(spec)
-        except PodmanError as exc:
-            return StateDirFact(path, created=created, image=image, create_error=exc.message)
-        finally:
-            with contextlib.suppress(PodmanError, PodmanUnavailable):
-                await client.remove_container(name, 0)
-        return StateDirFact(path, created=created, image=image)
-    finally:
-        probe_file.unlink(missing_ok=True)
+    probe_file.unlink(missing_ok=True)
+    if client is None:
+        return StateDirFact(path, created=created, podman=False)
+    seen = await hostpaths.probe(client, state, image)
+    if not seen.image:
+        return StateDirFact(path, created=created)
+    return StateDirFact(path, created=created, image=seen.image, create_error=seen.error, hidden=seen.hidden)
 
 
 async def diagnose(settings: config.Settings) -> list[Check]:
@@ -585,7 +555,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
                 roles = roles[:1]
             images = await image_facts(client, roles)
             checks.append(check_images(images))
-            probe_image = next((i.ref for i in images if i.present), "") or await any_image(client)
+            probe_image = next((i.ref for i in images if i.present), "")
         else:
             checks.append(not_checked("images", why))
         usable = client if info is not None else None

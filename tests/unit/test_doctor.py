@@ -178,10 +178,10 @@ def test_images_missing_warn_with_pull_hint() -> None:
 
 
 def test_state_dir_invisible_to_podman_fails_with_same_path_fix() -> None:
-    err = "statfs /srv/state/.doctor-probe-abc: no such file or directory"
-    c = check_state_dir(StateDirFact("/srv/state", image="img", create_error=err))
+    err = "statfs /srv/state/.visible-abc: no such file or directory"
+    c = check_state_dir(StateDirFact("/srv/state", image="img", create_error=err, hidden=True))
     assert c.status == "FAIL"
-    assert "mount the state directory at the same path in the sidecar and on the host" in c.fix
+    assert "mount the host directory at the identical path" in c.fix and "PODMAND_STATE_DIR=/srv/state" in c.fix
     other = check_state_dir(StateDirFact("/srv/state", image="img", create_error="image not known"))
     assert other.status == "WARN"
 
