@@ -8,21 +8,23 @@
 # boots through /bin/sh (--venv --sh-boot measured fastest), and is reproducible:
 # the same checkout and pinned versions give the same bytes.
 #   ARCHES="x86_64"  ./build_pex.sh    # build fewer architectures
+#   DIST=/tmp/out    ./build_pex.sh    # write somewhere else than dist/
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"
 ARCHES="${ARCHES:-x86_64 aarch64}"
+DIST="${DIST:-dist}"
 PYVERS="311 312 313"
 VERSION=$("$PYTHON" -c 'import re,pathlib; print(re.search(r"__version__ = \"(.+)\"", pathlib.Path("podmand/__init__.py").read_text()).group(1))')
 # Reproducible: fixed timestamps (the last commit's, else a constant) and hash seed.
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 1767225600)}"
 export PYTHONHASHSEED=0
-mkdir -p dist
+mkdir -p "$DIST"
 built=()
 for arch in $ARCHES; do
   platforms=()
   for v in $PYVERS; do platforms+=(--platform "manylinux2014_${arch}-cp-${v}-cp${v}"); done
-  out="dist/podmand-${VERSION}-${arch}.pex"
+  out="$DIST/podmand-${VERSION}-${arch}.pex"
   "$PYTHON" -m pex . \
     grpcio==1.85.3 grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1 protobuf==7.36.2 msgspec==0.23.0 \
     "${platforms[@]}" \
@@ -34,11 +36,11 @@ for arch in $ARCHES; do
   size=$(stat -c %s "$out")
   [ "$size" -le $((30 * 1024 * 1024)) ] || { echo "$out is $size bytes, over 30 MB" >&2; exit 1; }
 done
-(cd dist && sha256sum "${built[@]}" > SHA256SUMS)
-host="dist/podmand-${VERSION}-$(uname -m).pex"
+(cd "$DIST" && sha256sum "${built[@]}" > SHA256SUMS)
+host="$DIST/podmand-${VERSION}-$(uname -m).pex"
 if [ -f "$host" ]; then
-  cp "$host" dist/podmand.pex
+  cp "$host" "$DIST/podmand.pex"
   # It must start with nothing from the build environment.
-  env -i PATH=/usr/local/bin:/usr/bin:/bin PEX_ROOT="$(mktemp -d)" ./dist/podmand.pex serve --help >/dev/null
+  env -i PATH=/usr/local/bin:/usr/bin:/bin PEX_ROOT="$(mktemp -d)" "$DIST/podmand.pex" serve --help >/dev/null
 fi
-cat dist/SHA256SUMS
+cat "$DIST/SHA256SUMS"

@@ -443,9 +443,9 @@ class Ctl:
 
     def do_watch(self) -> int:
         stream = self.stub.WatchSandboxes(self.pb.WatchSandboxesRequest())
-        previous = signal.getsignal(signal.SIGTERM)
-        # SIGTERM ends the stream like Ctrl-C does: cancel the call, exit quietly.
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        # SIGTERM ends the stream like Ctrl-C; SIGINT is set too because a shell
+        # starts background jobs ('ctl watch &') with it ignored.
+        previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             for event in stream:
                 if self.args.json:
@@ -456,7 +456,8 @@ class Ctl:
             stream.cancel()
             return 130
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         print("podmand ctl: the watch stream ended", file=sys.stderr)
         return 0
 

@@ -850,7 +850,8 @@ def fence_facts(info: ContainerInspect) -> dict[str, object]:
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` and wait for it to finish.  A cancellation of the caller
+    itself still propagates (asyncio.wait never swallows it)."""
     if task is not None and not task.done():
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await asyncio.wait([task])
