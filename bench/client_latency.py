@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from podmand.podman import PodmanClient  # noqa: E402
+from podmand.podman import PodmanClient
 
 
 def summary(samples: list[float]) -> str:
@@ -67,10 +67,16 @@ async def main() -> None:
     label = ["openshell.managed=true"]
     cases: list[tuple[str, Callable[[], Awaitable[object]], Callable[[], Awaitable[object]]]] = [
         ("_ping", ours.ping, lambda: asyncio.to_thread(theirs.ping)),
-        ("containers/json", lambda: ours.list_containers(label),
-         lambda: asyncio.to_thread(theirs.containers.list, all=True, filters={"label": label[0]})),
-        ("volumes/json", lambda: ours.list_volumes(label),
-         lambda: asyncio.to_thread(theirs.volumes.list, filters={"label": label[0]})),
+        (
+            "containers/json",
+            lambda: ours.list_containers(label),
+            lambda: asyncio.to_thread(theirs.containers.list, all=True, filters={"label": label[0]}),
+        ),
+        (
+            "volumes/json",
+            lambda: ours.list_volumes(label),
+            lambda: asyncio.to_thread(theirs.volumes.list, filters={"label": label[0]}),
+        ),
     ]
     print(f"socket {args.socket}, {args.n} calls each")
     for name, mine, other in cases:

@@ -24,8 +24,8 @@ import podman
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from podmand._proto import compute_driver_pb2 as pb  # noqa: E402
-from podmand._proto import compute_driver_pb2_grpc as pb_grpc  # noqa: E402
+from podmand._proto import compute_driver_pb2 as pb
+from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 
 IMAGE = "localhost/podmand-test/sandbox:1"
 
@@ -53,8 +53,12 @@ def via_podmand(stub: pb_grpc.ComputeDriverStub, n: int) -> tuple[list[float], l
     for _ in range(n):
         sid = f"bench-{uuid.uuid4().hex[:10]}"
         event = ready.setdefault(sid, threading.Event())
-        box = pb.DriverSandbox(id=sid, name="bench", workspace="bench", spec=pb.DriverSandboxSpec(
-            command=["sleep", "600"], template=pb.DriverSandboxTemplate(image=IMAGE)))
+        box = pb.DriverSandbox(
+            id=sid,
+            name="bench",
+            workspace="bench",
+            spec=pb.DriverSandboxSpec(command=["sleep", "600"], template=pb.DriverSandboxTemplate(image=IMAGE)),
+        )
         start = time.perf_counter()
         stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
         if not event.wait(60):
@@ -93,10 +97,14 @@ def main() -> None:
         raw_create, raw_delete = via_podman(client, args.n)
     pd_create, pd_delete = via_podmand(stub, args.n)
     print(f"{args.n} sandboxes each")
-    print(f"create→running  raw Podman {ms(raw_create)} | podmand create→Ready {ms(pd_create)} | "
-          f"x{statistics.median(pd_create) / statistics.median(raw_create):.2f}")
-    print(f"delete          raw Podman {ms(raw_delete)} | podmand DeleteSandbox {ms(pd_delete)} | "
-          f"x{statistics.median(pd_delete) / statistics.median(raw_delete):.2f}")
+    print(
+        f"create→running  raw Podman {ms(raw_create)} | podmand create→Ready {ms(pd_create)} | "
+        f"x{statistics.median(pd_create) / statistics.median(raw_create):.2f}"
+    )
+    print(
+        f"delete          raw Podman {ms(raw_delete)} | podmand DeleteSandbox {ms(pd_delete)} | "
+        f"x{statistics.median(pd_delete) / statistics.median(raw_delete):.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -43,7 +43,9 @@ def serving(pex: str, pex_root: str, podman: str) -> float:
     start = time.perf_counter()
     proc = subprocess.Popen(
         [pex, "serve", "--podman-socket", podman, "--socket", sock, "--state-dir", f"{work}/state"],
-        env=env(pex_root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env(pex_root),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         while True:
@@ -71,8 +73,10 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=5)
     args = parser.parse_args()
     rows = []
-    for name, measure in (("--version", lambda r: version(args.pex, r)),
-                          ("serve → SERVING", lambda r: serving(args.pex, r, args.podman))):
+    for name, measure in (
+        ("--version", lambda r: version(args.pex, r)),
+        ("serve → SERVING", lambda r: serving(args.pex, r, args.podman)),
+    ):
         cold, warm = [], []
         for _ in range(args.n):
             root = tempfile.mkdtemp(prefix="pexroot-")

@@ -24,9 +24,9 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from podmand._proto import compute_driver_pb2 as pb  # noqa: E402
-from podmand._proto import compute_driver_pb2_grpc as pb_grpc  # noqa: E402
-from podmand.podman import PodmanClient  # noqa: E402
+from podmand._proto import compute_driver_pb2 as pb
+from podmand._proto import compute_driver_pb2_grpc as pb_grpc
+from podmand.podman import PodmanClient
 
 
 def finished_at(text: str) -> float:
@@ -37,7 +37,9 @@ def finished_at(text: str) -> float:
 def stats(name: str, samples: list[float]) -> str:
     s = sorted(samples)
     p95 = s[max(0, int(len(s) * 0.95) - 1)]
-    return f"{name:28s} median {statistics.median(s) * 1000:7.1f} ms  p95 {p95 * 1000:7.1f} ms  max {s[-1] * 1000:7.1f} ms"
+    return (
+        f"{name:28s} median {statistics.median(s) * 1000:7.1f} ms  p95 {p95 * 1000:7.1f} ms  max {s[-1] * 1000:7.1f} ms"
+    )
 
 
 async def one_round(stub: pb_grpc.ComputeDriverStub, podman: PodmanClient) -> tuple[float, float, float]:
@@ -70,8 +72,15 @@ async def one_round(stub: pb_grpc.ComputeDriverStub, podman: PodmanClient) -> tu
         arrived["wait"] = time.time()
 
     watcher = asyncio.create_task(watch())
-    box = pb.DriverSandbox(id=sid, name="lat", workspace="lat", spec=pb.DriverSandboxSpec(
-        command=["sh", "-c", "sleep 1; exit 3"], template=pb.DriverSandboxTemplate(image="localhost/podmand-test/sandbox:1")))
+    box = pb.DriverSandbox(
+        id=sid,
+        name="lat",
+        workspace="lat",
+        spec=pb.DriverSandboxSpec(
+            command=["sh", "-c", "sleep 1; exit 3"],
+            template=pb.DriverSandboxTemplate(image="localhost/podmand-test/sandbox:1"),
+        ),
+    )
     await stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     await asyncio.wait_for(running.wait(), 30)
     [entry] = await podman.list_containers([f"openshell.ai/sandbox-id={sid}"])

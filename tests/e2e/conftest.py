@@ -14,7 +14,6 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand._proto import extension_pb2 as ext
 from tests.jwt import make_token
+from tests.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PEX = Path(os.environ.get("PODMAND_PEX", ROOT / "dist" / "podmand.pex"))
@@ -35,18 +35,6 @@ USER = os.environ.get("PODMAND_TEST_USER", "podmand")
 SANDBOX_IMAGE = "localhost/podmand-test/sandbox:1"
 SUPERVISOR_IMAGE = "localhost/podmand-test/supervisor:1"
 DEADLINE = 30.0
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = DEADLINE, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy, or fail at the deadline."""
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def gateway_metadata() -> ext.PeerMetadata:

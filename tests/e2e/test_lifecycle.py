@@ -315,7 +315,7 @@ def test_pull_policy_never_names_missing_image(
 
 def test_workspace_rpcs_and_health(driver: Podmand, podman_client: podman.PodmanClient) -> None:
     """EnsureWorkspace makes the workspace network (idempotently), DeleteWorkspace removes it;
-    a junk credential is UNAUTHENTICATED and never logged; the gRPC health service reports SERVING."""
+    a junk credential is UNAUTHENTICATED and never logged; health says SERVING; reflection lists the services."""
     driver.stub.EnsureWorkspace(pb.EnsureWorkspaceRequest(workspace="wsx"))
     driver.stub.EnsureWorkspace(pb.EnsureWorkspaceRequest(workspace="wsx"))
     assert "openshell-wsx" in {n.name for n in podman_client.networks.list()}
@@ -329,9 +329,15 @@ def test_workspace_rpcs_and_health(driver: Podmand, podman_client: podman.Podman
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert "secret-credential" not in driver.logs()
     from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
     with grpc.insecure_channel(f"unix://{driver.socket}") as channel:
         health = health_pb2_grpc.HealthStub(channel)
         for service in ("", "openshell.compute.v1.ComputeDriver"):
             answer = health.Check(health_pb2.HealthCheckRequest(service=service))
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        # Reflection is on, so grpcurl and friends work without the protos.
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        [reply] = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+        services = {s.name for s in reply.list_services_response.service}
+        assert {"openshell.compute.v1.ComputeDriver", "grpc.health.v1.Health"} <= services

@@ -22,11 +22,12 @@ import os
 import re
 import tarfile
 import threading
-import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.wait import wait_until
 
 PREFIX = r"/v[\d.]+/libpod"
 INFO = {
@@ -302,14 +303,7 @@ class FakeLibpod:
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
         """Poll (from a non-fake thread) until ``predicate()`` is truthy."""
-        end = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > end:
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}; requests: {self.requests}")
-            time.sleep(0.02)
+        return wait_until(predicate, timeout, what, detail=lambda: f"requests: {self.requests}")
 
     # ------------------------------------------------------------ HTTP
 

@@ -26,6 +26,7 @@ import pytest
 from podmand import discovery
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
+from tests import wait
 from tests.fakes.libpod import FakeLibpod, Feed, Request, Stream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,14 +35,7 @@ VOLUMES = "/v4.0.0/libpod/volumes"
 
 
 def wait_until(predicate: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+    return wait.wait_until(predicate, timeout, what)
 
 
 class Podmand:
