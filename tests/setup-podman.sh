@@ -249,6 +249,9 @@ start_rootless() {
     mkdir -p "$LOGDIR"
     touch "$LOGDIR/rootless.log"; chown "$TEST_USER:" "$LOGDIR/rootless.log"
     # The inner shell records its own pid, then becomes the podman service.
+    # From /: rootless podman re-executes itself and returns to the caller's
+    # directory, which the test user may not be allowed to enter.
+    cd /
     setsid runuser -u "$TEST_USER" -- env -i \
         HOME="$(home_of)" USER="$TEST_USER" LOGNAME="$TEST_USER" \
         PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 XDG_RUNTIME_DIR="$(runtime_dir)" \

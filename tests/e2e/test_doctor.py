@@ -118,6 +118,7 @@ def test_broken_setup_names_each_problem_and_fix(pex_file: Path, tmp_path: Path)
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    cwd="/",  # rootless podman returns to the caller's directory: it may be private
                 )
             started = wait_until(lambda: _api_up(sock) or service.poll() is not None, 30.0, "podman service")
             service_up = started is True and _api_up(sock)

@@ -27,8 +27,9 @@ IMAGE = "localhost/podmand:test"
 def as_user(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     entry = pwd.getpwnam(USER)
     env = ["env", "-i", f"HOME={entry.pw_dir}", "PATH=/usr/bin:/bin", f"XDG_RUNTIME_DIR=/run/user/{entry.pw_uid}"]
+    # cwd /: rootless podman returns to the caller's directory, which may be private (the checkout).
     return subprocess.run(["runuser", "-u", USER, "--", *env, *args], capture_output=True, text=True,
-                          check=check, timeout=timeout)
+                          check=check, timeout=timeout, cwd="/")
 
 
 @pytest.fixture(scope="session")

@@ -27,8 +27,8 @@ if [ ! -s "$TAR" ]; then
 fi
 home=$(getent passwd "$TEST_USER" | cut -d: -f6)
 uid=$(id -u "$TEST_USER")
-as_user() {
-    runuser -u "$TEST_USER" -- env -i HOME="$home" PATH=/usr/bin:/bin XDG_RUNTIME_DIR="/run/user/$uid" "$@"
+as_user() {  # from /: rootless podman returns to the caller's directory, maybe not ours to enter
+    cd / && runuser -u "$TEST_USER" -- env -i HOME="$home" PATH=/usr/bin:/bin XDG_RUNTIME_DIR="/run/user/$uid" "$@"
 }
 if ! as_user podman image exists "$IMAGE"; then
     as_user podman import -q --change 'CMD=["/usr/bin/python3"]' \
