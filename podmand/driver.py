@@ -792,9 +792,6 @@ class Driver:
         out += [p.snapshot() for sid, p in self._pending.items() if sid not in known]
         return out
 
-    def is_busy(self, sandbox_id: str) -> bool:
-        return sandbox_id in self._deleting or sandbox_id in self._pending
-
     # ------------------------------------------------------------ per-container tasks
 
     def _ensure_task(
