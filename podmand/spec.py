@@ -513,6 +513,15 @@ def intent_labels(plan: Plan, instance: str, state_dir: str = "") -> dict[str, s
     }
 
 
+# Every userns=auto sandbox gets this many ids unless `auto:size=N` says otherwise.
+# Left to itself Podman sizes the range from the image's highest uid (65534 for
+# images with `nobody`), which leaves room for a handful of sandboxes, and 4.3.1
+# may then place it across two of the user's subordinate ranges, where the
+# kernel refuses the map (runc: "can't get final child's PID from pipe").
+# 1024 divides the usual 65536-id ranges, so a slot never straddles two.
+AUTO_USERNS_SIZE = 1024
+
+
 def userns_spec(mode: str) -> dict[str, Any]:
     """userns + idmappings: Podman 4.3.1 ignores nsmode=auto without AutoUserNs."""
     base, _, params = mode.partition(":")
@@ -520,7 +529,7 @@ def userns_spec(mode: str) -> dict[str, Any]:
         return {"userns": {"nsmode": "host"}}
     out: dict[str, Any] = {"userns": {"nsmode": base, **({"value": params} if params else {})}}
     if base == "auto":
-        opts: dict[str, Any] = {}
+        opts: dict[str, Any] = {"Size": AUTO_USERNS_SIZE}
         for item in params.split(","):
             key, _, value = item.partition("=")
             if key == "size" and value.isdigit():
@@ -529,7 +538,7 @@ def userns_spec(mode: str) -> dict[str, Any]:
             "HostUIDMapping": False,
             "HostGIDMapping": False,
             "AutoUserNs": True,
-            **({"AutoUserNsOpts": opts} if opts else {}),
+            "AutoUserNsOpts": opts,
         }
     return out
 

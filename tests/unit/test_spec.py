@@ -433,7 +433,8 @@ def test_token_mount(token_plan: spec.Plan) -> None:
     ("userns", "expected"),
     [
         ("auto", {"userns": {"nsmode": "auto"},
-                  "idmappings": {"HostUIDMapping": False, "HostGIDMapping": False, "AutoUserNs": True}}),
+                  "idmappings": {"HostUIDMapping": False, "HostGIDMapping": False, "AutoUserNs": True,
+                                 "AutoUserNsOpts": {"Size": spec.AUTO_USERNS_SIZE}}}),
         ("auto:size=2048", {"userns": {"nsmode": "auto", "value": "size=2048"},
                             "idmappings": {"HostUIDMapping": False, "HostGIDMapping": False, "AutoUserNs": True,
                                            "AutoUserNsOpts": {"Size": 2048}}}),
