@@ -254,6 +254,12 @@ def pex_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def podman_client(podman_socket: str) -> Iterator[podman.PodmanClient]:
     with podman.PodmanClient(base_url=f"unix://{podman_socket}") as client:
+        # Start from a clean slate: what an aborted earlier run left behind would
+        # hold user-namespace ranges and be resumed or reported by new daemons.
+        owned = {"label": "io.podmand.owner=podmand"}
+        for item in [*client.containers.list(all=True, filters=owned), *client.volumes.list(filters=owned)]:
+            with contextlib.suppress(podman.errors.NotFound):
+                item.remove(force=True)
         yield client
 
 
