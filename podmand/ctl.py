@@ -21,8 +21,6 @@ from . import __version__
 from .health import driver_socket
 
 IMPLEMENTATION_NAME = "podmand/ctl"
-SUPPORTED = ("openshell.compute.contract", "openshell.compute.launch-authentication")
-REQUIRED = ("openshell.compute.contract",)
 MESSAGE_WIDTH = 60
 
 
@@ -148,14 +146,16 @@ def build_sandbox(args: argparse.Namespace) -> Any:
 
 
 def gateway_metadata() -> Any:
+    """ctl asks as a gateway would: the same protocol and capabilities."""
     from ._proto import extension_pb2 as ext
+    from .negotiation import CONTRACT, LAUNCH_AUTHENTICATION, PROTOCOL_MAJOR, PROTOCOL_MINOR
 
     return ext.PeerMetadata(
-        protocol_version=ext.ProtocolVersion(major=1, minor=0),
+        protocol_version=ext.ProtocolVersion(major=PROTOCOL_MAJOR, minor=PROTOCOL_MINOR),
         implementation_name=IMPLEMENTATION_NAME,
         implementation_version=__version__,
-        supported_capabilities=list(SUPPORTED),
-        required_capabilities=list(REQUIRED),
+        supported_capabilities=[CONTRACT, LAUNCH_AUTHENTICATION],
+        required_capabilities=[CONTRACT],
     )
 
 
