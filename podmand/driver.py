@@ -341,7 +341,10 @@ class Driver:
         pending.task = self._spawn(self._provision(pending))
 
     def _set_pending(self, pending: Pending, reason: str, message: str, status: str = "False") -> None:
-        pending.ready = Condition(status, reason, message, state.now())
+        old = pending.ready
+        # transition_time moves only when the condition (status, reason) does, not on each retry.
+        when = old.time if (old.status, old.reason) == (status, reason) else state.now()
+        pending.ready = Condition(status, reason, message, when)
         self.publish(sandbox_event(pending.snapshot()))
 
     async def _provision(self, pending: Pending) -> None:

@@ -246,6 +246,12 @@ def test_pull_connection_lost_is_retried(how: str, fake: FakeLibpod, launch: Cal
     cond = ready(d.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id="sb1"), timeout=5).sandbox)
     assert (cond.status, cond.reason) == ("False", "DependenciesNotReady")
     assert "Podman is unavailable" in cond.message
+    # Another failed retry is the same condition: its transition_time stays put.
+    getattr(pulls, how)()
+    fake.wait_for(lambda: pulls.opened == 3, timeout=10, what="the second retry")
+    again = ready(d.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id="sb1"), timeout=5).sandbox)
+    assert again.reason == "DependenciesNotReady"
+    assert again.transition_time == cond.transition_time
 
 
 # ---------------------------------------------------------------- c. dropped event stream
