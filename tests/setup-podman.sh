@@ -46,8 +46,9 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # iptables: netavark runs it for every bridge network, rootful and rootless
 # (inside the rootless netns); without it "podman run --network <net>" fails
 # with "netavark: No such file or directory (os error 2)".
+# debootstrap: tests/images/pybase.sh builds the sidecar's Python base with it.
 PACKAGES=(podman runc netavark aardvark-dns uidmap slirp4netns catatonit
-          busybox-static curl iptables gcc libc6-dev python3.11)
+          busybox-static curl iptables gcc libc6-dev python3.11 debootstrap)
 
 say()  { printf 'setup-podman: %s\n' "$*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }

@@ -15,7 +15,7 @@ say() { printf 'pybase: %s\n' "$*" >&2; }
 [ "$(id -u)" -eq 0 ] || { say "must run as root"; exit 1; }
 mkdir -p "$CACHE"
 if [ ! -s "$TAR" ]; then
-    command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap >/dev/null
+    command -v debootstrap >/dev/null || { say "debootstrap missing: run tests/setup-podman.sh first"; exit 1; }
     root=$(mktemp -d)
     say "debootstrap bookworm (minbase + python3) into $root"
     debootstrap --variant=minbase --include=python3 bookworm "$root" http://deb.debian.org/debian >/dev/null
