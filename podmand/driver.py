@@ -199,9 +199,16 @@ class Driver:
             info = await self.podman.inspect_container(container_id)
         except PodmanError as exc:
             if exc.gone:
+                self._drop_container(container_id)
                 return None
             raise
         return self._from_inspect(info)
+
+    def _drop_container(self, container_id: str) -> None:
+        """Forget what was cached about a container that no longer exists."""
+        for cache in (self._health, self._oom, self._fence):
+            cache.pop(container_id, None)
+        self._announced = {key for key in self._announced if key[0] != container_id}
 
     async def get(self, sandbox_id: str) -> pb.DriverSandbox:
         if not sandbox_id:
@@ -647,9 +654,7 @@ class Driver:
             await _cancel(pending.task)
         for entry in await self._containers(sandbox_id):
             workspace = (entry.labels or {}).get(names.SANDBOX_WORKSPACE, "")
-            self._health.pop(entry.id, None)
-            self._oom.pop(entry.id, None)
-            self._fence.pop(entry.id, None)
+            self._drop_container(entry.id)
             existed |= await self.podman.remove_container(entry.id, self.settings.stop_timeout)
         volume = await self.podman.inspect_volume(names.volume_name(sandbox_id))
         if volume is not None:
