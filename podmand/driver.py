@@ -117,6 +117,7 @@ class Driver:
         # What inspect knows and the list endpoint does not, per container ID.
         self._health: dict[str, str] = {}
         self._oom: dict[str, bool] = {}
+        self._unwatched: dict[str, bool] = {}
         self._fence: dict[str, pb.DriverFenceEvidence] = {}
         self._accounts: dict[str, tuple[str, ...]] = {}  # image ID -> (/etc/passwd, /etc/group)
         self._probes: dict[str, asyncio.Task[None]] = {}
@@ -124,7 +125,7 @@ class Driver:
         self._announced: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         # Exits before this moment happened while no podmand was watching.
-        self.watching_since = int(time.time())
+        self.watching_since = time.time()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)
@@ -159,6 +160,7 @@ class Driver:
         health = info.state.health.status if info.state.health else ""
         self._health[info.id] = health
         self._oom[info.id] = info.state.oom_killed
+        self._unwatched[info.id] = state.ended_before(info.state.finished_at, self.watching_since)
         if info.state.running:
             self._ensure_task(self._waiters, info.id, sandbox_id, self._wait_exit)
             if self.settings.health_check_interval and info.config.healthcheck:
@@ -206,7 +208,7 @@ class Driver:
 
     def _drop_container(self, container_id: str) -> None:
         """Forget what was cached about a container that no longer exists."""
-        for cache in (self._health, self._oom, self._fence):
+        for cache in (self._health, self._oom, self._unwatched, self._fence):
             cache.pop(container_id, None)
         self._announced = {key for key in self._announced if key[0] != container_id}
 
@@ -239,6 +241,7 @@ class Driver:
                     oom=self._oom.get(entry.id, False),
                     stopped=self._stopped(sandbox_id, entry.id),
                     watching_since=self.watching_since,
+                    unwatched=self._unwatched.get(entry.id),
                     fence=self._fence.get(entry.id),
                 )
             )

@@ -178,7 +178,7 @@ def from_inspect(
     *,
     health: str = "",
     stopped: bool = False,
-    watching_since: int = 0,
+    watching_since: float = 0,
     fence: pb.DriverFenceEvidence | None = None,
 ) -> pb.DriverSandbox:
     """``watching_since``: Unix time podmand began watching; exits before it are unwatched."""
@@ -190,7 +190,7 @@ def from_inspect(
         oom=state.oom_killed,
         health=health if info.config.healthcheck and info.config.healthcheck.test else "",
         stopped=stopped,
-        unwatched=_before(parse_time(state.finished_at), watching_since),
+        unwatched=ended_before(state.finished_at, watching_since),
         started=parse_time(state.started_at),
         finished=parse_time(state.finished_at),
         created=parse_time(info.created),
@@ -212,10 +212,12 @@ def from_list_entry(
     health: str = "",
     oom: bool = False,
     stopped: bool = False,
-    watching_since: int = 0,
+    watching_since: float = 0,
+    unwatched: bool | None = None,
     fence: pb.DriverFenceEvidence | None = None,
 ) -> pb.DriverSandbox:
-    """``health`` and ``oom`` come from earlier inspects: the list endpoint lacks them."""
+    """``health``, ``oom`` and ``unwatched`` come from earlier inspects: the list
+    endpoint lacks them (and has exit times in whole seconds only)."""
     stopped = stopped and entry.state in ("exited", "stopped", "stopping")
     ready = ready_from_state(
         entry.state,
@@ -223,7 +225,7 @@ def from_list_entry(
         oom=oom,
         health=health,
         stopped=stopped,
-        unwatched=_before(timestamp(entry.exited_at), watching_since),
+        unwatched=unwatched if unwatched is not None else 0 < entry.exited_at < int(watching_since),
         started=timestamp(entry.started_at),
         finished=timestamp(entry.exited_at),
         created=parse_time(entry.created),
@@ -240,8 +242,18 @@ def from_list_entry(
     )
 
 
-def _before(finished: Timestamp | None, since: int) -> bool:
-    return finished is not None and finished.seconds < since
+def ended_before(finished_at: str, since: float) -> bool:
+    """Whether Podman's RFC 3339 ``FinishedAt`` (nanoseconds kept) lies before ``since``."""
+    match = _RFC3339.match(finished_at.strip()) if finished_at else None
+    if not match:
+        return False
+    base, frac, zone = match.groups()
+    try:
+        dt = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone))
+    except ValueError:
+        return False
+    seconds = int(dt.timestamp())
+    return seconds > 0 and seconds + float("0." + (frac or "0")) < since
 
 
 def pending(

@@ -252,3 +252,28 @@ def test_pending_snapshot() -> None:
         ("abc123", "demo", "ws", NAME, "")
     assert [(c.type, c.status) for c in snap.status.conditions] == [(names.READY, "False"), (names.SUSPENDED, "True")]
     assert snap.status.conditions[1].transition_time.seconds == STARTED
+
+
+def test_ended_before_keeps_sub_second_precision() -> None:
+    """An exit in the same second podmand started watching is only 'unwatched' if it
+    really came first: whole seconds would misjudge a restart that fast."""
+    since = 1_795_972_800.5  # 2026-11-29T17:20:00.5Z
+    assert state.ended_before("2026-11-29T17:20:00.400000000Z", since) is True
+    assert state.ended_before("2026-11-29T17:20:00.600000000Z", since) is False
+    assert state.ended_before("2026-11-29T18:20:00.4+01:00", since) is True
+    assert state.ended_before("0001-01-01T00:00:00Z", since) is False
+    assert state.ended_before("", since) is False
+
+
+def test_list_entry_uses_the_inspected_verdict_on_exits_within_the_start_second() -> None:
+    """The list endpoint has whole seconds only; a verdict from an earlier inspect wins."""
+    entry = msgspec.json.decode(
+        b'{"Id":"c1","Names":["n"],"State":"exited","ExitCode":143,"ExitedAt":1795972800,'
+        b'"Labels":{"openshell.ai/sandbox-id":"s"}}',
+        type=ContainerListEntry,
+    )
+    since = 1_795_972_800.5
+    guessed = state.from_list_entry(entry, watching_since=since)
+    told = state.from_list_entry(entry, watching_since=since, unwatched=True)
+    assert guessed.status.conditions[0].reason == "ContainerExited"
+    assert told.status.conditions[0].reason == "ContainerRuntimeRestart"
