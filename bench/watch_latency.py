@@ -17,7 +17,6 @@ import statistics
 import sys
 import time
 import uuid
-from datetime import datetime
 from pathlib import Path
 
 import grpc
@@ -27,11 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand.podman import PodmanClient
-
-
-def finished_at(text: str) -> float:
-    base, _, frac = text.rstrip("Z").partition(".")
-    return datetime.fromisoformat(base + "+00:00").timestamp() + float("0." + (frac or "0"))
+from podmand.state import epoch
 
 
 def stats(name: str, samples: list[float]) -> str:
@@ -88,7 +83,8 @@ async def one_round(stub: pb_grpc.ComputeDriverStub, podman: PodmanClient) -> tu
     await asyncio.wait_for(exited.wait(), 30)
     await asyncio.wait_for(asyncio.gather(*raw), 30)
     watcher.cancel()
-    end = finished_at((await podman.inspect_container(entry.id)).state.finished_at)
+    end = epoch((await podman.inspect_container(entry.id)).state.finished_at)
+    assert end is not None
     await stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=sid))
     return arrived["podmand"] - end, arrived["wait"] - end, arrived["events"] - end
 

@@ -26,21 +26,31 @@ def timestamp(seconds: int, nanos: int = 0) -> Timestamp | None:
     return Timestamp(seconds=seconds, nanos=nanos)
 
 
-def parse_time(text: str) -> Timestamp | None:
-    """Podman's RFC 3339 times (nanosecond fractions, any offset)."""
+def _parse(text: str) -> tuple[int, str] | None:
+    """Podman's RFC 3339 times (nanosecond fractions, any offset): whole Unix seconds
+    and the fraction's digits, kept apart so that no float rounding reaches the seconds."""
     match = _RFC3339.match(text.strip()) if text else None
     if not match:
         return None
     base, frac, zone = match.groups()
-    zone = "+00:00" if zone == "Z" else zone
     try:
-        dt = datetime.fromisoformat(base + zone)
+        dt = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone))
     except ValueError:
         return None
-    # Whole seconds: the list endpoint reports only seconds, and a condition's
-    # transition_time must not differ between List, Get and Watch.
-    del frac
-    return timestamp(int(dt.timestamp()))
+    return int(dt.timestamp()), frac or "0"
+
+
+def epoch(text: str) -> float | None:
+    """A Podman time as Unix seconds with its fraction."""
+    parsed = _parse(text)
+    return None if parsed is None else parsed[0] + float("0." + parsed[1])
+
+
+def parse_time(text: str) -> Timestamp | None:
+    """A Podman time as a Timestamp of whole seconds: the list endpoint reports only
+    seconds, and a condition's transition_time must not differ between List, Get and Watch."""
+    parsed = _parse(text)
+    return None if parsed is None else timestamp(parsed[0])
 
 
 @dataclass(frozen=True)
@@ -243,17 +253,9 @@ def from_list_entry(
 
 
 def ended_before(finished_at: str, since: float) -> bool:
-    """Whether Podman's RFC 3339 ``FinishedAt`` (nanoseconds kept) lies before ``since``."""
-    match = _RFC3339.match(finished_at.strip()) if finished_at else None
-    if not match:
-        return False
-    base, frac, zone = match.groups()
-    try:
-        dt = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone))
-    except ValueError:
-        return False
-    seconds = int(dt.timestamp())
-    return seconds > 0 and seconds + float("0." + (frac or "0")) < since
+    """Whether Podman's ``FinishedAt`` (sub-second precision kept) lies before ``since``."""
+    seconds = epoch(finished_at)
+    return seconds is not None and seconds >= 1 and seconds < since
 
 
 def pending(
