@@ -323,20 +323,11 @@ def validate(s: Settings) -> None:
     def bad(field: str, why: str) -> ConfigError:
         return ConfigError(f"invalid setting {_describe(field)}: {why}")
 
-    if s.stop_timeout < 0:
-        raise bad("stop_timeout", "must be zero or greater")
-    if s.pids_limit < 0:
-        raise bad("pids_limit", "must be zero or greater")
-    if s.health_check_interval < 0:
-        raise bad("health_check_interval", "must be zero or greater")
+    for field in ("stop_timeout", "pids_limit", "health_check_interval", "podman_wait", "resync_interval", "gc_grace"):
+        if getattr(s, field) < 0:
+            raise bad(field, "must be zero or greater")
     if not 0 < s.gateway_port < 65536:
         raise bad("gateway_port", "must be a TCP port (1-65535)")
-    if s.podman_wait < 0:
-        raise bad("podman_wait", "must be zero or greater")
-    if s.resync_interval < 0:
-        raise bad("resync_interval", "must be zero or greater")
-    if s.gc_grace < 0:
-        raise bad("gc_grace", "must be zero or greater")
     if s.watch_buffer < 1:
         raise bad("watch_buffer", "must be at least 1")
     if s.host_gateway_ip:
