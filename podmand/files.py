@@ -51,11 +51,10 @@ class SandboxFiles:
 
     def write_secrets(self, sandbox_id: str, token: str, tls: dict[str, Path]) -> None:
         """Write the token (``<jwt>\\n``) and copies of the TLS files, each 0400."""
-        d = ensure_dir(self.dir(sandbox_id))
         if token:
-            write_atomic(d / "sandbox.jwt", token.strip().encode() + b"\n", 0o400)
+            self.write(sandbox_id, "sandbox.jwt", token.strip().encode() + b"\n")
         for name, src in tls.items():
-            write_atomic(d / name, src.read_bytes(), 0o400)
+            self.write(sandbox_id, name, src.read_bytes())
 
     def write(self, sandbox_id: str, name: str, data: bytes) -> None:
         """Replace one root-only file (launch bundle, driver credential) atomically."""
