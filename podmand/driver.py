@@ -37,7 +37,18 @@ from .podman import (
     PodmanError,
     PodmanUnavailable,
 )
-from .spec import Plan, Provision, check_name, container_spec, decode_intent, intent_labels, validate
+from .spec import (
+    Plan,
+    Provision,
+    check_name,
+    container_spec,
+    decode_intent,
+    filtered_user_env,
+    gateway_token,
+    intent_labels,
+    userns_id_limit,
+    validate,
+)
 from .state import Condition
 from .supervisor import SupervisorCache
 
@@ -266,17 +277,31 @@ class Driver:
                 raise FailedPrecondition(
                     f"sandbox.spec.template.image: image {plan.image!r} is not present and the pull policy is 'never'"
                 ) from exc
-        else:  # present already: the identity can be checked before anything is made
-            await self._resolve_identity(plan, image.id, image.config.user)
+        else:  # present already: what the image declares can be checked before anything is made
+            where = "sandbox.spec.template.image"
+            try:
+                limit = userns_id_limit(self.settings, plan.userns)
+                identity.check_declaration(plan.workload_user, plan.workload_group, image.config.user, id_limit=limit)
+                if image.id in self._accounts:  # validation allocates nothing: only account files read before
+                    self._resolve_from(plan, image.id, image.config.user)
+            except FailedPrecondition as exc:
+                raise FailedPrecondition(f"{where}: {plan.image}: {exc.message}") from exc
         return plan
 
+    def _resolve_from(self, plan: Plan, image_id: str, image_user: str) -> Resolved:
+        passwd, group = self._accounts[image_id]
+        limit = userns_id_limit(self.settings, plan.userns)
+        return identity.resolve(
+            plan.workload_user, plan.workload_group, image_user, passwd, group, image_id, id_limit=limit
+        )
+
     async def _resolve_identity(self, plan: Plan, image_id: str, image_user: str) -> Resolved:
-        """The workload's uid/gid from the image's own /etc/passwd and /etc/group (nothing is run)."""
-        if image_id not in self._accounts:  # an image ID never changes: read it once
+        """The identity the supervisor will select, from the image's own /etc/passwd and
+        /etc/group (read from a never-started container, once per image ID)."""
+        if image_id not in self._accounts:
             files = await read_image_files(self.podman, image_id, ["/etc/passwd", "/etc/group"])
             self._accounts[image_id] = tuple((files[p] or b"").decode(errors="replace") for p in files)
-        passwd, group = self._accounts[image_id]
-        return identity.resolve(plan.workload_user, plan.workload_group, image_user, passwd, group, image_id)
+        return self._resolve_from(plan, image_id, image_user)
 
     async def _existing(self, plan: Plan) -> tuple[str, str] | None:
         """(spec hash, instance) of a sandbox already recorded under this id."""
@@ -313,10 +338,7 @@ class Driver:
                 raise AlreadyExists("sandbox already exists with a different spec")
             instance = uuid.uuid4().hex
             try:
-                self.files.write_secrets(plan.sandbox_id, sandbox.spec.sandbox_token, self._tls_files())
-                if plan.has_launch:
-                    bundle = tokens.decode_launch_authentication(sandbox.spec.launch_authentication, "launch")
-                    self.files.write(plan.sandbox_id, "launch.json", tokens.supervisor_file(bundle))
+                self.files.write_secrets(plan.sandbox_id, gateway_token(sandbox.spec), self._tls_files())
                 self._new_generation(plan.sandbox_id, instance, plan.generation)
                 await self.podman.create_volume(plan.volume_name, intent_labels(plan, instance, str(self.state_dir)))
             except BaseException:
@@ -348,6 +370,18 @@ class Driver:
                 },
             )
         )
+        filtered = filtered_user_env(plan)
+        if filtered:
+            # Keys only: values may be secrets.
+            self.publish(
+                platform_event(
+                    plan.sandbox_id,
+                    "EnvironmentFiltered",
+                    f"Not given to the main process (they could steer the root supervisor or the loader; "
+                    f"SSH sessions still get them): {', '.join(filtered)}",
+                    warning=True,
+                )
+            )
         pending.task = self._spawn(self._provision(pending))
 
     def _set_pending(self, pending: Pending, reason: str, message: str, status: str = "False") -> None:
@@ -378,6 +412,7 @@ class Driver:
 
     def _fail(self, pending: Pending, reason: str, message: str) -> None:
         log.warning("sandbox %s: provisioning failed (%s): %s", pending.plan.sandbox_id, reason, message)
+        self.files.mark_failed(pending.plan.sandbox_id, reason, message)
         self._set_pending(pending, reason, message)
         self.publish(platform_event(pending.plan.sandbox_id, reason, message, warning=True))
 
@@ -445,6 +480,7 @@ class Driver:
             )
             spec = container_spec(plan, s, prov)
             container_id = await self._create_container(plan, spec)
+            self.files.mark_created(plan.sandbox_id, container_id)
         info = await self.podman.inspect_container(container_id)
         if not info.state.running:
             try:
@@ -489,7 +525,11 @@ class Driver:
         return container_id
 
     async def resume(self) -> int:
-        """Finish creates that the volumes record but no container carries out."""
+        """Finish creates that the volumes record but that never reached a container.
+
+        A create that failed terminally is reported with its failure again, and
+        one whose container was removed while podmand was down is reported as
+        such: neither is provisioned again behind the gateway's back."""
         volumes = await self.podman.list_volumes([f"{names.OWNER}={names.OWNER_VALUE}"])
         have = {(e.labels or {}).get(names.SANDBOX_ID) for e in await self._containers()}
         resumed = 0
@@ -508,10 +548,16 @@ class Driver:
             plan = dataclasses.replace(
                 plan,
                 has_token=labels.get(names.HAS_TOKEN) == "true",
-                has_launch=(self.files.dir(sandbox_id) / "launch.json").exists(),
                 generation=self.files.generation(sandbox_id) or plan.generation,
             )
             instance = labels.get(names.INSTANCE) or uuid.uuid4().hex
+            failure = self.files.failure(sandbox_id)
+            if failure is None and self.files.created_container(sandbox_id):
+                failure = ("ContainerRemoved", "The sandbox container was removed while podmand was not running")
+            if failure is not None:
+                log.info("sandbox %s: reporting its failure (%s), not provisioning again", sandbox_id, failure[0])
+                self._pending[sandbox_id] = Pending(plan, instance, Condition("False", *failure, state.now()))
+                continue
             if not (self.files.dir(sandbox_id) / "driver.credential").exists():
                 self._new_generation(sandbox_id, instance, plan.generation)
             log.info("sandbox %s: resuming interrupted create", sandbox_id)
@@ -534,17 +580,21 @@ class Driver:
                 pending.stopped = True
                 self._set_pending(pending, "ContainerStopped", "Sandbox was stopped before its container started")
                 return
-            self.files.mark_stopped(sandbox_id, entry.id)
-            try:
-                if entry.state == "paused":
-                    await self.podman.call("POST", f"/containers/{entry.id}/unpause")
-                if entry.state not in ("exited", "stopped", "created", "configured"):
-                    await self.podman.stop_container(entry.id, self.settings.stop_timeout)
-                await self._wait_stopped(entry.id)
-            except BaseException:
-                self.files.clear_stopped(sandbox_id)
-                raise
+            await self._stop_container(sandbox_id, entry)
         self.refresh(entry.id, sandbox_id)
+
+    async def _stop_container(self, sandbox_id: str, entry: ContainerListEntry) -> None:
+        """Stop the sandbox's container and wait for it; reported as stopped (Suspended), not as an exit."""
+        self.files.mark_stopped(sandbox_id, entry.id)
+        try:
+            if entry.state == "paused":
+                await self.podman.call("POST", f"/containers/{entry.id}/unpause")
+            if entry.state not in ("exited", "stopped", "created", "configured"):
+                await self.podman.stop_container(entry.id, self.settings.stop_timeout)
+            await self._wait_stopped(entry.id)
+        except BaseException:
+            self.files.clear_stopped(sandbox_id)
+            raise
 
     async def _wait_stopped(self, container_id: str) -> None:
         deadline = time.monotonic() + self.settings.stop_timeout + 5
@@ -566,8 +616,12 @@ class Driver:
     ) -> str:
         """Start a stopped sandbox (idempotent); the new runtime identity.
 
-        A fresh launch bundle and podmand's credential for the new generation
-        replace the old files before the container starts."""
+        A fresh launch bundle's token and podmand's credential for the new
+        generation replace the old files before the container starts. A running
+        sandbox is restarted when the request starts a new generation (a new
+        ``generation_id``, or a bundle for another runtime generation): the
+        supervisor reads its token once, at start. A retry of the same
+        transition changes nothing."""
         if not sandbox_id:
             raise InvalidArgument("sandbox_id: is required")
         if generation_id:
@@ -586,23 +640,26 @@ class Driver:
                 self._check_expected(expected_runtime_identity, pending.instance)
                 if pending.task is None or pending.task.done():
                     pending.stopped = False
+                    self.files.clear_failed(sandbox_id)
+                    self.files.clear_created(sandbox_id)
                     self._set_pending(pending, "Starting", "Resuming provisioning")
                     pending.task = self._spawn(self._provision(pending))
                 return self.runtime_identity(sandbox_id, pending.instance)
             instance = (entry.labels or {}).get(names.INSTANCE, "")
             self._check_expected(expected_runtime_identity, instance)
-            if entry.state == "running":
+            wanted = generation_id or (bundle.supervisor.runtime_generation if bundle else "")
+            running = entry.state == "running"
+            if running and (not wanted or wanted == self.files.generation(sandbox_id)):
                 self.files.clear_stopped(sandbox_id)
                 return self.runtime_identity(sandbox_id, instance)
             if bundle is None and self.settings.require_launch_auth:
                 raise FailedPrecondition("launch_authentication: podmand is configured to require it")
+            if running:
+                log.info("sandbox %s: restarting for generation %s", sandbox_id, wanted)
+                await self._stop_container(sandbox_id, entry)
             if bundle is not None:
-                self.files.write(sandbox_id, "launch.json", tokens.supervisor_file(bundle))
                 self.files.write_secrets(sandbox_id, bundle.supervisor.gateway_token, {})
-            generation = (
-                generation_id or (bundle.supervisor.runtime_generation if bundle else "") or uuid.uuid4().hex[:16]
-            )
-            self._new_generation(sandbox_id, instance, generation)
+            self._new_generation(sandbox_id, instance, wanted or uuid.uuid4().hex[:16])
             self.files.clear_stopped(sandbox_id)
             try:
                 await self.podman.start_container(entry.id)

@@ -8,6 +8,7 @@ so that a remapped container root can traverse them but not list them.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -88,6 +89,35 @@ class SandboxFiles:
             return (self.dir(sandbox_id) / "stopped").read_text()
         except OSError:
             return ""
+
+    def mark_created(self, sandbox_id: str, container_id: str) -> None:
+        """Provisioning reached a container: a later restart must not recreate it silently."""
+        write_atomic(ensure_dir(self.dir(sandbox_id)) / "created", container_id.encode(), 0o600)
+
+    def created_container(self, sandbox_id: str) -> str:
+        try:
+            return (self.dir(sandbox_id) / "created").read_text()
+        except OSError:
+            return ""
+
+    def clear_created(self, sandbox_id: str) -> None:
+        (self.dir(sandbox_id) / "created").unlink(missing_ok=True)
+
+    def mark_failed(self, sandbox_id: str, reason: str, message: str) -> None:
+        """A terminal provisioning failure, reported again (not retried) after a restart."""
+        doc = json.dumps({"reason": reason, "message": message}).encode()
+        write_atomic(ensure_dir(self.dir(sandbox_id)) / "failed", doc, 0o600)
+
+    def clear_failed(self, sandbox_id: str) -> None:
+        (self.dir(sandbox_id) / "failed").unlink(missing_ok=True)
+
+    def failure(self, sandbox_id: str) -> tuple[str, str] | None:
+        """(reason, message) of a recorded terminal failure, or None."""
+        try:
+            doc = json.loads((self.dir(sandbox_id) / "failed").read_text())
+            return str(doc["reason"]), str(doc["message"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def sandbox_ids(self) -> list[str]:
         try:

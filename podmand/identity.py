@@ -1,10 +1,21 @@
-"""Workload identity: which uid, gid and supplementary groups the sandbox's workload runs as.
+"""Workload identity: the uid, gid and groups the stock supervisor will run the workload as.
 
-The identity is resolved from the pinned image's own ``/etc/passwd`` and
-``/etc/group`` (read from the image, never by running it), with the sandbox
-policy's user/group overriding the image's ``Config.User``. Doing it up front
-lets podmand refuse a root workload or an unknown user with FAILED_PRECONDITION
-before anything starts, and hand the supervisor numbers instead of names.
+podmand hands the supervisor the image's raw ``Config.User`` (its "OCI mode":
+``OPENSHELL_OCI_IMAGE_USER`` set, ``OPENSHELL_SANDBOX_UID/GID`` empty) and the
+supervisor resolves it against the image's own ``/etc/passwd`` and
+``/etc/group``, with the policy's ``run_as_user`` / ``run_as_group`` winning
+field by field. This module repeats that resolution, reading the pinned
+image's files without running it, so that:
+
+* ``status.resolved_identity`` says what the supervisor will really run;
+* a sandbox the supervisor would refuse at start (no ``USER`` and no policy
+  user, root, an unknown name, a uid the user namespace cannot map) is refused
+  up front with the supervisor's own reason instead of an exited container.
+
+Threat model: the image and the request are the caller's. Nothing here runs
+image code; account files are parsed strictly (the supervisor refuses
+malformed matching lines, duplicate matches and membership in gid 0, and so
+does this) and a resolved id of 0 is never accepted.
 """
 
 from __future__ import annotations
@@ -14,13 +25,20 @@ from dataclasses import dataclass
 
 from .errors import FailedPrecondition
 
-__all__ = ["DEFAULT_GID", "DEFAULT_UID", "Account", "Group", "Resolved", "parse_group", "parse_passwd", "resolve"]
+__all__ = [
+    "MAX_ID",
+    "Account",
+    "Group",
+    "Resolved",
+    "check_declaration",
+    "parse_group",
+    "parse_passwd",
+    "resolve",
+]
 
-DEFAULT_UID = 1000
-DEFAULT_GID = 1000
-
-_NUMBER_RE = re.compile(r"[0-9]+")
-_ID_MAX = 2**32 - 2  # (uid_t)-1 is reserved
+MAX_ID = 2**32 - 2  # the supervisor's MAX_SANDBOX_UID; (uid_t)-1 is reserved
+_MAX_COMPONENT = 1024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -43,7 +61,7 @@ class Group:
 
 @dataclass(frozen=True)
 class Resolved:
-    """The resolved identity; ``source`` is default/image/policy, ``digest`` the image it came from."""
+    """The resolved identity; ``source`` is image/policy, ``digest`` the image it came from."""
 
     uid: int
     gid: int
@@ -52,9 +70,17 @@ class Resolved:
     digest: str
 
 
-def _number(text: str) -> int | None:
-    """A decimal id, or None when ``text`` is not one."""
-    return int(text) if _NUMBER_RE.fullmatch(text) else None
+def _refuse(why: str) -> FailedPrecondition:
+    return FailedPrecondition(f"workload identity: {why}")
+
+
+def _u32(text: str) -> int | None:
+    """Rust's ``u32`` parse, as the supervisor applies it: digits, optional leading '+'."""
+    digits = text[1:] if text.startswith("+") else text
+    if not digits or not digits.isascii() or not digits.isdigit():
+        return None
+    value = int(digits)
+    return value if value <= 2**32 - 1 else None
 
 
 def _lines(text: str) -> list[list[str]]:
@@ -63,101 +89,206 @@ def _lines(text: str) -> list[list[str]]:
 
 
 def parse_passwd(text: str) -> list[Account]:
-    """Parse ``/etc/passwd`` text; malformed lines are skipped."""
+    """Well-formed ``/etc/passwd`` entries (7 fields, numeric ids); others are skipped."""
     accounts = []
     for fields in _lines(text):
-        if len(fields) < 4 or not fields[0]:
+        if len(fields) != 7 or not fields[0]:
             continue
-        uid, gid = _number(fields[2]), _number(fields[3])
-        if uid is None or gid is None:
-            continue
-        accounts.append(Account(fields[0], uid, gid))
+        uid, gid = _u32(fields[2]), _u32(fields[3])
+        if uid is not None and gid is not None:
+            accounts.append(Account(fields[0], uid, gid))
     return accounts
 
 
 def parse_group(text: str) -> list[Group]:
-    """Parse ``/etc/group`` text; malformed lines are skipped."""
+    """Well-formed ``/etc/group`` entries (4 fields, numeric gid); others are skipped."""
     groups = []
     for fields in _lines(text):
-        if len(fields) < 3 or not fields[0]:
+        if len(fields) != 4 or not fields[0]:
             continue
-        gid = _number(fields[2])
-        if gid is None:
-            continue
-        members = tuple(m.strip() for m in fields[3].split(",") if m.strip()) if len(fields) > 3 else ()
-        groups.append(Group(fields[0], gid, members))
+        gid = _u32(fields[2])
+        if gid is not None:
+            members = tuple(m.strip() for m in fields[3].split(",") if m.strip())
+            groups.append(Group(fields[0], gid, members))
     return groups
 
 
-def _not_root(value: int, what: str) -> None:
-    """Refuse id 0, naming where it came from."""
-    if value == 0:
-        raise FailedPrecondition(f"workload identity: must not be root (uid or gid 0): {what} resolves to 0")
+def _component(kind: str, value: str) -> None:
+    if (
+        not value
+        or len(value.encode()) > _MAX_COMPONENT
+        or value != value.strip()
+        or _CONTROL.search(value)
+        or ":" in value
+    ):
+        raise _refuse(f"OCI {kind} component {value!r} is malformed")
 
 
-def _in_range(value: int, what: str) -> None:
-    if value > _ID_MAX:
-        raise FailedPrecondition(f"workload identity: {what} is out of range")
+def _split(decl: str) -> tuple[str, str | None]:
+    user, sep, group = decl.partition(":")
+    return user, (group if sep else None)
 
 
-def resolve(user: str, group: str, image_user: str, passwd: str, group_file: str, digest: str) -> Resolved:
-    """Resolve the workload identity; requested ``user``/``group`` override the image's ``Config.User``."""
-    req_user, req_group = user.strip(), group.strip()
-    img_user, _, img_group = image_user.strip().partition(":")
-    img_user, img_group = img_user.strip(), img_group.strip()
-    if not digest:
-        raise FailedPrecondition("workload identity: the image digest is empty")
-
-    name = req_user or img_user
-    grp = req_group or img_group
-    if not name and not grp:
-        return Resolved(DEFAULT_UID, DEFAULT_GID, (), "default", digest)
-    source = "policy" if (req_user or req_group) else "image"
-    user_origin = f"{'policy' if req_user else 'image'} user {name!r}"
-    group_origin = f"{'policy' if req_group else 'image'} group {grp!r}"
-    if not name:
-        raise FailedPrecondition(f"workload identity: {group_origin} is set without a user; configure a workload user")
-
-    numeric_user = _number(name)
-    account = next((a for a in parse_passwd(passwd) if a.name == name or a.uid == numeric_user), None)
-    if numeric_user is not None:
-        uid = numeric_user
-    elif account is not None:
-        uid = account.uid
-    else:
-        raise FailedPrecondition(
-            f"workload identity: user {name!r} is not in the image's /etc/passwd; "
-            "configure a non-root workload user present in the pinned image"
+def _check_limit(what: str, value: int, id_limit: int | None) -> None:
+    if id_limit is not None and value >= id_limit:
+        raise _refuse(
+            f"{what} {value} cannot exist in the sandbox's user namespace, which maps ids 0-{id_limit - 1}; "
+            "use a smaller id or a larger namespace (userns auto:size=N)"
         )
-    _in_range(uid, user_origin)
-    _not_root(uid, user_origin)
 
-    groups = parse_group(group_file)
-    if not grp:
-        if account is None:
-            raise FailedPrecondition(
-                f"workload identity: user {name!r} has no entry in the image's /etc/passwd; "
-                "configure an explicit workload group for a uid without an image passwd entry"
+
+def check_declaration(policy_user: str, policy_group: str, image_user: str, *, id_limit: int | None = None) -> None:
+    """What can be refused from the request and the image's ``Config.User`` alone, before any file is read."""
+    for kind, value in (("uid", policy_user), ("gid", policy_group)):
+        number = _u32(value)
+        if number is not None:
+            _check_limit(kind, number, id_limit)
+    if policy_user and policy_group:
+        return  # the supervisor does not look at the image then
+    user, group = _split(image_user)
+    for kind, value, chosen in (("uid", user, not policy_user), ("gid", group or "", not policy_group)):
+        number = _u32(value)
+        if chosen and number is not None:
+            _check_limit(kind, number, id_limit)
+    if not policy_user:
+        if not image_user:
+            raise _refuse(
+                "OCI USER is required because run_as_user is omitted: the image declares no USER and the "
+                "policy names no user; add a non-root USER to the image or set the policy's run_as_user"
             )
-        gid = account.gid
-        gid_origin = f"primary group of {user_origin}"
+        _component("user", user)
+        if user == "root":
+            raise _refuse(f"OCI USER {image_user!r} selects root")
+        if _u32(user) == 0:
+            raise _refuse(f"OCI USER {image_user!r} selects UID 0")
+    if not policy_group and group is not None:
+        if group == "":
+            raise _refuse(f"OCI USER {image_user!r} has an empty group component")
+        _component("group", group)
+        if group == "root":
+            raise _refuse(f"OCI USER {image_user!r} selects root group")
+        if _u32(group) == 0:
+            raise _refuse(f"OCI USER {image_user!r} resolves to prohibited GID 0")
+
+
+def _one(matches: list[Account] | list[Group], path: str) -> Account | Group | None:
+    if len(matches) > 1:
+        raise _refuse(f"account identity is ambiguous in {path!r}")
+    return matches[0] if matches else None
+
+
+def _account(name: str, accounts: list[Account]) -> Account | None:
+    found = _one([a for a in accounts if a.name == name], "/etc/passwd")
+    assert found is None or isinstance(found, Account)
+    return found
+
+
+def _group_named(name: str, groups: list[Group]) -> Group | None:
+    found = _one([g for g in groups if g.name == name], "/etc/group")
+    assert found is None or isinstance(found, Group)
+    return found
+
+
+def _policy_id(kind: str, value: str, lookup: dict[str, int]) -> int:
+    """A policy-supplied user or group: a number in [1, MAX_ID] or a name the image knows."""
+    number = _u32(value)
+    if number is not None:
+        if not 1 <= number <= MAX_ID:
+            label = "UID" if kind == "user" else "GID"
+            raise _refuse(f"process {kind} {label} must be in range [1, {MAX_ID}]")
+        return number
+    if value not in lookup:
+        raise _refuse(f"explicit process {kind} {value!r} was not found in the image")
+    if lookup[value] == 0:
+        raise _refuse(f"explicit process {kind} {value!r} resolves to prohibited id 0")
+    return lookup[value]
+
+
+def _members_of(name: str, groups: list[Group], exclude: int) -> tuple[int, ...]:
+    out: set[int] = set()
+    for g in groups:
+        if name in g.members:
+            if g.gid == 0:
+                raise _refuse(f"OCI user {name!r} is a member of prohibited GID 0")
+            if g.gid != exclude:
+                out.add(g.gid)
+    return tuple(sorted(out))
+
+
+def resolve(
+    policy_user: str,
+    policy_group: str,
+    image_user: str,
+    passwd: str,
+    group_file: str,
+    digest: str,
+    *,
+    id_limit: int | None = None,
+) -> Resolved:
+    """The identity the supervisor's OCI mode selects.
+
+    ``id_limit``: ids the sandbox's user namespace can map are ``< id_limit``
+    (None: unknown); the supervisor's setuid to anything else fails."""
+    policy_user, policy_group, image_user = policy_user.strip(), policy_group.strip(), image_user
+    if not digest:
+        raise _refuse("the image digest is empty")
+    check_declaration(policy_user, policy_group, image_user, id_limit=id_limit)
+    accounts, groups = parse_passwd(passwd), parse_group(group_file)
+    decl_user, decl_group = _split(image_user)
+    source = "policy" if policy_user or policy_group else "image"
+
+    account: Account | None = None
+    supplementary: tuple[int, ...] = ()
+    if policy_user:
+        uid = _policy_id("user", policy_user, {a.name: a.uid for a in accounts})
+        if _u32(policy_user) is None:
+            account = _account(policy_user, accounts)
+        else:
+            account = next((a for a in accounts if a.uid == uid), None)
     else:
-        numeric_group = _number(grp)
+        numeric = _u32(decl_user)
+        if numeric is not None:
+            uid = numeric
+            account = next((a for a in accounts if a.uid == numeric), None)
+        else:
+            account = _account(decl_user, accounts)
+            if account is None:
+                raise _refuse(f"OCI USER name {decl_user!r} was not found in /etc/passwd")
+            uid = account.uid
+            if uid == 0:
+                raise _refuse(f"OCI USER {image_user!r} resolves to prohibited UID 0")
+
+    if policy_group:
+        gid = _policy_id("group", policy_group, {g.name: g.gid for g in groups})
+    elif decl_group is not None:
+        numeric_group = _u32(decl_group)
         if numeric_group is not None:
             gid = numeric_group
         else:
-            found = next((g for g in groups if g.name == grp), None)
+            found = _group_named(decl_group, groups)
             if found is None:
-                raise FailedPrecondition(f"workload identity: group {grp!r} is not in the image's /etc/group")
+                raise _refuse(f"OCI group {decl_group!r} was not found in /etc/group")
             gid = found.gid
-        gid_origin = group_origin
-    _in_range(gid, gid_origin)
-    _not_root(gid, gid_origin)
+    elif account is not None:
+        gid = account.gid
+        if gid == 0:
+            raise _refuse(f"OCI USER {image_user or policy_user!r} resolves to prohibited primary GID 0")
+    else:
+        raise _refuse(
+            f"OCI USER {image_user or policy_user!r} uses a numeric UID without an explicit group, "
+            "but /etc/passwd has no matching primary GID"
+        )
+    if gid == 0:
+        raise _refuse("the workload group resolves to prohibited GID 0")
 
-    supplementary: set[int] = set()
-    if account is not None:
-        for g in groups:
-            if account.name in g.members and g.gid != gid:
-                _not_root(g.gid, f"supplementary group {g.name!r} of user {account.name!r}")
-                supplementary.add(g.gid)
-    return Resolved(uid, gid, tuple(sorted(supplementary)), source, digest)
+    # Named users get their /etc/group memberships (OCI: bounded list; policy
+    # names: initgroups); numeric users get none.
+    named = policy_user if policy_user and _u32(policy_user) is None else ""
+    if not policy_user and _u32(decl_user) is None:
+        named = decl_user
+    if named:
+        supplementary = _members_of(named, groups, gid)
+
+    for what, value in (("uid", uid), ("gid", gid), *(("supplementary gid", g) for g in supplementary)):
+        _check_limit(what, value, id_limit)
+    return Resolved(uid, gid, supplementary, source, digest)

@@ -29,7 +29,6 @@ MANAGED_FILTER = [f"{MANAGED}=true", f"{OWNER}={OWNER_VALUE}"]
 SUPERVISOR_BIN = "/opt/openshell/bin/openshell-sandbox"
 SUPERVISOR_IN_IMAGE = "/openshell-sandbox"
 TOKEN_PATH = "/etc/openshell/auth/sandbox.jwt"
-LAUNCH_PATH = "/etc/openshell/auth/launch.json"
 CREDENTIAL_PATH = "/etc/openshell/auth/driver.credential"
 TLS_DIR = "/etc/openshell/tls/client"
 WORKSPACE_PATH = "/sandbox"
@@ -60,8 +59,11 @@ ENV_IMAGE_USER = "OPENSHELL_OCI_IMAGE_USER"
 ENV_UID = "OPENSHELL_SANDBOX_UID"
 ENV_GID = "OPENSHELL_SANDBOX_GID"
 ENV_TOKEN_FILE = "OPENSHELL_SANDBOX_TOKEN_FILE"
-ENV_LAUNCH_FILE = "OPENSHELL_LAUNCH_AUTHENTICATION_FILE"
-ENV_CREDENTIAL_FILE = "OPENSHELL_DRIVER_CREDENTIAL_FILE"
+# The supervisor exchanges this file's token through IssueSandboxToken; podmand
+# puts its own credential there (the gateway verifies it with AuthenticateSandbox).
+ENV_BOOTSTRAP_TOKEN_FILE = "OPENSHELL_K8S_SA_TOKEN_FILE"
+ENV_NETWORK_CAPABILITIES = "OPENSHELL_NETWORK_RUNTIME_CAPABILITIES"
+NETWORK_CAPABILITIES = "policy-dns-transparent-tcp"
 ENV_TLS_CA = "OPENSHELL_TLS_CA"
 ENV_TLS_CERT = "OPENSHELL_TLS_CERT"
 ENV_TLS_KEY = "OPENSHELL_TLS_KEY"
@@ -112,4 +114,7 @@ def volume_name(sandbox_id: str) -> str:
 
 
 def network_name(prefix: str, workspace: str) -> str:
-    return f"{prefix}-{workspace}" if workspace else prefix
+    """The gateway's default workspace joins ``prefix`` itself, the network upstream's
+    OPENSHELL_NETWORK_NAME names (its fixtures create and join it); every other
+    workspace keeps its own isolated ``<prefix>-<workspace>``."""
+    return prefix if workspace in ("", "default") else f"{prefix}-{workspace}"

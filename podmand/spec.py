@@ -51,7 +51,11 @@ MIN_MEMORY = 6 * 2**20  # Podman refuses less than 6 MiB
 DEFAULT_CPU_QUOTA = 2 * CPU_PERIOD
 DEFAULT_MEMORY = 4 * 2**30
 CAP_ADD = ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYSLOG", "DAC_READ_SEARCH", "SETPCAP"]
-CAP_DROP = ["DAC_OVERRIDE", "FSETID", "KILL", "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SYS_CHROOT"]
+# Upstream also drops KILL; podmand keeps it: the supervisor (root) forwards the
+# stop signal to a workload running as another uid, which needs CAP_KILL, or
+# every stop waits out stop_timeout and ends in SIGKILL.
+CAP_DROP = ["DAC_OVERRIDE", "FSETID", "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SYS_CHROOT"]
+STOP_SIGNAL = 15  # the only signal the supervisor (PID 1) handles
 DEFAULT_COMMAND = ["/bin/bash", "-l"]
 MAX_TOKEN_BYTES = 64 * 1024
 
@@ -89,7 +93,6 @@ class Plan:
     spec_hash: str = ""
     intent: str = ""
     has_token: bool = False
-    has_launch: bool = False
     generation: str = "0"
     workload_user: str = ""
     workload_group: str = ""
@@ -292,6 +295,16 @@ def _userns(tpl: pb.DriverSandboxTemplate, settings: Settings) -> str:
     return settings.userns if settings.userns_base != "host" else "auto"
 
 
+def gateway_token(spec: pb.DriverSandboxSpec) -> str:
+    """The token the supervisor presents to the gateway: ``sandbox_token``, else the
+    launch bundle's ``gateway_token`` (the rest of the bundle is for split-topology
+    supervisors, which this single-container layout does not run)."""
+    if spec.sandbox_token.strip() or not spec.launch_authentication:
+        return spec.sandbox_token.strip()
+    where = "sandbox.spec.launch_authentication"
+    return tokens.decode_launch_authentication(spec.launch_authentication, where).supervisor.gateway_token
+
+
 def strip_secrets(sandbox: pb.DriverSandbox) -> pb.DriverSandbox:
     clean = pb.DriverSandbox()
     clean.CopyFrom(sandbox)
@@ -360,6 +373,9 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
     if spec.launch_authentication:
         bundle = tokens.decode_launch_authentication(spec.launch_authentication, "sandbox.spec.launch_authentication")
         generation = bundle.supervisor.runtime_generation
+        if not token:
+            tokens.check_sandbox_token(bundle.supervisor.gateway_token, sandbox.id)
+            token = bundle.supervisor.gateway_token
     elif settings.require_launch_auth and not recorded:
         raise FailedPrecondition("sandbox.spec.launch_authentication: podmand is configured to require it")
     _check_text("sandbox.spec.workload_identity.user", spec.workload_identity.user)
@@ -389,7 +405,6 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
         spec_hash=spec_hash,
         intent=intent,
         has_token=bool(token),
-        has_launch=bool(spec.launch_authentication),
         generation=generation,
         workload_user=spec.workload_identity.user.strip(),
         workload_group=spec.workload_identity.group.strip(),
@@ -398,9 +413,19 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
 
 # ---------------------------------------------------------------- building
 
-# Image environment that must not reach the root supervisor: loader knobs and
-# anything claiming to configure OpenShell.
-_UNSAFE_ENV = re.compile(r"^(LD_[A-Z_]*|OPENSHELL_.*|PYTHON(PATH|STARTUP|HOME)|BASH_ENV|ENV)$")
+# Environment that must not reach the root supervisor from the image or the
+# caller: anything claiming to configure OpenShell, loader and allocator knobs,
+# Rust runtime knobs of the (Rust) supervisor, interpreter start-up hooks and
+# the trust roots of root-side TLS.
+_UNSAFE_ENV = re.compile(
+    r"^(OPENSHELL_.*|LD_.*|GLIBC_TUNABLES|MALLOC_.*|RUST_.*|PYTHON(PATH|STARTUP|HOME)|BASH_ENV|ENV"
+    r"|SSL_CERT_(FILE|DIR))$"
+)
+
+
+def unsafe_env_key(key: str) -> bool:
+    """Whether ``key`` is kept out of the supervisor's environment."""
+    return bool(_UNSAFE_ENV.match(key))
 
 
 @dataclass(frozen=True)
@@ -430,7 +455,13 @@ def identity_label(identity: Resolved) -> str:
 
 def unsafe_image_env(image_env: tuple[str, ...]) -> list[str]:
     """Keys of the image's ENV that podmand unsets in the supervisor."""
-    return sorted({item.split("=", 1)[0] for item in image_env if _UNSAFE_ENV.match(item.split("=", 1)[0])})
+    return sorted({item.split("=", 1)[0] for item in image_env if unsafe_env_key(item.split("=", 1)[0])})
+
+
+def filtered_user_env(plan: Plan) -> list[str]:
+    """Keys of the caller's environment that stay out of the container environment
+    (they still reach SSH sessions through OPENSHELL_USER_ENVIRONMENT)."""
+    return sorted(k for k in plan.user_env if unsafe_env_key(k))
 
 
 def main_process_spec(plan: Plan) -> str:
@@ -446,10 +477,19 @@ def main_process_spec(plan: Plan) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
-def sandbox_env(plan: Plan, settings: Settings, *, image_user: str, identity: Resolved | None = None) -> dict[str, str]:
-    """The supervisor's environment. User values travel only inside
-    OPENSHELL_USER_ENVIRONMENT, so they cannot steer the root supervisor."""
-    env: dict[str, str] = {}
+def sandbox_env(plan: Plan, settings: Settings, *, image_user: str) -> dict[str, str]:
+    """The container environment, as the stock supervisor reads it.
+
+    The caller's variables reach the main process through the container
+    environment (the supervisor gives OPENSHELL_USER_ENVIRONMENT to SSH sessions
+    only), minus those that could steer the root supervisor or the loader.
+    Identity is the supervisor's OCI mode: the image's raw ``Config.User`` and
+    empty UID/GID (a non-empty pair beside it is a fatal conflict for the
+    supervisor). Exactly one token source is set: the gateway's token file, or
+    podmand's credential as the exchangeable bootstrap token, which the
+    supervisor trades for a gateway JWT via IssueSandboxToken, which the gateway
+    checks with AuthenticateSandbox."""
+    env = {k: v for k, v in plan.user_env.items() if not unsafe_env_key(k)}
     if plan.log_level:
         env[names.ENV_LOG_LEVEL] = plan.log_level
     if plan.user_env:
@@ -463,10 +503,10 @@ def sandbox_env(plan: Plan, settings: Settings, *, image_user: str, identity: Re
             names.ENV_IMAGE: plan.image,
             names.ENV_MAIN_PROCESS: main_process_spec(plan),
             names.ENV_TELEMETRY: "true" if settings.telemetry_enabled else "false",
+            names.ENV_NETWORK_CAPABILITIES: names.NETWORK_CAPABILITIES,
             names.ENV_IMAGE_USER: image_user,
-            names.ENV_UID: str(identity.uid) if identity else "",
-            names.ENV_GID: str(identity.gid) if identity else "",
-            names.ENV_CREDENTIAL_FILE: names.CREDENTIAL_PATH,
+            names.ENV_UID: "",
+            names.ENV_GID: "",
         }
     )
     if settings.tls_enabled:
@@ -475,8 +515,8 @@ def sandbox_env(plan: Plan, settings: Settings, *, image_user: str, identity: Re
         env[names.ENV_TLS_KEY] = f"{names.TLS_DIR}/tls.key"
     if plan.has_token:
         env[names.ENV_TOKEN_FILE] = names.TOKEN_PATH
-    if plan.has_launch:
-        env[names.ENV_LAUNCH_FILE] = names.LAUNCH_PATH
+    else:
+        env[names.ENV_BOOTSTRAP_TOKEN_FILE] = names.CREDENTIAL_PATH
     return env
 
 
@@ -543,6 +583,31 @@ def userns_spec(mode: str) -> dict[str, Any]:
     return out
 
 
+def _mapped_prefix(entries: list[str]) -> int:
+    """How many ids from 0 up a ``container:host:size`` map covers without a gap."""
+    end = 0
+    for c, _h, size in sorted(tuple(int(x) for x in e.split(":")) for e in entries):
+        if c > end:
+            break
+        end = max(end, c + size)
+    return end
+
+
+def userns_id_limit(settings: Settings, mode: str) -> int | None:
+    """Container ids ``< limit`` exist in the sandbox's user namespace (None: not known
+    here). The supervisor's setuid/setgid to any other id fails with EINVAL."""
+    base, _, params = mode.partition(":")
+    if base == "auto":
+        for item in params.split(","):
+            key, _, value = item.partition("=")
+            if key == "size" and value.isdigit():
+                return int(value)
+        return AUTO_USERNS_SIZE
+    if base == "private":
+        return min(_mapped_prefix(settings.uidmap), _mapped_prefix(settings.gidmap))
+    return None
+
+
 def _idmap(entries: list[str]) -> list[dict[str, int]]:
     out = []
     for entry in entries:
@@ -567,12 +632,11 @@ def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str,
             "source": prov.supervisor_path,
             "options": ["bind", "ro"],
         },
-        _secret_mount(names.CREDENTIAL_PATH, f"{secrets}/driver.credential"),
+        # One token source (see sandbox_env).
+        _secret_mount(names.TOKEN_PATH, f"{secrets}/sandbox.jwt")
+        if plan.has_token
+        else _secret_mount(names.CREDENTIAL_PATH, f"{secrets}/driver.credential"),
     ]
-    if plan.has_token:
-        mounts.append(_secret_mount(names.TOKEN_PATH, f"{secrets}/sandbox.jwt"))
-    if plan.has_launch:
-        mounts.append(_secret_mount(names.LAUNCH_PATH, f"{secrets}/launch.json"))
     if settings.tls_enabled:
         mounts += [_secret_mount(f"{names.TLS_DIR}/{f}", f"{secrets}/{f}") for f in ("ca.crt", "tls.crt", "tls.key")]
     volumes: list[dict[str, Any]] = [{"Name": plan.volume_name, "Dest": names.WORKSPACE_PATH, "Options": ["rw"]}]
@@ -612,13 +676,14 @@ def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str,
         "cap_drop": CAP_DROP,
         "no_new_privileges": True,
         "seccomp_profile_path": "unconfined",
-        "env": sandbox_env(plan, settings, image_user=prov.image_user, identity=prov.identity),
+        "env": sandbox_env(plan, settings, image_user=prov.image_user),
         "unsetenv": unsafe_image_env(prov.image_env),
         "mounts": mounts,
         "volumes": volumes,
         "netns": {"nsmode": "bridge"},
         "Networks": {prov.network: {}},
         "hostadd": hostadd,
+        "stop_signal": STOP_SIGNAL,
         "stop_timeout": settings.stop_timeout,
         "resource_limits": limits,
         **userns_spec(plan.userns),

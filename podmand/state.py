@@ -72,16 +72,15 @@ RUNTIME_RESTART_CODES = (137, 143)
 
 
 def exited_condition(exit_code: int, oom: bool, time: Timestamp | None, *, unwatched: bool = False) -> Condition:
-    """``unwatched``: the container ended before this podmand was watching it."""
+    """As the upstream V2 driver: a SIGKILL/SIGTERM end that StopSandbox did not ask
+    for is a runtime restart (the gateway keeps a Stopping sandbox in Stopping on
+    it). ``unwatched``: the container ended before this podmand was watching it."""
     if oom:
         return Condition("False", "OOMKilled", "Container was killed by the OOM killer", time)
-    if unwatched and exit_code in RUNTIME_RESTART_CODES:
+    if exit_code in RUNTIME_RESTART_CODES:
+        why = "; podmand was not running: the host or container runtime restarted" if unwatched else ""
         return Condition(
-            "False",
-            "ContainerRuntimeRestart",
-            f"Container terminated by signal (exit code {exit_code}) while podmand was not running; "
-            "the host or container runtime restarted",
-            time,
+            "False", "ContainerRuntimeRestart", f"Container terminated by signal (exit code {exit_code}){why}", time
         )
     if exit_code == 78:
         return Condition(
@@ -124,10 +123,14 @@ def ready_from_state(
         return exited_condition(exit_code, oom, finished, unwatched=unwatched)
     if status in ("created", "configured", "initialized"):
         return Condition("False", "ContainerCreated", "Container created; starting", created)
+    # Paused and stopping are passing states, not failures: status Unknown keeps
+    # the gateway in Provisioning instead of a sticky Error.
     if status == "paused":
-        return Condition("False", "ContainerPaused", "Container is paused", None)
+        return Condition("Unknown", "ContainerPaused", "Container is paused", None)
     if status == "stopping":
-        return Condition("False", "ContainerStopped" if stopped else "ContainerStopping", "Container is stopping", None)
+        if stopped:
+            return Condition("False", "ContainerStopped", "Container is stopping", None)
+        return Condition("Unknown", "ContainerStopping", "Container is stopping", None)
     if status == "removing":
         return Condition("False", "ContainerRemoving", "Container is being removed", None)
     return Condition("Unknown", "Unknown", f"Unknown container state: {status}", None)

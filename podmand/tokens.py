@@ -31,7 +31,6 @@ __all__ = [
     "check_generation",
     "check_sandbox_token",
     "decode_launch_authentication",
-    "supervisor_file",
 ]
 
 GENERATION_RE = re.compile(r"[a-z0-9-]{1,64}")
@@ -214,16 +213,3 @@ def decode_launch_authentication(data: bytes, where: str) -> LaunchAuthenticatio
         raise InvalidArgument(f"{where}: launch authentication is invalid: {_json_error(exc)}") from None
     _validate(bundle, where)
     return bundle
-
-
-def supervisor_file(bundle: LaunchAuthentication) -> bytes:
-    """The canonical JSON the supervisor reads from its root-only file, PEMs as text, newline-terminated."""
-    doc = {
-        "supervisor": bundle.supervisor,
-        "gateway_id": bundle.gateway_id,
-        "verification_keys": [
-            {"key_id": key.key_id, "public_key_pem": bytes(key.public_key_pem).decode("utf-8")}
-            for key in bundle.verification_keys
-        ],
-    }
-    return msgspec.json.encode(doc, order="sorted") + b"\n"

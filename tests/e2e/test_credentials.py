@@ -1,5 +1,6 @@
-"""Trust material end to end: token and launch bundle delivery, AuthenticateSandbox,
-runtime identity, workload identity and fence evidence, environment hygiene."""
+"""Trust material end to end: token delivery (the launch bundle itself never enters the
+sandbox), podmand's bootstrap credential and AuthenticateSandbox, runtime identity, workload
+identity and fence evidence, environment hygiene."""
 
 from __future__ import annotations
 
@@ -47,46 +48,53 @@ def unauthenticated(driver: Podmand, credential: str) -> str:
 @pytest.mark.parametrize("userns", ["auto", "host"])
 def test_secrets_reach_only_container_root(make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient,
                                            cleanup: list[str], userns: str) -> None:
-    """Token, launch bundle and podmand's credential: root-only files, in no env, label, inspect or log."""
+    """The token and podmand's credential are root-only files; the bundle and neither secret is in
+    any env, label, inspect or log, nor visible to a neighbour."""
     daemon = make_podmand({"OPENSHELL_PODMAN_USERNS": userns})
     watch = daemon.watch()
-    mine, other = launched(), launched()
-    for box in (mine, other):
+    mine, other, bare = launched(), launched(), sandbox()
+    for box in (mine, other, bare):
         cleanup.append(box.id)
         daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-    for box in (mine, other):
+    for box in (mine, other, bare):
         watch.wait_reason(box.id, "ContainerRunning")
     [container] = containers_of(podman_client, mine.id)
     [neighbour] = containers_of(podman_client, other.id)
+    [bootstrap] = containers_of(podman_client, bare.id)
     bundle = json.loads(mine.spec.launch_authentication)
-    secrets = [mine.spec.sandbox_token, bundle["supervisor"]["sandbox_token"], credential_of(container)]
-    launch = json.loads(run_in(container, ["cat", f"{AUTH}/launch.json"])[1])
-    assert launch["supervisor"] == bundle["supervisor"]
+    secrets = [mine.spec.sandbox_token, bundle["supervisor"]["sandbox_token"], credential_of(bootstrap)]
     assert run_in(container, ["cat", f"{AUTH}/sandbox.jwt"])[1].strip() == mine.spec.sandbox_token
-    for path in ("sandbox.jwt", "launch.json", "driver.credential"):
-        code, out, err = run_in(container, ["cat", f"{AUTH}/{path}"], user="1000")
+    assert run_in(container, ["ls", AUTH])[1].split() == ["sandbox.jwt"]  # the bundle is not delivered
+    for box, path in ((container, "sandbox.jwt"), (bootstrap, "driver.credential")):
+        code, out, err = run_in(box, ["cat", f"{AUTH}/{path}"], user="1000")
         assert code != 0 and out == "" and "Permission denied" in err, path
     seen_by_neighbour = "".join(run_in(neighbour, ["cat", f"{AUTH}/{p}"])[1]
-                                for p in ("sandbox.jwt", "launch.json", "driver.credential"))
-    exposed = [json.dumps(podman_client.containers.get(container.id).attrs), daemon.logs(), seen_by_neighbour,
-               run_in(container, ["cat", "/proc/1/environ"])[1]]
+                                for p in ("sandbox.jwt", "driver.credential"))
+    exposed = [json.dumps(podman_client.containers.get(c.id).attrs) for c in (container, bootstrap)]
+    exposed += [daemon.logs(), seen_by_neighbour, run_in(container, ["cat", "/proc/1/environ"])[1]]
+    exposed += [logs_of(c) for c in (container, neighbour, bootstrap)]
     for secret in secrets:
         for text in exposed:
             assert secret not in text
-    assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=mine.id)).deleted
-    assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=other.id)).deleted
+    for box in (mine, other, bare):
+        assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+
+
+def logs_of(container: Any) -> str:
+    return b"".join(container.logs(stdout=True, stderr=True)).decode(errors="replace")
 
 
 def test_authenticate_and_rotation(driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
     """The delivered credential authenticates; tampered, other-sandbox, old-generation, deleted and junk
-    credentials do not; stop/start rotates it, and the identity follows the generation."""
+    credentials do not; stop/start rotates it, and the identity follows the generation. (No gateway
+    token: the supervisor's only token source is podmand's credential.)"""
     watch = driver.watch()
-    box, other = launched(), launched()
+    box, other = sandbox(), sandbox()
     for b in (box, other):
         cleanup.append(b.id)
     created = driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box)).runtime_identity
     driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=other))
-    assert created.endswith("/g0000000000000001")
+    assert created.endswith("/0")
     assert driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box)).runtime_identity == created
     for b in (box, other):
         watch.wait_reason(b.id, "ContainerRunning")
@@ -106,12 +114,12 @@ def test_authenticate_and_rotation(driver: Podmand, podman_client: podman.Podman
 
     snap = driver.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=box.id)).sandbox
     identity = snap.status.resolved_identity
-    # Nothing requested and no image user: the default identity, pinned to the image ID.
+    # Nothing requested: the image's USER sandbox, as the supervisor resolves it, pinned to the image ID.
     got = (identity.uid, identity.gid, list(identity.supplementary_gids), identity.source)
-    assert got == (1000, 1000, [], "default")
+    assert got == (1000, 1000, [1001], "image")
     assert identity.resource_digest == podman_client.images.get(SANDBOX_IMAGE).id
     fence = snap.status.fence_evidence
-    assert fence.generation == "g0000000000000001" and fence.evidence_digest.startswith("sha256:")
+    assert fence.generation == "0" and fence.evidence_digest.startswith("sha256:")
     assert fence.resource_claims["podman.container_id"] == container.id
     assert fence.resource_claims["podman.no_new_privileges"] == "true"
 
@@ -155,9 +163,12 @@ def test_root_image_user_is_refused(driver: Podmand, podman_client: podman.Podma
     with pytest.raises(grpc.RpcError) as err:
         driver.stub.ValidateSandboxCreate(pb.ValidateSandboxCreateRequest(sandbox=box))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "image user '0'" in (err.value.details() or "")
-    named = sandbox(image="localhost/podmand-test/rootuser:1", workload_identity=pb.WorkloadIdentityRequest(
-        user="sandbox", group="extra"))
+    assert "OCI USER '0' selects UID 0" in (err.value.details() or "")
+    # the policy's user and group win; the gateway gives them to podmand and, in the policy, to
+    # the supervisor (the stand-in reads the policy from its STANDIN_POLICY_* knobs)
+    named = sandbox(image="localhost/podmand-test/rootuser:1", token=True,
+                    workload_identity=pb.WorkloadIdentityRequest(user="sandbox", group="extra"),
+                    environment={"STANDIN_POLICY_RUN_AS_USER": "sandbox", "STANDIN_POLICY_RUN_AS_GROUP": "extra"})
     cleanup.append(named.id)
     driver.stub.ValidateSandboxCreate(pb.ValidateSandboxCreateRequest(sandbox=named))
     watch = driver.watch()
@@ -175,14 +186,14 @@ def test_root_image_user_is_refused(driver: Podmand, podman_client: podman.Podma
 def test_env_cannot_steer_the_supervisor(driver: Podmand, podman_client: podman.PodmanClient,
                                          cleanup: list[str]) -> None:
     """Template or sandbox env of OPENSHELL_ENDPOINT=evil or LD_PRELOAD=x, or an image ENV LD_PRELOAD,
-    never reaches the supervisor's environment; the user's values reach the workload as JSON."""
+    never reaches the supervisor's environment; SSH sessions get the user's values as JSON."""
     base = podman_client.containers.create(SANDBOX_IMAGE, ["true"])
     try:
         base.commit(repository="localhost/podmand-test/preload", tag="1", changes=["ENV=LD_PRELOAD=/evil.so"])
     finally:
         base.remove(force=True)
     watch = driver.watch()
-    box = sandbox(image="localhost/podmand-test/preload:1", environment={"LD_PRELOAD": "x"})
+    box = sandbox(image="localhost/podmand-test/preload:1", environment={"LD_PRELOAD": "x"}, token=True)
     box.spec.template.environment.update({"OPENSHELL_ENDPOINT": "evil", "APP": "1"})
     cleanup.append(box.id)
     driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
@@ -193,6 +204,8 @@ def test_env_cannot_steer_the_supervisor(driver: Podmand, podman_client: podman.
     assert environ["OPENSHELL_ENDPOINT"] != "evil"
     user_env = json.loads(environ["OPENSHELL_USER_ENVIRONMENT"])
     assert user_env == {"LD_PRELOAD": "x", "OPENSHELL_ENDPOINT": "evil", "APP": "1"}
-    assert environ["OPENSHELL_SANDBOX_UID"] == "1000" and environ["OPENSHELL_SANDBOX_GID"] == "1000"
+    assert environ["APP"] == "1"
+    assert (environ["OPENSHELL_OCI_IMAGE_USER"], environ["OPENSHELL_SANDBOX_UID"], environ["OPENSHELL_SANDBOX_GID"]) \
+        == ("sandbox", "", "")
     assert ready(driver.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=box.id)).sandbox).status == "True"
     assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted

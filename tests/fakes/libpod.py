@@ -177,7 +177,7 @@ class FakeLibpod:
         self.route("DELETE", "/containers/[^/]+", (200, {}, [{"Id": "cid"}]))
         self.route("GET", "/containers/[^/]+/archive", (200, {"Content-Type": "application/x-tar"},
                                                        tar_with("openshell-sandbox", b"#!/bin/true\n")))
-        self.route("GET", "/images/.+/json", (200, {}, {"Id": "sha256:img", "Config": {"User": ""}}))
+        self.route("GET", "/images/.+/json", (200, {}, {"Id": "sha256:img", "Config": {"User": "1000:1000"}}))
         self.route("POST", "/images/pull", self._pull)
         # No local images: podmand skips its start-up state-dir visibility probe.
         self.route("GET", "/images/json", (200, {}, []))

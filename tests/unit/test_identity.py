@@ -1,6 +1,8 @@
-"""Unit tests for podmand.identity: workload uid/gid/groups from the image's account files."""
+"""Unit tests for podmand.identity: the identity the supervisor's OCI mode selects."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -17,7 +19,6 @@ sandbox:x:1000:1000:Sandbox:/home/sandbox:/bin/sh
 broken line without colons
 half:x:notanumber:1:::
 nobody:x:65534:65534:nobody:/home:/bin/false
-sandbox:x:2000:2000:duplicate, ignored:/:/bin/sh
 """
 
 GROUP = """\
@@ -36,11 +37,11 @@ nogroup:x:65534:
 DIGEST = "sha256:feedface"
 
 
-def resolve(user: str = "", group: str = "", image_user: str = "") -> Resolved:
-    return identity.resolve(user, group, image_user, PASSWD, GROUP, DIGEST)
+def resolve(user: str = "", group: str = "", image_user: str = "", limit: int | None = None) -> Resolved:
+    return identity.resolve(user, group, image_user, PASSWD, GROUP, DIGEST, id_limit=limit)
 
 
-def refused(match: str, **kwargs: str) -> str:
+def refused(match: str, **kwargs: Any) -> str:
     with pytest.raises(FailedPrecondition, match=match) as info:
         resolve(**kwargs)
     assert info.value.message.startswith("workload identity:")
@@ -50,14 +51,13 @@ def refused(match: str, **kwargs: str) -> str:
 # ---------------------------------------------------------------- parsing
 
 
-def test_parse_passwd_skips_comments_blank_and_malformed() -> None:
-    accounts = identity.parse_passwd(PASSWD)
+def test_parse_passwd_keeps_only_seven_field_lines() -> None:
+    accounts = identity.parse_passwd(PASSWD + "short:x:5:5\n")
     assert accounts == [
         Account("root", 0, 0),
         Account("daemon", 1, 1),
         Account("sandbox", 1000, 1000),
         Account("nobody", 65534, 65534),
-        Account("sandbox", 2000, 2000),
     ]
 
 
@@ -66,25 +66,28 @@ def test_parse_group_members() -> None:
     assert groups["extra"] == Group("extra", 1001, ("sandbox", "other"))
     assert groups["root"].members == ()
     assert "broken" not in groups and "weird" not in groups
-    assert identity.parse_group("g:x:5") == [Group("g", 5, ())]
+    assert identity.parse_group("g:x:5:") == [Group("g", 5, ())]
+    assert identity.parse_group("g:x:5") == []  # the supervisor wants exactly 4 fields
 
 
-# ---------------------------------------------------------------- resolution
+# ---------------------------------------------------------------- OCI mode
 
 
-def test_default_when_nothing_configured() -> None:
-    assert resolve() == Resolved(1000, 1000, (), "default", DIGEST)
-    assert resolve(user="  ", group=" ", image_user=" ") == Resolved(1000, 1000, (), "default", DIGEST)
-    assert (identity.DEFAULT_UID, identity.DEFAULT_GID) == (1000, 1000)
+def test_image_without_user_and_no_policy_user_is_refused() -> None:
+    """The supervisor: 'OCI USER is required because run_as_user is omitted'."""
+    message = refused("OCI USER is required because run_as_user is omitted")
+    assert "run_as_user" in message
+    identity.check_declaration("sandbox", "", "")  # a policy user is enough
 
 
 def test_image_user_by_name() -> None:
-    """The first passwd entry wins; supplementary groups exclude the primary gid and are sorted."""
+    """Named users get their /etc/group memberships, minus the primary gid, sorted."""
     assert resolve(image_user="sandbox") == Resolved(1000, 1000, (1001,), "image", DIGEST)
 
 
-def test_image_user_by_number() -> None:
-    assert resolve(image_user="1000") == Resolved(1000, 1000, (1001,), "image", DIGEST)
+def test_numeric_image_user_gets_no_supplementary_groups() -> None:
+    assert resolve(image_user="1000") == Resolved(1000, 1000, (), "image", DIGEST)
+    assert resolve(image_user="+01000") == Resolved(1000, 1000, (), "image", DIGEST)  # Rust's u32 parse
 
 
 def test_image_user_and_group_by_name() -> None:
@@ -96,84 +99,89 @@ def test_image_user_and_numeric_group() -> None:
     assert resolve(image_user="sandbox:4242") == Resolved(1000, 4242, (1000, 1001), "image", DIGEST)
 
 
-def test_policy_overrides_image_user() -> None:
-    """A requested user/group beats Config.User (even a root one); source becomes policy."""
+def test_policy_fields_win_field_by_field() -> None:
+    """Both explicit: the image is not looked at, not even a root USER."""
     assert resolve(user=" nobody ", image_user="root") == Resolved(65534, 65534, (), "policy", DIGEST)
     assert resolve(user="sandbox", group="nogroup", image_user="root:root") == Resolved(
         1000, 65534, (1000, 1001), "policy", DIGEST
     )
-
-
-def test_policy_group_alone_keeps_image_user() -> None:
     assert resolve(group="extra", image_user="sandbox") == Resolved(1000, 1001, (1000,), "policy", DIGEST)
+    # a policy user with the image's group component
+    assert resolve(user="nobody", image_user="sandbox:extra") == Resolved(65534, 1001, (), "policy", DIGEST)
 
 
-def test_numeric_uid_without_passwd_entry_with_group() -> None:
-    """An arbitrary uid is fine with an explicit group; it has no supplementary groups."""
+def test_numeric_uid_without_passwd_entry() -> None:
     assert resolve(user="4321", group="4321") == Resolved(4321, 4321, (), "policy", DIGEST)
+    assert resolve(image_user="2345:2346") == Resolved(2345, 2346, (), "image", DIGEST)
     assert resolve(image_user="4321:extra") == Resolved(4321, 1001, (), "image", DIGEST)
+    refused("uses a numeric UID without an explicit group, but /etc/passwd has no matching primary GID",
+            image_user="4321")
 
 
-def test_uid_without_passwd_entry_needs_group() -> None:
-    message = refused("explicit workload group", image_user="4321")
-    assert "'4321'" in message
-
-
-def test_unknown_user_name() -> None:
-    message = refused("user 'ghost' is not in the image's /etc/passwd", user="ghost")
-    assert "ghost" in message
-
-
-def test_unknown_group_name() -> None:
-    refused("group 'ghosts' is not in the image's /etc/group", image_user="sandbox:ghosts")
-
-
-@pytest.mark.parametrize(("kwargs", "origin"), [
-    ({"image_user": "root"}, "image user 'root'"),
-    ({"image_user": "0"}, "image user '0'"),
-    ({"user": "root"}, "policy user 'root'"),
-    ({"user": "0", "group": "1000"}, "policy user '0'"),
-    ({"image_user": "sandbox:0"}, "image group '0'"),
-    ({"image_user": "sandbox:root"}, "image group 'root'"),
-    ({"user": "sandbox", "group": "root"}, "policy group 'root'"),
-    ({"user": "daemon", "group": "wheel"}, None),  # gid 10, not root: accepted below
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"image_user": "root"}, "OCI USER 'root' selects root"),
+    ({"image_user": "0"}, "OCI USER '0' selects UID 0"),
+    ({"image_user": "sandbox:0"}, "OCI USER 'sandbox:0' resolves to prohibited GID 0"),
+    ({"image_user": "sandbox:root"}, "OCI USER 'sandbox:root' selects root group"),
+    ({"image_user": "sandbox:"}, "OCI USER 'sandbox:' has an empty group component"),
+    ({"image_user": ":extra"}, "OCI user component '' is malformed"),
+    ({"image_user": " sandbox"}, "OCI user component ' sandbox' is malformed"),
+    ({"image_user": "sandbox:extra:junk"}, "OCI group component 'extra:junk' is malformed"),
+    ({"image_user": "ghost"}, "OCI USER name 'ghost' was not found in /etc/passwd"),
+    ({"image_user": "sandbox:ghosts"}, "OCI group 'ghosts' was not found in /etc/group"),
+    ({"user": "ghost"}, "explicit process user 'ghost' was not found in the image"),
+    ({"user": "root"}, "explicit process user 'root' resolves to prohibited id 0"),
+    ({"user": "0", "group": "1000"}, r"process user UID must be in range \[1, 4294967294\]"),
+    ({"user": "4294967295", "group": "1000"}, r"process user UID must be in range"),
+    ({"user": "sandbox", "group": "root"}, "explicit process group 'root' resolves to prohibited id 0"),
+    ({"user": "sandbox", "group": "0"}, r"process group GID must be in range"),
 ])
-def test_root_refused(kwargs: dict[str, str], origin: str | None) -> None:
-    if origin is None:
-        assert resolve(**kwargs).gid == 10
-        return
-    message = refused(r"must not be root \(uid or gid 0\)", **kwargs)
-    assert origin in message
+def test_refusals_carry_the_supervisors_reason(kwargs: dict[str, str], match: str) -> None:
+    message = refused(match, **kwargs)
+    assert message.startswith("workload identity: ")
 
 
 def test_root_primary_group_refused() -> None:
-    """A non-root uid whose passwd primary group is 0 is refused, naming the primary group."""
     passwd = "svc:x:500:0::/:/bin/sh\n"
-    with pytest.raises(FailedPrecondition, match=r"primary group of image user 'svc'"):
+    with pytest.raises(FailedPrecondition, match=r"OCI USER 'svc' resolves to prohibited primary GID 0"):
         identity.resolve("", "", "svc", passwd, GROUP, DIGEST)
 
 
-def test_root_supplementary_group_refused() -> None:
+def test_membership_in_gid_zero_refused() -> None:
     group = GROUP + "admin:x:0:sandbox\n"
-    with pytest.raises(FailedPrecondition, match=r"must not be root.*supplementary group 'admin'"):
+    with pytest.raises(FailedPrecondition, match=r"OCI user 'sandbox' is a member of prohibited GID 0"):
         identity.resolve("", "", "sandbox", PASSWD, group, DIGEST)
 
 
-def test_group_without_user() -> None:
-    refused("without a user", image_user=":extra")
-    refused("without a user", group="extra")
+def test_duplicate_accounts_are_ambiguous() -> None:
+    passwd = PASSWD + "sandbox:x:2000:2000::/:/bin/sh\n"
+    with pytest.raises(FailedPrecondition, match="account identity is ambiguous in '/etc/passwd'"):
+        identity.resolve("", "", "sandbox", passwd, GROUP, DIGEST)
 
 
-def test_out_of_range_ids() -> None:
-    refused("out of range", user="4294967295", group="1000")
-    refused("out of range", user="1000", group="99999999999")
+def test_ids_outside_the_user_namespace_are_refused() -> None:
+    """userns=auto maps 1024 ids: setuid(2345) would fail with EINVAL in the supervisor."""
+    assert resolve(image_user="sandbox", limit=1024).uid == 1000
+    message = refused("uid 2345 cannot exist in the sandbox's user namespace, which maps ids 0-1023",
+                      image_user="2345:2346", limit=1024)
+    assert "auto:size" in message
+    refused("gid 1001 cannot exist", image_user="sandbox:extra", limit=1001)
+    refused("supplementary gid 1001 cannot exist", image_user="sandbox", limit=1001)
+    assert resolve(image_user="2345:2346", limit=4096).uid == 2345
 
 
 def test_empty_digest_refused() -> None:
     with pytest.raises(FailedPrecondition, match="digest"):
-        identity.resolve("", "", "", PASSWD, GROUP, "")
+        identity.resolve("", "", "sandbox", PASSWD, GROUP, "")
 
 
-def test_image_user_split_at_first_colon_only() -> None:
-    """``user:group:junk`` keeps ``group:junk`` as the group name, which then is unknown."""
-    refused("group 'extra:junk'", image_user="sandbox:extra:junk")
+def test_declaration_checks_need_no_account_files() -> None:
+    """What validation can refuse without reading the image (it allocates nothing)."""
+    with pytest.raises(FailedPrecondition, match="uid 2345 cannot exist"):
+        identity.check_declaration("", "", "2345:2346", id_limit=1024)
+    with pytest.raises(FailedPrecondition, match="gid 5000 cannot exist"):
+        identity.check_declaration("sandbox", "5000", "", id_limit=1024)
+    with pytest.raises(FailedPrecondition, match="selects root"):
+        identity.check_declaration("", "", "root")
+    identity.check_declaration("", "", "2345:2346", id_limit=4096)
+    identity.check_declaration("sandbox", "extra", "root")  # both explicit: the image is not looked at

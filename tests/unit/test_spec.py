@@ -400,23 +400,88 @@ def test_container_spec_identity_and_labels(token_plan: spec.Plan) -> None:
     assert labels["team"] == "blue"
 
 
-def test_container_env_keeps_user_values_boxed(token_plan: spec.Plan) -> None:
-    """User env travels only inside OPENSHELL_USER_ENVIRONMENT; the token travels only as a file."""
+def test_user_env_reaches_the_main_process_filtered(token_plan: spec.Plan) -> None:
+    """The caller's variables go into the container environment (the supervisor gives
+    OPENSHELL_USER_ENVIRONMENT to SSH sessions only), minus supervisor and loader knobs;
+    podmand's own values win. The token travels only as a file."""
     env = build(token_plan, Settings())["env"]
     assert TOKEN not in json.dumps(env)
-    assert env[names.ENV_TOKEN_FILE] == "/etc/openshell/auth/sandbox.jwt"
+    assert env["APP_MODE"] == "prod"  # spec.environment wins over template.environment
+    assert "LD_PRELOAD" not in env
     assert env[names.ENV_ENDPOINT] == "http://host.containers.internal:17670"
-    assert "LD_PRELOAD" not in env and "APP_MODE" not in env
-    # spec.environment wins over template.environment for the same key.
+    assert env[names.ENV_TOKEN_FILE] == "/etc/openshell/auth/sandbox.jwt"
     assert json.loads(env[names.ENV_USER_ENV]) == {"APP_MODE": "prod", "LD_PRELOAD": "x", "OPENSHELL_ENDPOINT": "evil"}
+    assert spec.filtered_user_env(token_plan) == ["LD_PRELOAD", "OPENSHELL_ENDPOINT"]
 
 
-def test_no_token_means_no_token_file() -> None:
-    """Without a token there is neither a token mount nor a pointer to one."""
+@pytest.mark.parametrize("key", ["OPENSHELL_SUPERVISOR_TOPOLOGY", "LD_AUDIT", "GLIBC_TUNABLES", "MALLOC_ARENA_MAX",
+                                 "RUST_LOG", "PYTHONPATH", "BASH_ENV", "ENV", "SSL_CERT_FILE"])
+def test_unsafe_user_env_is_kept_from_the_supervisor(key: str) -> None:
+    plan = spec.validate(make_sandbox(environment={key: "x", "SAFE": "y"}), Settings())
+    env = build(plan, Settings())["env"]
+    assert key not in env and env["SAFE"] == "y"
+    assert spec.unsafe_env_key(key) and not spec.unsafe_env_key("SAFE")
+
+
+def test_identity_is_the_supervisors_oci_mode(token_plan: spec.Plan) -> None:
+    """The image's raw Config.User and empty UID/GID: a number beside a declaration is a
+    fatal conflict for the stock supervisor."""
+    prov = spec.Provision(image_id="sha256:feed", image_user="sandbox", image_env=(), network="n",
+                          supervisor_path="/s", secrets_dir=SECRETS_DIR, instance="i", identity=IDENTITY)
+    env = spec.container_spec(token_plan, Settings(), prov)["env"]
+    assert (env[names.ENV_IMAGE_USER], env[names.ENV_UID], env[names.ENV_GID]) == ("sandbox", "", "")
+    assert env[names.ENV_NETWORK_CAPABILITIES] == "policy-dns-transparent-tcp"
+    assert not [k for k in env if k.startswith("OPENSHELL_") and k not in SUPERVISOR_READS]
+
+
+# Every OPENSHELL_* name podmand may set is one the stock supervisor reads.
+SUPERVISOR_READS = {
+    names.ENV_LOG_LEVEL, names.ENV_SANDBOX, names.ENV_SANDBOX_ID, names.ENV_ENDPOINT, names.ENV_SSH_SOCKET,
+    names.ENV_IMAGE, names.ENV_MAIN_PROCESS, names.ENV_USER_ENV, names.ENV_TELEMETRY, names.ENV_IMAGE_USER,
+    names.ENV_UID, names.ENV_GID, names.ENV_TOKEN_FILE, names.ENV_BOOTSTRAP_TOKEN_FILE, names.ENV_TLS_CA,
+    names.ENV_TLS_CERT, names.ENV_TLS_KEY, names.ENV_NETWORK_CAPABILITIES,
+}
+
+
+def test_no_token_means_the_bootstrap_credential() -> None:
+    """Without a gateway token the supervisor gets podmand's credential to exchange
+    (IssueSandboxToken -> AuthenticateSandbox), and no token mount."""
     plan = spec.validate(make_sandbox(), Settings())
     built = build(plan, Settings())
     assert names.ENV_TOKEN_FILE not in built["env"]
-    assert all(m["destination"] != names.TOKEN_PATH for m in built["mounts"])
+    assert built["env"][names.ENV_BOOTSTRAP_TOKEN_FILE] == names.CREDENTIAL_PATH
+    assert [m["source"] for m in built["mounts"] if m["destination"].startswith("/etc/openshell/auth")] == [
+        f"{SECRETS_DIR}/driver.credential"
+    ]
+
+
+def test_token_means_only_the_token_file(token_plan: spec.Plan) -> None:
+    built = build(token_plan, Settings())
+    assert names.ENV_BOOTSTRAP_TOKEN_FILE not in built["env"]
+    assert [m["destination"] for m in built["mounts"] if m["destination"].startswith("/etc/openshell/auth")] == [
+        names.TOKEN_PATH
+    ]
+
+
+def test_stop_reaches_the_workload(token_plan: spec.Plan) -> None:
+    """SIGTERM pinned (the supervisor handles nothing else) and CAP_KILL kept, so the
+    root supervisor can signal a workload running as another uid."""
+    built = build(token_plan, Settings())
+    assert built["stop_signal"] == 15
+    assert "KILL" not in built["cap_drop"]
+
+
+@pytest.mark.parametrize(("userns", "uidmap", "limit"), [
+    ("auto", [], spec.AUTO_USERNS_SIZE),
+    ("auto:size=4096", [], 4096),
+    ("private", ["0:100000:500", "500:200000:100"], 600),
+    ("private", ["0:100000:500", "700:200000:100"], 500),
+    ("host", [], None),
+    ("keep-id", [], None),
+])
+def test_userns_id_limit(userns: str, uidmap: list[str], limit: int | None) -> None:
+    settings = Settings(userns=userns, uidmap=uidmap, gidmap=uidmap)
+    assert spec.userns_id_limit(settings, userns) == limit
 
 
 def test_token_mount(token_plan: spec.Plan) -> None:

@@ -288,19 +288,6 @@ def test_bundle_accepted() -> None:
     assert bytes(bundle.verification_keys[0].public_key_pem).decode() == PEM
 
 
-def test_supervisor_file_round_trip() -> None:
-    """The supervisor file holds the PEM as text, is canonical (sorted keys) and newline-terminated."""
-    bundle = tokens.decode_launch_authentication(encode(bundle_doc()), BUNDLE_WHERE)
-    data = tokens.supervisor_file(bundle)
-    assert data.endswith(b"\n") and data.count(b"\n") == 1
-    doc = json.loads(data)
-    assert list(doc) == ["gateway_id", "supervisor", "verification_keys"]
-    assert doc["supervisor"] == bundle_doc()["supervisor"]
-    assert list(doc["supervisor"]) == sorted(doc["supervisor"])
-    assert doc["verification_keys"][0] == {"key_id": "k1", "public_key_pem": PEM}
-    assert data == tokens.supervisor_file(tokens.decode_launch_authentication(encode(bundle_doc()), BUNDLE_WHERE))
-
-
 def mutate(path: str, value: Any) -> dict[str, Any]:
     """A copy of the good bundle with one dotted path set (``-`` deletes, digits index lists)."""
     doc = copy.deepcopy(bundle_doc())
