@@ -1,4 +1,8 @@
-"""Command line: ``podmand serve | ctl | doctor | health``."""
+"""Command line: ``podmand [serve] | ctl | doctor | health``.
+
+With no subcommand podmand serves, so it starts the way upstream's launcher
+starts the standalone driver: configured by its environment, no arguments.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +15,23 @@ from . import __version__, config
 
 # Subcommands living in their own modules: each has add_parser(subparsers) and run(args) -> int.
 TOOLS = ("ctl", "doctor", "health")
+COMMANDS = ("serve", *TOOLS)
+_TOP_LEVEL = ("-h", "--help", "--version")
+
+
+def with_default_command(argv: list[str]) -> list[str]:
+    """``podmand [serve flags]`` is ``podmand serve [serve flags]``."""
+    if argv and (argv[0] in COMMANDS or argv[0] in _TOP_LEVEL):
+        return argv
+    return ["serve", *argv]
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="podmand", description="OpenShell compute driver for rootless Podman")
+    p = argparse.ArgumentParser(
+        prog="podmand",
+        description="OpenShell compute driver for rootless Podman. "
+        "Without a subcommand (flags of serve allowed), podmand serves.",
+    )
     p.add_argument("--version", action="version", version=f"podmand {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(
@@ -29,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser().parse_args(with_default_command(sys.argv[1:] if argv is None else argv))
     command = args.__dict__.pop("command")
     if command in TOOLS:
         result: int = importlib.import_module(f"podmand.{command}").run(args)

@@ -11,6 +11,7 @@ import ipaddress
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,6 +22,19 @@ DEFAULT_ADMISSION_LABELS = {
     "openshell.ai/workspace": "${workspace}",
 }
 USERNS_MODES = ("auto", "host", "keep-id", "nomap", "private")
+PULL_POLICIES = ("always", "missing", "never", "newer")
+# Upstream's ImagePullPolicy spells Podman's "missing" as IfNotPresent (its launcher: if_not_present).
+_PULL_ALIASES = {"ifnotpresent": "missing", "if_not_present": "missing", "if-not-present": "missing"}
+ADMISSION_JSON_ENV = "OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON"
+# Set by upstream's launcher (e2e/with-podman-gateway.sh) for its standalone driver, and
+# deliberately ignored by podmand, so they are not reported as unknown at start:
+IGNORED_ENV = frozenset(
+    {
+        # The V2 split topology's sandbox runtime image; podmand runs the supervisor
+        # from OPENSHELL_SUPERVISOR_IMAGE inside the one sandbox container.
+        "OPENSHELL_SANDBOX_RUNTIME_IMAGE",
+    }
+)
 
 
 class ConfigError(Exception):
@@ -85,15 +99,19 @@ class Option:
     env: str
     flag: str
     help: str
+    aliases: tuple[str, ...] = ()  # upstream's flag names, so its command lines work unchanged
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("socket", "OPENSHELL_COMPUTE_DRIVER_SOCKET", "--socket", "gRPC Unix socket to serve on"),
+    Option(
+        "socket", "OPENSHELL_COMPUTE_DRIVER_SOCKET", "--socket", "gRPC Unix socket to serve on", ("--bind-socket",)
+    ),
     Option(
         "listen_tcp",
         "OPENSHELL_COMPUTE_DRIVER_BIND",
         "--listen-tcp",
         "also serve on this loopback host:port (development)",
+        ("--bind-address",),
     ),
     Option("podman_socket", "OPENSHELL_PODMAN_SOCKET", "--podman-socket", "libpod API socket (default: discovered)"),
     Option(
@@ -107,12 +125,17 @@ OPTIONS: tuple[Option, ...] = (
         "image_pull_policy",
         "OPENSHELL_SANDBOX_IMAGE_PULL_POLICY",
         "--sandbox-image-pull-policy",
-        "always, missing, never or newer",
+        "always, missing, never or newer (upstream's IfNotPresent means missing)",
     ),
     Option("supervisor_image", "OPENSHELL_SUPERVISOR_IMAGE", "--supervisor-image", "image holding /openshell-sandbox"),
     Option("grpc_endpoint", "OPENSHELL_GRPC_ENDPOINT", "--grpc-endpoint", "gateway URL given to sandboxes"),
     Option("gateway_port", "OPENSHELL_GATEWAY_PORT", "--gateway-port", "gateway port for the default endpoint"),
-    Option("network_name", "OPENSHELL_NETWORK_NAME", "--network-name", "prefix of the per-workspace Podman networks"),
+    Option(
+        "network_name",
+        "OPENSHELL_NETWORK_NAME",
+        "--network-name",
+        "Podman network of the default workspace; workspace w gets <name>-w",
+    ),
     Option(
         "host_gateway_ip", "OPENSHELL_PODMAN_HOST_GATEWAY_IP", "--host-gateway-ip", "IP for host.containers.internal"
     ),
@@ -217,11 +240,19 @@ _RESERVED_ADMISSION_KEYS = {"openshell.ai/managed-by", "openshell.ai/gateway-id"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML settings file (keys are the field names in README)")
+    parser.add_argument(
+        "--admission-config-json",
+        metavar="JSON",
+        default=argparse.SUPPRESS,
+        help=f"upstream's driver admission policy: allow_driver_config and resource_admission [{ADMISSION_JSON_ENV}]",
+    )
     for opt in OPTIONS:
         kwargs: dict[str, Any] = {"dest": opt.field, "default": argparse.SUPPRESS, "help": f"{opt.help} [{opt.env}]"}
         if opt.field in _LIST_FIELDS:
             kwargs["action"] = "append"
-        parser.add_argument(opt.flag, **kwargs)
+        if opt.field in _BOOL_FIELDS:  # a bare switch means true, as upstream's --enable-bind-mounts
+            kwargs.update(nargs="?", const="true", metavar="BOOL")
+        parser.add_argument(opt.flag, *opt.aliases, **kwargs)
 
 
 def _describe(field: str) -> str:
@@ -242,9 +273,22 @@ def _coerce_bool(field: str, value: Any) -> Any:
     return value
 
 
+def pull_policy(value: str) -> str:
+    """Podman's name for a pull policy, from either spelling (any case): a launcher
+    written for upstream passes its ImagePullPolicy names."""
+    lowered = value.strip().lower()
+    policy = _PULL_ALIASES.get(lowered, lowered)
+    if policy not in PULL_POLICIES:
+        raise ConfigError(
+            f"invalid setting {_describe('image_pull_policy')}: invalid pull policy {value!r}; expected one of: "
+            f"{', '.join(PULL_POLICIES)} (or upstream's Always, IfNotPresent, Never, Newer)"
+        )
+    return policy
+
+
 def load(
     args: argparse.Namespace | None = None,
-    environ: dict[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Settings:
     """Merge defaults, the TOML file, the environment and flags; validate."""
     env = dict(os.environ if environ is None else environ)
@@ -265,7 +309,7 @@ def load(
             if opt.field in _LIST_FIELDS:
                 value = [v.strip() for v in value.split(",") if v.strip()]
             raw[opt.field] = value
-    admission_json = env.get("OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON", "")
+    admission_json = flags.pop("admission_config_json", None) or env.get(ADMISSION_JSON_ENV, "")
     if admission_json:
         raw.update(_admission_from_json(admission_json))
     known = {opt.field for opt in OPTIONS}
@@ -273,6 +317,8 @@ def load(
 
     for field in _BOOL_FIELDS & raw.keys():
         raw[field] = _coerce_bool(field, raw[field])
+    if isinstance(raw.get("image_pull_policy"), str):
+        raw["image_pull_policy"] = pull_policy(raw["image_pull_policy"])
     try:
         settings = msgspec.convert(raw, Settings, strict=False)
     except msgspec.ValidationError as exc:
@@ -284,15 +330,17 @@ def load(
     return settings
 
 
+_ADMISSION_JSON = f"admission config (--admission-config-json / {ADMISSION_JSON_ENV})"
+
+
 def _admission_from_json(text: str) -> dict[str, Any]:
     try:
         data = msgspec.json.decode(text)
     except msgspec.DecodeError as exc:
-        raise ConfigError(f"invalid setting OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON: {exc}") from exc
+        raise ConfigError(f"invalid setting {_ADMISSION_JSON}: {exc}") from exc
     if not isinstance(data, dict) or set(data) - {"allow_driver_config", "resource_admission"}:
         raise ConfigError(
-            "invalid setting OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON: expected an object with "
-            "allow_driver_config and resource_admission"
+            f"invalid setting {_ADMISSION_JSON}: expected an object with allow_driver_config and resource_admission"
         )
     out: dict[str, Any] = {}
     if "allow_driver_config" in data:
@@ -300,7 +348,7 @@ def _admission_from_json(text: str) -> dict[str, Any]:
     adm = data.get("resource_admission")
     if adm is not None:
         if not isinstance(adm, dict) or set(adm) - {"enabled", "required_labels"}:
-            raise ConfigError("invalid setting OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON: bad resource_admission")
+            raise ConfigError(f"invalid setting {_ADMISSION_JSON}: bad resource_admission")
         if "enabled" in adm:
             out["admission_enabled"] = adm["enabled"]
         if "required_labels" in adm:
@@ -342,6 +390,13 @@ def validate(s: Settings) -> None:
     for key, path in tls.items():
         if path and not os.path.isfile(path):
             raise bad(key, f"{path} is not a readable file")
+    if _scheme(s.grpc_endpoint) == "https" and not s.tls_enabled:
+        raise bad(
+            "grpc_endpoint",
+            "an https:// gateway endpoint needs TLS material: set tls_ca, tls_cert and tls_key "
+            "(--podman-tls-ca/-cert/-key / OPENSHELL_PODMAN_TLS_CA/_CERT/_KEY); without them the "
+            "supervisor exits with 'OPENSHELL_TLS_CA is required'",
+        )
     if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", s.network_name):
         raise bad("network_name", "must match [a-zA-Z0-9][a-zA-Z0-9_.-]*")
     if not s.ssh_socket_path.startswith("/"):
@@ -380,6 +435,32 @@ def validate(s: Settings) -> None:
             raise ConfigError(f"invalid resource admission label key {key!r}")
         if value != "${workspace}" and not _LABEL_VALUE.match(value):
             raise ConfigError(f"invalid resource admission label value {value!r} for {key!r}")
+
+
+def _scheme(url: str) -> str:
+    scheme, sep, _ = url.partition("://")
+    return scheme.strip().lower() if sep else ""
+
+
+def unknown_env(environ: Mapping[str, str]) -> list[str]:
+    """``OPENSHELL_*`` names podmand does not read, sorted: a typo or another driver's
+    setting would otherwise be ignored without a word."""
+    known = {opt.env for opt in OPTIONS} | {ADMISSION_JSON_ENV} | IGNORED_ENV
+    return sorted(name for name in environ if name.startswith("OPENSHELL_") and name not in known)
+
+
+def startup_warnings(s: Settings, environ: Mapping[str, str]) -> list[str]:
+    """What is accepted but probably not meant; logged once at start (names only, never values)."""
+    out = []
+    unknown = unknown_env(environ)
+    if unknown:
+        out.append(f"ignoring unknown environment variables: {', '.join(unknown)}")
+    if s.tls_enabled and _scheme(s.grpc_endpoint) == "http":
+        out.append(
+            f"{_describe('grpc_endpoint')} is http:// while tls_ca/tls_cert/tls_key are set: "
+            "the supervisor connects without TLS and ignores the TLS files"
+        )
+    return out
 
 
 def default_state_dir() -> str:

@@ -466,7 +466,7 @@ class Driver:
             )
         )
         self._set_pending(pending, "ContainerStarting", "Creating the sandbox container")
-        async with self._locks[f"ws:{plan.workspace}"]:
+        async with self._network_lock(plan.workspace):
             network = await self._ensure_network(plan.workspace)
             prov = Provision(
                 image_id=image.id,
@@ -759,14 +759,25 @@ class Driver:
                     raise
         return name
 
+    def _network_lock(self, workspace: str) -> asyncio.Lock:
+        """One lock per network: workspaces "" and "default" share one."""
+        return self._locks[f"net:{self._network(workspace)}"]
+
+    async def _network_users(self, workspace: str) -> set[str]:
+        """Sandbox ids on the workspace's network: containers and creates still pending."""
+        net = self._network(workspace)
+        users = {sid for sid, p in self._pending.items() if self._network(p.plan.workspace) == net}
+        for entry in await self._containers():
+            labels = entry.labels or {}
+            if names.SANDBOX_WORKSPACE in labels and self._network(labels[names.SANDBOX_WORKSPACE]) == net:
+                users.add(labels.get(names.SANDBOX_ID, entry.id))
+        return users
+
     async def _maybe_remove_network(self, workspace: str, name: str | None = None) -> bool:
         """Remove the workspace's network (or ``name``) once its last sandbox is gone."""
-        async with self._locks[f"ws:{workspace}"]:
-            if any(p.plan.workspace == workspace for p in self._pending.values()):
+        async with self._network_lock(workspace):
+            if await self._network_users(workspace):
                 return False
-            for entry in await self._containers():
-                if (entry.labels or {}).get(names.SANDBOX_WORKSPACE) == workspace:
-                    return False
             return await self._remove_network(name or self._network(workspace), quiet=True)
 
     async def _remove_network(self, name: str, *, quiet: bool) -> bool:
@@ -784,15 +795,13 @@ class Driver:
 
     async def ensure_workspace(self, workspace: str) -> None:
         check_name("workspace", workspace, required=False)
-        async with self._locks[f"ws:{workspace}"]:
+        async with self._network_lock(workspace):
             await self._ensure_network(workspace)
 
     async def delete_workspace(self, workspace: str) -> None:
         check_name("workspace", workspace, required=False)
-        async with self._locks[f"ws:{workspace}"]:
-            left = [e for e in await self._containers() if (e.labels or {}).get(names.SANDBOX_WORKSPACE) == workspace]
-            left_ids = {(e.labels or {}).get(names.SANDBOX_ID) for e in left}
-            left_ids |= {sid for sid, p in self._pending.items() if p.plan.workspace == workspace}
+        async with self._network_lock(workspace):
+            left_ids = await self._network_users(workspace)
             if left_ids:
                 raise FailedPrecondition(f"workspace {workspace!r} still has {len(left_ids)} sandbox(es)")
             await self._remove_network(self._network(workspace), quiet=False)
@@ -823,11 +832,12 @@ class Driver:
                 if sandbox_id not in self._pending and await self._find(sandbox_id) is None:
                     self.files.remove(sandbox_id)
                     removed.append(f"files:{sandbox_id}")
-        workspaces = {(e.labels or {}).get(names.SANDBOX_WORKSPACE) for e in entries}
+        workspaces = {(e.labels or {}).get(names.SANDBOX_WORKSPACE) or "" for e in entries}
         workspaces |= {p.plan.workspace for p in self._pending.values()}
+        in_use = {self._network(w) for w in workspaces}
         for network in await self.podman.list_networks([f"{names.OWNER}={names.OWNER_VALUE}"]):
             labels = network.labels or {}
-            if names.SANDBOX_WORKSPACE not in labels or labels[names.SANDBOX_WORKSPACE] in workspaces:
+            if names.SANDBOX_WORKSPACE not in labels or network.name in in_use:
                 continue
             created = state.parse_time(network.created)
             if created is None or created.seconds > cutoff:

@@ -1,14 +1,16 @@
 """``podmand serve``: the process around the servicer.
 
-Finds Podman, binds the driver socket safely (parent 0700, socket 0600, only
-our own stale socket replaced), serves, and on SIGTERM/SIGINT stops accepting,
-finishes in-flight RPCs, ends watch streams and removes the socket.
+Locks the state directory (one podmand per state dir), finds Podman, binds
+the driver socket safely (parent 0700, socket 0600, only our own stale socket
+replaced), serves, and on SIGTERM/SIGINT stops accepting, finishes in-flight
+RPCs, ends watch streams and removes the socket.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import signal
@@ -22,9 +24,10 @@ from grpc_reflection.v1alpha import reflection
 
 from . import __version__, logs
 from ._proto import compute_driver_pb2_grpc
-from .config import ConfigError, Settings, default_socket, default_state_dir
+from .config import ConfigError, Settings, default_socket, default_state_dir, startup_warnings
 from .discovery import discover
 from .driver import Driver
+from .files import ensure_dir
 from .hostpaths import state_dir_problem
 from .negotiation import capabilities
 from .podman import PodmanClient
@@ -33,6 +36,7 @@ from .watcher import Hub
 
 log = logging.getLogger("podmand")
 SERVICE = "openshell.compute.v1.ComputeDriver"
+LOCK_FILE = "podmand.lock"
 
 
 class SocketError(Exception):
@@ -41,6 +45,50 @@ class SocketError(Exception):
 
 class StateDirError(Exception):
     """Podman cannot see the state directory at the path podmand uses."""
+
+
+def holder_record(pid: int, socket_path: str) -> bytes:
+    """What the lock file says about its holder, for the refusal message of the next one."""
+    return f"pid={pid}\nsocket={socket_path}\n".encode()
+
+
+def describe_holder(record: str) -> str:
+    fields = dict(line.split("=", 1) for line in record.splitlines() if "=" in line)
+    if not fields.get("pid"):
+        return "its PID is not recorded yet"
+    where = f", driver socket {fields['socket']}" if fields.get("socket") else ""
+    return f"PID {fields['pid']}{where}"
+
+
+def lock_state_dir(state_dir: Path, socket_path: str) -> int:
+    """Hold an exclusive flock on ``<state>/podmand.lock`` for the life of the process:
+    two podmands on one state dir would collect each other's token files as garbage.
+    The kernel drops the lock when its holder dies, so a stale file never blocks."""
+    try:
+        ensure_dir(state_dir)
+        fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StateDirError(f"state directory {state_dir} is not usable: {exc.strerror}: {exc.filename}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = describe_holder(os.pread(fd, 4096, 0).decode(errors="replace"))
+        os.close(fd)
+        raise StateDirError(
+            f"state directory {state_dir} is in use by another podmand ({holder}); stop it, or give this "
+            "one its own state directory (--state-dir / PODMAND_STATE_DIR)"
+        ) from None
+    record = holder_record(os.getpid(), socket_path)
+    os.pwrite(fd, record, 0)  # then cut: no reader ever sees an empty file while we hold it
+    os.ftruncate(fd, len(record))
+    return fd
+
+
+def unlock_state_dir(fd: int) -> None:
+    """Clear the holder record while still holding the lock, then release it."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+    os.close(fd)
 
 
 def prepare_socket(path: str) -> None:
@@ -78,13 +126,24 @@ def _dump_tasks() -> None:
 
 async def serve(settings: Settings) -> int:
     logs.setup(settings.log_level, settings.log_format)
+    for warning in startup_warnings(settings, os.environ):
+        log.warning("%s", warning)
+    state_dir = Path(settings.state_dir or default_state_dir())
+    socket_path = settings.socket.removeprefix("unix://") or default_socket()
+    lock = lock_state_dir(state_dir, socket_path)
+    try:
+        return await _serve(settings, state_dir, socket_path)
+    finally:
+        unlock_state_dir(lock)
+
+
+async def _serve(settings: Settings, state_dir: Path, socket_path: str) -> int:
     podman_path = await discover(settings.podman_socket, settings.podman_wait)
     podman = PodmanClient(podman_path)
     info = await podman.info()
     rootless = info.host.security.rootless
     if settings.userns_base == "keep-id" and not rootless:
         raise ConfigError("invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman")
-    state_dir = Path(settings.state_dir or default_state_dir())
     try:
         driver = Driver(settings, podman, state_dir)
         driver.files.setup()
@@ -106,7 +165,6 @@ async def serve(settings: Settings) -> int:
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     # Reflection lets operators poke the driver with grpcurl without the protos.
     reflection.enable_server_reflection((SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    socket_path = settings.socket.removeprefix("unix://") or default_socket()
     prepare_socket(socket_path)
     old_umask = os.umask(0o177)
     try:

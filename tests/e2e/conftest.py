@@ -173,9 +173,10 @@ class Podmand:
             return ["runuser", "-u", self.user, "--", "env", "-i", *[f"{k}={v}" for k, v in self.env.items()], *run]
         return ["env", "-i", *[f"{k}={v}" for k, v in self.env.items()], *run]
 
-    def start(self, timeout: float = 60.0) -> Podmand:
+    def start(self, timeout: float = 60.0, args: tuple[str, ...] = ("serve",)) -> Podmand:
+        """Run the pex with ``args`` (``()``: no arguments, as upstream's launcher does)."""
         log = open(self.log_path, "ab")  # noqa: SIM115 - the process owns it
-        self.proc = subprocess.Popen(self.command("serve"), stdout=log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.command(*args), stdout=log, stderr=subprocess.STDOUT)
         wait_until(
             lambda: "ready: serving" in self.logs() or self.proc.poll() is not None,  # type: ignore[union-attr]
             timeout,

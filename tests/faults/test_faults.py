@@ -344,10 +344,10 @@ def test_stale_socket_of_ours_is_replaced(fake: FakeLibpod, launch: Callable[...
     assert os.stat(second.socket).st_mode & 0o777 == 0o600
 
 
-def test_live_socket_is_not_stolen(fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:
+def test_live_socket_is_not_stolen(tmp: Path, fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:
     """A second podmand on the same path must not unlink a live server's socket."""
     first = launch().wait_ready()
-    second = launch()
+    second = launch(PODMAND_STATE_DIR=str(tmp / "state-2"))  # its own state dir: not refused by the lock
     assert second.wait_exit() == 1
     assert "another process is already serving" in second.log
     first.stub.ListSandboxes(pb.ListSandboxesRequest(), timeout=5)

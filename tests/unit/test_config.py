@@ -209,3 +209,127 @@ def test_cli_exits_2_naming_bad_variable() -> None:
     assert proc.returncode == 2, proc.stderr
     assert "OPENSHELL_STOP_TIMEOUT" in proc.stderr
     assert proc.stderr.startswith("podmand: ")
+
+
+def test_upstream_flag_names_are_aliases() -> None:
+    """Upstream's --bind-socket and --bind-address work as podmand's --socket and --listen-tcp."""
+    s = load(args=flags("--bind-socket", "/run/x.sock", "--bind-address", "127.0.0.1:50061"), environ={})
+    assert (s.socket, s.listen_tcp) == ("/run/x.sock", "127.0.0.1:50061")
+    s = load(args=flags("--socket", "/run/y.sock", "--listen-tcp", "[::1]:1"), environ={})
+    assert (s.socket, s.listen_tcp) == ("/run/y.sock", "[::1]:1")
+
+
+def test_bare_bool_flag_means_true() -> None:
+    """Upstream's --enable-bind-mounts is a bare switch; podmand's bool flags accept that form too."""
+    s = load(args=flags("--enable-bind-mounts", "--telemetry-enabled", "false"), environ={})
+    assert (s.enable_bind_mounts, s.telemetry_enabled) == (True, False)
+
+
+def test_admission_config_json_flag_overrides_env() -> None:
+    """Upstream's --admission-config-json flag, above its environment variable."""
+    env = {config.ADMISSION_JSON_ENV: '{"allow_driver_config": false}'}
+    s = load(args=flags("--admission-config-json", '{"allow_driver_config": true}'), environ=env)
+    assert s.allow_driver_config is True
+    with pytest.raises(ConfigError, match="--admission-config-json"):
+        load(args=flags("--admission-config-json", "{nope"), environ={})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("if_not_present", "missing"), ("IfNotPresent", "missing"), ("ifnotpresent", "missing"),
+        ("Always", "always"), ("NEVER", "never"), ("Newer", "newer"), (" missing ", "missing"),
+    ],
+)
+def test_pull_policy_spellings(value: str, expected: str) -> None:
+    """Upstream's ImagePullPolicy names, in any case, become Podman's."""
+    assert load(args=None, environ={"OPENSHELL_SANDBOX_IMAGE_PULL_POLICY": value}).image_pull_policy == expected
+    assert load(args=flags("--sandbox-image-pull-policy", value), environ={}).image_pull_policy == expected
+
+
+def test_pull_policy_from_toml(tmp_path: Path) -> None:
+    cfg = write_toml(tmp_path, 'image_pull_policy = "IfNotPresent"\n')
+    assert load(args=None, environ={"PODMAND_CONFIG": cfg}).image_pull_policy == "missing"
+
+
+def test_bad_pull_policy_lists_valid_ones() -> None:
+    with pytest.raises(ConfigError) as exc:
+        load(args=None, environ={"OPENSHELL_SANDBOX_IMAGE_PULL_POLICY": "sometimes"})
+    text = str(exc.value)
+    assert "'sometimes'" in text and "always, missing, never, newer" in text and "IfNotPresent" in text
+
+
+def tls_env(tmp_path: Path) -> dict[str, str]:
+    env = {}
+    for var, fname in (("OPENSHELL_PODMAN_TLS_CA", "ca.crt"), ("OPENSHELL_PODMAN_TLS_CERT", "tls.crt"),
+                       ("OPENSHELL_PODMAN_TLS_KEY", "tls.key")):
+        (tmp_path / fname).write_text("pem")
+        env[var] = str(tmp_path / fname)
+    return env
+
+
+@pytest.mark.parametrize("endpoint", ["https://gw:17670", "HTTPS://gw:17670"])
+def test_https_endpoint_needs_tls(endpoint: str) -> None:
+    """The stock supervisor dies with 'OPENSHELL_TLS_CA is required' otherwise: refuse to start."""
+    with pytest.raises(ConfigError) as exc:
+        load(args=None, environ={"OPENSHELL_GRPC_ENDPOINT": endpoint})
+    for name in ("OPENSHELL_GRPC_ENDPOINT", "tls_ca", "tls_cert", "tls_key", "OPENSHELL_PODMAN_TLS_CA"):
+        assert name in str(exc.value)
+
+
+def test_https_endpoint_with_tls_is_fine(tmp_path: Path) -> None:
+    env = {**tls_env(tmp_path), "OPENSHELL_GRPC_ENDPOINT": "https://127.0.0.1:17670"}
+    s = load(args=None, environ=env)
+    assert s.endpoint == "https://127.0.0.1:17670"
+    assert config.startup_warnings(s, env) == []
+
+
+def test_http_endpoint_with_tls_warns(tmp_path: Path) -> None:
+    """TLS files with an explicit http:// endpoint are ignored by the supervisor: say so at start."""
+    env = {**tls_env(tmp_path), "OPENSHELL_GRPC_ENDPOINT": "http://gw:17670"}
+    [warning] = config.startup_warnings(load(args=None, environ=env), env)
+    assert "http://" in warning and "OPENSHELL_GRPC_ENDPOINT" in warning and "ignores the TLS files" in warning
+    plain = {"OPENSHELL_GRPC_ENDPOINT": "http://gw:17670"}
+    assert config.startup_warnings(load(args=None, environ=plain), plain) == []
+
+
+def test_unknown_openshell_env_named_in_one_warning() -> None:
+    """Unknown OPENSHELL_* names, sorted, in one line; values never; known and ignored names not."""
+    env = {
+        "OPENSHELL_ZED": "secret-value",
+        "OPENSHELL_NETWROK_NAME": "typo",
+        "OPENSHELL_NETWORK_NAME": "openshell",
+        "OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON": "{}",
+        "OPENSHELL_SANDBOX_RUNTIME_IMAGE": "openshell/sandbox:dev",
+        "PODMAND_STATE_DIR": "/tmp/x",
+        "HOME": "/root",
+    }
+    assert config.unknown_env(env) == ["OPENSHELL_NETWROK_NAME", "OPENSHELL_ZED"]
+    warnings = config.startup_warnings(load(args=None, environ=env), env)
+    assert len(warnings) == 1
+    assert "OPENSHELL_NETWROK_NAME, OPENSHELL_ZED" in warnings[0]
+    assert "secret-value" not in warnings[0] and "typo" not in warnings[0]
+
+
+def test_upstream_launcher_environment_is_all_known(tmp_path: Path) -> None:
+    """Everything upstream's e2e/with-podman-gateway.sh gives its standalone driver is accepted
+    without a warning (pull policy spelled its way, https endpoint with TLS files)."""
+    env = {
+        "XDG_DATA_HOME": str(tmp_path / "driver-data"),
+        "OPENSHELL_COMPUTE_DRIVER_SOCKET": str(tmp_path / "compute-driver.sock"),
+        "OPENSHELL_PODMAN_SOCKET": "/run/user/1000/podman/podman.sock",
+        "OPENSHELL_SANDBOX_IMAGE": "nvcr.io/nvidia/base/ubuntu:24.04",
+        "OPENSHELL_SANDBOX_IMAGE_PULL_POLICY": "if_not_present",
+        "OPENSHELL_HEALTH_CHECK_INTERVAL_SECS": "10",
+        "OPENSHELL_GRPC_ENDPOINT": "https://127.0.0.1:40123",
+        "OPENSHELL_GATEWAY_PORT": "40123",
+        "OPENSHELL_NETWORK_NAME": "e2e-podman-1234-40123",
+        "OPENSHELL_STOP_TIMEOUT": "15",
+        "OPENSHELL_SANDBOX_RUNTIME_IMAGE": "openshell/sandbox:dev",
+        "OPENSHELL_SUPERVISOR_IMAGE": "openshell/supervisor@sha256:" + "0" * 64,
+        "OPENSHELL_ENABLE_BIND_MOUNTS": "true",
+        **tls_env(tmp_path),
+    }
+    s = load(args=None, environ=env)
+    assert (s.image_pull_policy, s.network_name, s.enable_bind_mounts) == ("missing", "e2e-podman-1234-40123", True)
+    assert config.startup_warnings(s, env) == []
