@@ -39,6 +39,10 @@ __all__ = [
 MAX_ID = 2**32 - 2  # the supervisor's MAX_SANDBOX_UID; (uid_t)-1 is reserved
 _MAX_COMPONENT = 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_NO_USER = (
+    "OCI USER is required because run_as_user is omitted: the image declares no USER; add a non-root USER "
+    "to the image, or name both the user and the group in the policy"
+)
 
 
 @dataclass(frozen=True)
@@ -150,12 +154,11 @@ def check_declaration(policy_user: str, policy_group: str, image_user: str, *, i
         number = _u32(value)
         if chosen and number is not None:
             _check_limit(kind, number, id_limit)
-    if not policy_user:
-        if not image_user:
-            raise _refuse(
-                "OCI USER is required because run_as_user is omitted: the image declares no USER and the "
-                "policy names no user; add a non-root USER to the image or set the policy's run_as_user"
-            )
+    # The declaration's user is needed for the uid, or for the primary group
+    # when neither the policy nor the declaration names a group.
+    if not policy_user or (not policy_group and group is None):
+        if not user:
+            raise _refuse(_NO_USER)
         _component("user", user)
         if user == "root":
             raise _refuse(f"OCI USER {image_user!r} selects root")
@@ -192,26 +195,47 @@ def _group_named(name: str, groups: list[Group]) -> Group | None:
 def _policy_id(kind: str, value: str, lookup: dict[str, int]) -> int:
     """A policy-supplied user or group: a number in [1, MAX_ID] or a name the image knows."""
     number = _u32(value)
+    label = "UID" if kind == "user" else "GID"
     if number is not None:
         if not 1 <= number <= MAX_ID:
-            label = "UID" if kind == "user" else "GID"
             raise _refuse(f"process {kind} {label} must be in range [1, {MAX_ID}]")
         return number
     if value not in lookup:
-        raise _refuse(f"explicit process {kind} {value!r} was not found in the image")
+        if value == "sandbox":
+            raise _refuse(f"explicit process {kind} 'sandbox' was not found in the image")
+        noun = "identity" if kind == "user" else "group identity"
+        raise _refuse(
+            f"unrecognized sandbox {noun} {value!r}; expected 'sandbox' or a numeric {label} in range [1, {MAX_ID}]"
+        )
     if lookup[value] == 0:
         raise _refuse(f"explicit process {kind} {value!r} resolves to prohibited id 0")
     return lookup[value]
 
 
-def _members_of(name: str, groups: list[Group], exclude: int) -> tuple[int, ...]:
-    out: set[int] = set()
+def _oci_user(user: str, decl: str, accounts: list[Account]) -> tuple[int, int | None]:
+    """The declaration's user: (uid, primary gid from /etc/passwd if known)."""
+    if not user:
+        raise _refuse(_NO_USER)
+    numeric = _u32(user)
+    if numeric is not None:
+        entry = next((a for a in accounts if a.uid == numeric), None)
+        return numeric, entry.gid if entry else None
+    account = _account(user, accounts)
+    if account is None:
+        raise _refuse(f"OCI USER name {user!r} was not found in /etc/passwd")
+    if account.uid == 0:
+        raise _refuse(f"OCI USER {decl!r} resolves to prohibited UID 0")
+    return account.uid, account.gid
+
+
+def _groups_of(name: str, gid: int, groups: list[Group]) -> tuple[int, ...]:
+    """What the supervisor gives a named user: its gid plus every /etc/group membership."""
+    out = {gid}
     for g in groups:
         if name in g.members:
             if g.gid == 0:
                 raise _refuse(f"OCI user {name!r} is a member of prohibited GID 0")
-            if g.gid != exclude:
-                out.add(g.gid)
+            out.add(g.gid)
     return tuple(sorted(out))
 
 
@@ -225,39 +249,25 @@ def resolve(
     *,
     id_limit: int | None = None,
 ) -> Resolved:
-    """The identity the supervisor's OCI mode selects.
+    """The identity the supervisor's OCI mode selects, field by field as it does:
+    the policy's user and group win; an omitted group comes from the declaration's
+    group, else from the *declaration user's* primary group (so an image without
+    USER needs both policy fields). Named users get their gid and /etc/group
+    memberships as supplementary groups; numeric users get none.
 
     ``id_limit``: ids the sandbox's user namespace can map are ``< id_limit``
     (None: unknown); the supervisor's setuid to anything else fails."""
-    policy_user, policy_group, image_user = policy_user.strip(), policy_group.strip(), image_user
+    policy_user, policy_group = policy_user.strip(), policy_group.strip()
     if not digest:
         raise _refuse("the image digest is empty")
     check_declaration(policy_user, policy_group, image_user, id_limit=id_limit)
     accounts, groups = parse_passwd(passwd), parse_group(group_file)
     decl_user, decl_group = _split(image_user)
     source = "policy" if policy_user or policy_group else "image"
+    needs_primary = not policy_group and decl_group is None
+    oci_uid, primary = _oci_user(decl_user, image_user, accounts) if not policy_user or needs_primary else (0, None)
 
-    account: Account | None = None
-    supplementary: tuple[int, ...] = ()
-    if policy_user:
-        uid = _policy_id("user", policy_user, {a.name: a.uid for a in accounts})
-        if _u32(policy_user) is None:
-            account = _account(policy_user, accounts)
-        else:
-            account = next((a for a in accounts if a.uid == uid), None)
-    else:
-        numeric = _u32(decl_user)
-        if numeric is not None:
-            uid = numeric
-            account = next((a for a in accounts if a.uid == numeric), None)
-        else:
-            account = _account(decl_user, accounts)
-            if account is None:
-                raise _refuse(f"OCI USER name {decl_user!r} was not found in /etc/passwd")
-            uid = account.uid
-            if uid == 0:
-                raise _refuse(f"OCI USER {image_user!r} resolves to prohibited UID 0")
-
+    uid = _policy_id("user", policy_user, {a.name: a.uid for a in accounts}) if policy_user else oci_uid
     if policy_group:
         gid = _policy_id("group", policy_group, {g.name: g.gid for g in groups})
     elif decl_group is not None:
@@ -269,25 +279,25 @@ def resolve(
             if found is None:
                 raise _refuse(f"OCI group {decl_group!r} was not found in /etc/group")
             gid = found.gid
-    elif account is not None:
-        gid = account.gid
-        if gid == 0:
-            raise _refuse(f"OCI USER {image_user or policy_user!r} resolves to prohibited primary GID 0")
+    elif primary is not None:
+        if primary == 0:
+            raise _refuse(f"OCI USER {image_user!r} resolves to prohibited primary GID 0")
+        gid = primary
     else:
         raise _refuse(
-            f"OCI USER {image_user or policy_user!r} uses a numeric UID without an explicit group, "
+            f"OCI USER {image_user!r} uses a numeric UID without an explicit group, "
             "but /etc/passwd has no matching primary GID"
         )
     if gid == 0:
-        raise _refuse("the workload group resolves to prohibited GID 0")
+        raise _refuse(f"OCI USER {image_user!r} resolves to prohibited GID 0")
 
-    # Named users get their /etc/group memberships (OCI: bounded list; policy
-    # names: initgroups); numeric users get none.
-    named = policy_user if policy_user and _u32(policy_user) is None else ""
-    if not policy_user and _u32(decl_user) is None:
-        named = decl_user
-    if named:
-        supplementary = _members_of(named, groups, gid)
+    if not policy_user:
+        name = decl_user if _u32(decl_user) is None else ""
+    elif _u32(policy_user) is None:
+        name = next((a.name for a in accounts if a.uid == uid), policy_user)
+    else:
+        name = ""
+    supplementary = _groups_of(name, gid, groups) if name else ()
 
     for what, value in (("uid", uid), ("gid", gid), *(("supplementary gid", g) for g in supplementary)):
         _check_limit(what, value, id_limit)

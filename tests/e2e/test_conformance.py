@@ -18,11 +18,13 @@ from podmand._proto import compute_driver_pb2 as pb
 from tests.jwt import make_launch
 from tests.wait import wait_until
 
-from .conftest import Podmand, containers_of, ready, run_in, sandbox
+from .conftest import Podmand, containers_of, gateway_metadata, ready, run_in, sandbox
 
 IMAGES = "localhost/podmand-test"
-# The main process reports who it runs as and what it sees, then idles.
-REPORT = ["sh", "-c", 'echo "ID=$(id -u):$(id -g):$(id -G)"; env | sed "s/^/ENV /"; exec sleep 600']
+# The main process reports who it runs as and what it sees, then idles. (The supervisor
+# keeps the main process's output from the container log, so the report is a file.)
+REPORT = ["sh", "-c", '{ echo "ID=$(id -u):$(id -g):$(id -G)"; env | sed "s/^/ENV /"; } >/tmp/.r; '
+          'mv /tmp/.r /tmp/report; exec sleep 600']
 
 
 def logs(podman_client: podman.PodmanClient, sandbox_id: str) -> str:
@@ -31,10 +33,14 @@ def logs(podman_client: podman.PodmanClient, sandbox_id: str) -> str:
 
 
 def reported(podman_client: podman.PodmanClient, sandbox_id: str) -> str:
-    """The container's output once the main process has reported itself."""
+    """The main process's report, once written."""
+    [container] = containers_of(podman_client, sandbox_id)
+
     def check() -> str:
-        text = logs(podman_client, sandbox_id)
-        return text if "ID=" in text else ""
+        container.reload()
+        assert container.status == "running", logs(podman_client, sandbox_id)
+        code, out, _ = run_in(container, ["cat", "/tmp/report"])
+        return out if code == 0 else ""
 
     result: str = wait_until(check, 30, f"{sandbox_id} main process report", lambda: logs(podman_client, sandbox_id))
     return result
@@ -54,17 +60,18 @@ def refused(driver: Podmand, box: pb.DriverSandbox) -> str:
     return err.value.details() or ""
 
 
-def policy_user(user: str) -> dict[str, Any]:
-    """A policy naming a user: the gateway passes it to podmand as workload_identity and to the
-    supervisor in the policy (the stand-in reads the policy's run_as_user from a test knob)."""
-    return {"workload_identity": pb.WorkloadIdentityRequest(user=user),
-            "environment": {"STANDIN_POLICY_RUN_AS_USER": user}}
+def policy(user: str, group: str = "") -> dict[str, Any]:
+    """A policy naming a user (and group): the gateway passes them to podmand as workload_identity
+    and to the supervisor in the policy (the stand-in reads the policy from test knobs)."""
+    env = {"STANDIN_POLICY_RUN_AS_USER": user, **({"STANDIN_POLICY_RUN_AS_GROUP": group} if group else {})}
+    return {"workload_identity": pb.WorkloadIdentityRequest(user=user, group=group), "environment": env}
 
 
 @pytest.mark.parametrize(("image", "extra", "expected"), [
     # upstream's default image ends with USER sandbox; the test image's sandbox is also in group extra (1001)
-    ("sandbox:1", {}, ("1000:1000:1000 1001", (1000, 1000, [1001], "image"))),
-    ("sandbox-nouser:1", policy_user("sandbox"), ("1000:1000:1000 1001", (1000, 1000, [1001], "policy"))),
+    ("sandbox:1", {}, ("1000:1000:1000 1001", (1000, 1000, [1000, 1001], "image"))),
+    # without USER the policy must name the user and the group
+    ("sandbox-nouser:1", policy("sandbox", "sandbox"), ("1000:1000:1000 1001", (1000, 1000, [1000, 1001], "policy"))),
     # numeric users get no supplementary groups; 2345 needs a namespace larger than the default 1024 ids
     ("sandbox-uid:1", {"userns": "auto:size=4096"}, ("2345:2346:2346", (2345, 2346, [], "image"))),
 ])
@@ -82,10 +89,10 @@ def test_identity_matrix_runs(make_podmand: Callable[..., Podmand], podman_clien
     driver.stub.ValidateSandboxCreate(pb.ValidateSandboxCreateRequest(sandbox=box))
     driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     snap = watch.wait_reason(box.id, "ContainerRunning")
-    text = reported(podman_client, box.id)
     ids, identity = expected
-    assert f"ID={ids}" in text
-    assert "identity mode=oci" in text  # the supervisor's OCI mode, never the numeric (Kubernetes) one
+    assert f"ID={ids}" in reported(podman_client, box.id)
+    # the supervisor's OCI mode, never the numeric (Kubernetes) one
+    assert f"identity mode=oci uid={identity[0]} gid={identity[1]}" in logs(podman_client, box.id)
     got = snap.status.resolved_identity
     assert (got.uid, got.gid, list(got.supplementary_gids), got.source) == identity
     assert got.resource_digest == podman_client.images.get(f"{IMAGES}/{image}").id
@@ -96,7 +103,8 @@ def test_identity_matrix_runs(make_podmand: Callable[..., Podmand], podman_clien
     ("sandbox-nouser:1", {}, "OCI USER is required because run_as_user is omitted"),
     ("sandbox-root:1", {}, "OCI USER 'root' selects root"),
     ("sandbox-uid:1", {}, "uid 2345 cannot exist in the sandbox's user namespace, which maps ids 0-1023"),
-    ("sandbox:1", policy_user("ghost"), "explicit process user 'ghost' was not found in the image"),
+    ("sandbox-nouser:1", policy("sandbox"), "OCI USER is required because run_as_user is omitted"),
+    ("sandbox:1", policy("ghost"), "unrecognized sandbox identity 'ghost'"),
 ])
 def test_identity_matrix_refusals(make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient,
                                   cleanup: list[str], image: str, extra: dict[str, Any], reason: str) -> None:
@@ -233,8 +241,11 @@ def test_validation_allocates_nothing(driver: Podmand, podman_client: podman.Pod
     until = int(time.time()) + 1
     events = list(podman_client.events(since=since, until=until, decode=True,
                                        filters={"type": "container", "event": "create"}))
-    assert events == []
-    assert driver.stub.GetCapabilities(pb.GetCapabilitiesRequest()).supports_sandbox_authentication
+    names = [e.get("Actor", {}).get("Attributes", {}).get("name", "") for e in events]
+    readers = [n for n in names if n.startswith("podmand-read-") and not n.startswith("podmand-read-visible-")]
+    assert readers == []
+    caps = driver.stub.GetCapabilities(pb.GetCapabilitiesRequest(gateway=gateway_metadata()))
+    assert caps.supports_sandbox_authentication
 
 
 def test_restart_reports_instead_of_provisioning_again(make_podmand: Callable[..., Podmand],

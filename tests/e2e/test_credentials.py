@@ -116,7 +116,7 @@ def test_authenticate_and_rotation(driver: Podmand, podman_client: podman.Podman
     identity = snap.status.resolved_identity
     # Nothing requested: the image's USER sandbox, as the supervisor resolves it, pinned to the image ID.
     got = (identity.uid, identity.gid, list(identity.supplementary_gids), identity.source)
-    assert got == (1000, 1000, [1001], "image")
+    assert got == (1000, 1000, [1000, 1001], "image")
     assert identity.resource_digest == podman_client.images.get(SANDBOX_IMAGE).id
     fence = snap.status.fence_evidence
     assert fence.generation == "0" and fence.evidence_digest.startswith("sha256:")
@@ -177,10 +177,14 @@ def test_root_image_user_is_refused(driver: Podmand, podman_client: podman.Podma
     got = snap.status.resolved_identity
     assert (got.uid, got.gid, got.source) == (1000, 1001, "policy")
     assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=named.id)).deleted
-    unknown = sandbox(workload_identity=pb.WorkloadIdentityRequest(user="nobody-here"))
-    with pytest.raises(grpc.RpcError) as err:
-        driver.stub.ValidateSandboxCreate(pb.ValidateSandboxCreateRequest(sandbox=unknown))
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "nobody-here" in (err.value.details() or "")
+    # A name the image lacks needs its account files, which validation never reads (it allocates
+    # nothing): provisioning refuses it, terminally, before any container exists.
+    unknown = sandbox(workload_identity=pb.WorkloadIdentityRequest(user="nobody-here", group="extra"), token=True)
+    cleanup.append(unknown.id)
+    driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=unknown))
+    snap = watch.wait_reason(unknown.id, "WorkloadIdentityInvalid")
+    assert "nobody-here" in ready(snap).message and containers_of(podman_client, unknown.id) == []
+    assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=unknown.id)).deleted
 
 
 def test_env_cannot_steer_the_supervisor(driver: Podmand, podman_client: podman.PodmanClient,

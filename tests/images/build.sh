@@ -3,11 +3,17 @@
 # load them into the rootful store and/or the rootless test user's store.
 #
 #   bash tests/images/build.sh [rootful] [rootless]     (default: both; run as root)
+#   bash tests/images/build.sh cache                    (only the cached tars and binary)
 #
-# Images:
-#   localhost/podmand-test/sandbox:1     busybox-static rootfs, users root/sandbox/nobody
-#   localhost/podmand-test/supervisor:1  just /openshell-sandbox, the static test
-#                                        stand-in built from supervisor/openshell-sandbox.c
+# Images (the four sandbox images share one rootfs tar; only USER differs):
+#   localhost/podmand-test/sandbox:1         busybox-static rootfs, users root/sandbox/nobody,
+#                                            USER sandbox (like OpenShell's community base image)
+#   localhost/podmand-test/sandbox-nouser:1  the same without USER
+#   localhost/podmand-test/sandbox-uid:1     the same with USER 2345:2346 (no passwd entry)
+#   localhost/podmand-test/sandbox-root:1    the same with USER root
+#   localhost/podmand-test/supervisor:1      just /openshell-sandbox, the static test stand-in
+#                                            for the OpenShell supervisor, built from
+#                                            supervisor/openshell-sandbox.c
 #
 # Rootfs tars are cached in /var/cache/podmand-test and rebuilt only when their
 # inputs (this script, the C source, /bin/busybox) change. The tars are
@@ -22,6 +28,9 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SRC="$HERE/supervisor/openshell-sandbox.c"
 LABEL=io.podmand-test.content
 SANDBOX_IMAGE=localhost/podmand-test/sandbox:1
+SANDBOX_NOUSER_IMAGE=localhost/podmand-test/sandbox-nouser:1
+SANDBOX_UID_IMAGE=localhost/podmand-test/sandbox-uid:1
+SANDBOX_ROOT_IMAGE=localhost/podmand-test/sandbox-root:1
 SUPERVISOR_IMAGE=localhost/podmand-test/supervisor:1
 PATH_ENV=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
@@ -43,6 +52,7 @@ fresh_or_build() {
     local name=$1 key=$2 func=$3 tar="$CACHE/$1.tar" dir
     if [ -s "$tar" ] && [ "$(cat "$tar.key" 2>/dev/null)" = "$key" ]; then return 0; fi
     dir=$(mktemp -d)
+    chmod 0755 "$dir"    # the tar's "./" becomes the image's "/": mktemp's 0700 would lock out non-root
     "$func" "$dir"
     pack "$dir" "$tar"
     rm -rf "$dir"
@@ -130,7 +140,7 @@ load() {
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(rootful rootless)
 for t in "${targets[@]}"; do
-    case "$t" in rootful|rootless) ;; *) fail "unknown target '$t' (rootful|rootless)";; esac
+    case "$t" in rootful|rootless|cache) ;; *) fail "unknown target '$t' (rootful|rootless|cache)";; esac
 done
 
 mkdir -p "$CACHE"; chmod 0755 "$CACHE"
@@ -140,9 +150,13 @@ fresh_or_build sandbox    "$self $(sha /bin/busybox)"                    sandbox
 fresh_or_build supervisor "$self $(sha "$CACHE/openshell-sandbox")"      supervisor_rootfs
 
 for t in "${targets[@]}"; do
+    [ "$t" != cache ] || continue
     if [ "$t" = rootless ]; then
         id -u "$TEST_USER" >/dev/null 2>&1 || fail "user $TEST_USER missing (run tests/setup-podman.sh)"
     fi
-    load "$t" "$SANDBOX_IMAGE"    "$CACHE/sandbox.tar"    "${SANDBOX_CHANGES[@]}"
-    load "$t" "$SUPERVISOR_IMAGE" "$CACHE/supervisor.tar" "${SUPERVISOR_CHANGES[@]}"
+    load "$t" "$SANDBOX_IMAGE"        "$CACHE/sandbox.tar" "${SANDBOX_CHANGES[@]}" --change 'USER=sandbox'
+    load "$t" "$SANDBOX_NOUSER_IMAGE" "$CACHE/sandbox.tar" "${SANDBOX_CHANGES[@]}"
+    load "$t" "$SANDBOX_UID_IMAGE"    "$CACHE/sandbox.tar" "${SANDBOX_CHANGES[@]}" --change 'USER=2345:2346'
+    load "$t" "$SANDBOX_ROOT_IMAGE"   "$CACHE/sandbox.tar" "${SANDBOX_CHANGES[@]}" --change 'USER=root'
+    load "$t" "$SUPERVISOR_IMAGE"     "$CACHE/supervisor.tar" "${SUPERVISOR_CHANGES[@]}"
 done

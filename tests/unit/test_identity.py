@@ -77,12 +77,15 @@ def test_image_without_user_and_no_policy_user_is_refused() -> None:
     """The supervisor: 'OCI USER is required because run_as_user is omitted'."""
     message = refused("OCI USER is required because run_as_user is omitted")
     assert "run_as_user" in message
-    identity.check_declaration("sandbox", "", "")  # a policy user is enough
+    # a policy user alone is not enough: the group would be the declaration user's primary group
+    refused("OCI USER is required", user="sandbox")
+    identity.check_declaration("sandbox", "sandbox", "")
+    assert resolve(user="sandbox", group="sandbox") == Resolved(1000, 1000, (1000, 1001), "policy", DIGEST)
 
 
 def test_image_user_by_name() -> None:
-    """Named users get their /etc/group memberships, minus the primary gid, sorted."""
-    assert resolve(image_user="sandbox") == Resolved(1000, 1000, (1001,), "image", DIGEST)
+    """Named users get their gid and their /etc/group memberships, sorted and unique."""
+    assert resolve(image_user="sandbox") == Resolved(1000, 1000, (1000, 1001), "image", DIGEST)
 
 
 def test_numeric_image_user_gets_no_supplementary_groups() -> None:
@@ -91,23 +94,28 @@ def test_numeric_image_user_gets_no_supplementary_groups() -> None:
 
 
 def test_image_user_and_group_by_name() -> None:
-    """With an explicit group, the primary group no longer counts and 1000 becomes supplementary."""
-    assert resolve(image_user="sandbox:extra") == Resolved(1000, 1001, (1000,), "image", DIGEST)
+    """With an explicit group, 1000 stays only as a membership (group 'both')."""
+    assert resolve(image_user="sandbox:extra") == Resolved(1000, 1001, (1000, 1001), "image", DIGEST)
 
 
 def test_image_user_and_numeric_group() -> None:
-    assert resolve(image_user="sandbox:4242") == Resolved(1000, 4242, (1000, 1001), "image", DIGEST)
+    assert resolve(image_user="sandbox:4242") == Resolved(1000, 4242, (1000, 1001, 4242), "image", DIGEST)
 
 
 def test_policy_fields_win_field_by_field() -> None:
     """Both explicit: the image is not looked at, not even a root USER."""
-    assert resolve(user=" nobody ", image_user="root") == Resolved(65534, 65534, (), "policy", DIGEST)
-    assert resolve(user="sandbox", group="nogroup", image_user="root:root") == Resolved(
-        1000, 65534, (1000, 1001), "policy", DIGEST
+    assert resolve(user=" nobody ", group="nogroup", image_user="root") == Resolved(
+        65534, 65534, (65534,), "policy", DIGEST
     )
-    assert resolve(group="extra", image_user="sandbox") == Resolved(1000, 1001, (1000,), "policy", DIGEST)
+    assert resolve(user="sandbox", group="nogroup", image_user="root:root") == Resolved(
+        1000, 65534, (1000, 1001, 65534), "policy", DIGEST
+    )
+    assert resolve(group="extra", image_user="sandbox") == Resolved(1000, 1001, (1000, 1001), "policy", DIGEST)
     # a policy user with the image's group component
-    assert resolve(user="nobody", image_user="sandbox:extra") == Resolved(65534, 1001, (), "policy", DIGEST)
+    assert resolve(user="nobody", image_user="sandbox:extra") == Resolved(65534, 1001, (1001,), "policy", DIGEST)
+    # a policy user alone takes the primary group of the image's USER, as the supervisor does
+    assert resolve(user="nobody", image_user="sandbox") == Resolved(65534, 1000, (1000,), "policy", DIGEST)
+    refused("OCI USER 'root' selects root", user="nobody", image_user="root")
 
 
 def test_numeric_uid_without_passwd_entry() -> None:
@@ -124,13 +132,14 @@ def test_numeric_uid_without_passwd_entry() -> None:
     ({"image_user": "sandbox:0"}, "OCI USER 'sandbox:0' resolves to prohibited GID 0"),
     ({"image_user": "sandbox:root"}, "OCI USER 'sandbox:root' selects root group"),
     ({"image_user": "sandbox:"}, "OCI USER 'sandbox:' has an empty group component"),
-    ({"image_user": ":extra"}, "OCI user component '' is malformed"),
+    ({"image_user": ":extra"}, "OCI USER is required because run_as_user is omitted"),
     ({"image_user": " sandbox"}, "OCI user component ' sandbox' is malformed"),
     ({"image_user": "sandbox:extra:junk"}, "OCI group component 'extra:junk' is malformed"),
     ({"image_user": "ghost"}, "OCI USER name 'ghost' was not found in /etc/passwd"),
     ({"image_user": "sandbox:ghosts"}, "OCI group 'ghosts' was not found in /etc/group"),
-    ({"user": "ghost"}, "explicit process user 'ghost' was not found in the image"),
-    ({"user": "root"}, "explicit process user 'root' resolves to prohibited id 0"),
+    ({"user": "ghost", "group": "1000"}, "unrecognized sandbox identity 'ghost'; expected 'sandbox' or a numeric UID"),
+    ({"user": "1000", "group": "ghosts"}, "unrecognized sandbox group identity 'ghosts'"),
+    ({"user": "root", "group": "1000"}, "explicit process user 'root' resolves to prohibited id 0"),
     ({"user": "0", "group": "1000"}, r"process user UID must be in range \[1, 4294967294\]"),
     ({"user": "4294967295", "group": "1000"}, r"process user UID must be in range"),
     ({"user": "sandbox", "group": "root"}, "explicit process group 'root' resolves to prohibited id 0"),

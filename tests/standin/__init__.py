@@ -1,0 +1,1 @@
+"""Tests of the OpenShell supervisor stand-in (tests/images/supervisor/openshell-sandbox.c)."""
