@@ -75,6 +75,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     resync_interval: float = 30.0
     gc_grace: float = 300.0
     watch_buffer: int = 1024
+    allow_host_userns: bool = False
+    allowed_peer_uids: list[int] = msgspec.field(default_factory=list)
 
     @property
     def tls_enabled(self) -> bool:
@@ -220,14 +222,27 @@ OPTIONS: tuple[Option, ...] = (
         "--watch-buffer",
         "events buffered per watch stream before a slow one is ended",
     ),
+    Option(
+        "allow_host_userns",
+        "PODMAND_ALLOW_HOST_USERNS",
+        "--allow-host-userns",
+        "let a sandbox template ask for the host user namespace (user_namespaces = false)",
+    ),
+    Option(
+        "allowed_peer_uids",
+        "PODMAND_ALLOWED_PEER_UIDS",
+        "--allowed-peer-uid",
+        "uids besides podmand's own and root that may connect to the driver socket (repeatable)",
+    ),
 )
-_LIST_FIELDS = {"uidmap", "gidmap"}
+_LIST_FIELDS = {"uidmap", "gidmap", "allowed_peer_uids"}
 _BOOL_FIELDS = {
     "enable_bind_mounts",
     "allow_driver_config",
     "admission_enabled",
     "telemetry_enabled",
     "require_launch_auth",
+    "allow_host_userns",
 }
 _FALSE = {"0", "false", "no", "off"}
 _TRUE = {"1", "true", "yes", "on"}
