@@ -56,25 +56,42 @@ def main(argv: list[str] | None = None) -> int:
     except config.ConfigError as exc:
         print(f"podmand: {exc}", file=sys.stderr)
         return 2
+    return serve_main(settings)
+
+
+def serve_main(settings: config.Settings) -> int:
+    """Run the server; every start-up failure is one ``podmand: <message>`` line and
+    exit 1 (configuration: 2), never a traceback, unless it is a bug."""
+    import logging
+
+    import msgspec
+
+    from .credentials import BadKeyFile
     from .discovery import NoPodmanSocket
     from .podman import PodmanError, PodmanUnavailable
-    from .server import SocketError, StateDirError, serve
+    from .server import StartupError, serve
 
     try:
         return asyncio.run(serve(settings))
     except config.ConfigError as exc:
         print(f"podmand: {exc}", file=sys.stderr)
         return 2
-    except (NoPodmanSocket, SocketError, StateDirError) as exc:
+    except (NoPodmanSocket, StartupError, BadKeyFile) as exc:
         print(f"podmand: {exc}", file=sys.stderr)
         return 1
     except (PodmanError, PodmanUnavailable) as exc:
         print(f"podmand: Podman failed during start-up: {exc}", file=sys.stderr)
         return 1
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        print(f"podmand: Podman answered something podmand cannot read: {exc}", file=sys.stderr)
+        return 1
     except TimeoutError:
         print("podmand: Podman's event stream did not connect within 10 s", file=sys.stderr)
         return 1
-
+    except Exception as exc:  # a bug: keep its traceback (through the redacting log handler)
+        logging.getLogger("podmand").critical("unexpected error", exc_info=exc)
+        print(f"podmand: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,12 +28,23 @@ import msgspec
 
 from .errors import DriverError
 
-__all__ = ["KEY_BYTES", "PREFIX", "BadCredential", "CredentialClaims", "CredentialSigner"]
+__all__ = ["KEY_BYTES", "PREFIX", "BadCredential", "BadKeyFile", "CredentialClaims", "CredentialSigner"]
 
 PREFIX = "pdc1"
 KEY_BYTES = 32
 _MAX_CREDENTIAL = 4096
 _B64URL_RE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class BadKeyFile(DriverError):
+    """The key file exists but is not a key: podmand must not start (and must not replace it,
+    which would silently invalidate every credential minted so far)."""
+
+    def __init__(self, path: pathlib.Path, problem: str) -> None:
+        super().__init__(
+            f"credential key {path} {problem}; restore it, or remove it to make a new key "
+            "(credentials of existing sandboxes then stop verifying until they restart)"
+        )
 
 
 class BadCredential(Exception):
@@ -90,14 +101,14 @@ def _load_or_create_key(path: pathlib.Path) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise DriverError(f"credential key {path} is not a regular file")
+            raise BadKeyFile(path, "is not a regular file")
         if st.st_mode & 0o077:
             os.fchmod(fd, 0o600)
         key = os.read(fd, KEY_BYTES + 1)
     finally:
         os.close(fd)
     if len(key) != KEY_BYTES:
-        raise DriverError(f"credential key {path} is not {KEY_BYTES} bytes long")
+        raise BadKeyFile(path, f"is not {KEY_BYTES} bytes long")
     return key
 
 

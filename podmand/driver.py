@@ -9,7 +9,6 @@ stream.  After a restart, ``resume`` finishes what the volumes say was asked.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import logging
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import fence, identity, names, state, tokens
+from . import admission, fence, identity, imagefiles, names, state, tokens
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
 from .credentials import BadCredential, CredentialSigner
@@ -28,6 +27,7 @@ from .errors import AlreadyExists, DriverError, FailedPrecondition, InvalidArgum
 from .files import SandboxFiles
 from .identity import Resolved
 from .imagefiles import READER_PREFIX, read_image_files
+from .locks import Hold, LockTable
 from .podman import (
     ContainerInspect,
     ContainerListEntry,
@@ -122,7 +122,7 @@ class Driver:
         self.signer = CredentialSigner(state_dir / "credential.key")
         self.publish: Publish = lambda event: None
         self.refresh: Callable[[str, str], None] = lambda container_id, sandbox_id: None
-        self._locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self._locks = LockTable()  # per sandbox id (and "net:<network>"), pruned when unused
         self._pending: dict[str, Pending] = {}
         self._deleting: set[str] = set()
         # What inspect knows and the list endpoint does not, per container ID.
@@ -224,8 +224,7 @@ class Driver:
         self._announced = {key for key in self._announced if key[0] != container_id}
 
     async def get(self, sandbox_id: str) -> pb.DriverSandbox:
-        if not sandbox_id:
-            raise InvalidArgument("sandbox_id: is required")
+        check_name("sandbox_id", sandbox_id, required=True)  # before any file or Podman call
         entry = await self._find(sandbox_id)
         if entry is not None:
             snap = await self.observe(entry.id)
@@ -264,10 +263,7 @@ class Driver:
 
     async def validate(self, sandbox: pb.DriverSandbox | None) -> Plan:
         plan = validate(sandbox, self.settings)
-        for i, mount in enumerate(plan.mounts):
-            if mount.kind == "volume" and await self.podman.inspect_volume(mount.source) is None:
-                where = f"sandbox.spec.template.driver_config.mounts[{i}].source"
-                raise FailedPrecondition(f"{where}: podman volume {mount.source!r} does not exist")
+        await admission.admit_mounts(self.podman, self.settings, str(self.state_dir), plan.workspace, plan.mounts)
         try:
             image = await self.podman.inspect_image(plan.image)
         except PodmanError as exc:
@@ -299,7 +295,7 @@ class Driver:
         """The identity the supervisor will select, from the image's own /etc/passwd and
         /etc/group (read from a never-started container, once per image ID)."""
         if image_id not in self._accounts:
-            files = await read_image_files(self.podman, image_id, ["/etc/passwd", "/etc/group"])
+            files = await read_image_files(self.podman, image_id, ["/etc/passwd", "/etc/group"], str(self.state_dir))
             self._accounts[image_id] = tuple((files[p] or b"").decode(errors="replace") for p in files)
         return self._resolve_from(plan, image_id, image_user)
 
@@ -505,15 +501,20 @@ class Driver:
         )
         self.refresh(container_id, plan.sandbox_id)
 
-    async def _create_container(self, plan: Plan, spec: dict[str, object]) -> str:
+    async def _create_container(self, plan: Plan, spec: dict[str, Any]) -> str:
         try:
             container_id, warnings = await self.podman.create_container(spec)
         except PodmanError as exc:
-            if exc.status == 409:
-                # Our own earlier attempt (podmand restarted mid-create): adopt it.
-                entry = await self._find(plan.sandbox_id)
-                if entry is not None and (entry.labels or {}).get(names.SPEC_HASH) == plan.spec_hash:
+            # Whatever the status (Podman 4.3.1 says 500, not 409, for a name in
+            # use): our own interrupted attempt, found by its labels, is adopted.
+            entry = await self._find(plan.sandbox_id)
+            if entry is not None:
+                labels = entry.labels or {}
+                ours = (labels.get(names.SPEC_HASH), labels.get(names.INSTANCE))
+                if ours == (plan.spec_hash, spec["labels"][names.INSTANCE]):
+                    log.info("sandbox %s: adopting container %s of an interrupted create", plan.sandbox_id, entry.id)
                     return entry.id
+            if entry is not None or exc.status == 409 or "already in use" in exc.message:
                 raise ProvisionFailed(
                     "ContainerNameConflict", f"a container named {plan.container_name!r} already exists"
                 ) from exc
@@ -525,51 +526,85 @@ class Driver:
         return container_id
 
     async def resume(self) -> int:
-        """Finish creates that the volumes record but that never reached a container.
+        """Finish creates that the volumes record but that never reached a running
+        container: none yet, or one created and never started (podmand was killed
+        between the two).
 
         A create that failed terminally is reported with its failure again, and
         one whose container was removed while podmand was down is reported as
         such: neither is provisioned again behind the gateway's back."""
+        await self._remove_stale_readers()
         volumes = await self.podman.list_volumes([f"{names.OWNER}={names.OWNER_VALUE}"])
-        have = {(e.labels or {}).get(names.SANDBOX_ID) for e in await self._containers()}
+        have = {(e.labels or {}).get(names.SANDBOX_ID, ""): e for e in await self._containers()}
         resumed = 0
         for volume in volumes:
             labels = volume.labels or {}
             sandbox_id = labels.get(names.SANDBOX_ID, "")
-            if not sandbox_id or sandbox_id in have or sandbox_id in self._pending or names.INTENT not in labels:
+            if not sandbox_id or sandbox_id in self._pending or names.INTENT not in labels:
                 continue
             if labels.get(names.STATE_DIR, str(self.state_dir)) != str(self.state_dir):
                 continue  # recorded by another podmand sharing this Podman: its to finish
-            try:
-                plan = validate(decode_intent(labels[names.INTENT]), self.settings, recorded=True)
-            except (DriverError, ValueError) as exc:
-                log.warning("sandbox %s: recorded create request is unusable: %s", sandbox_id, exc)
-                continue
-            plan = dataclasses.replace(
-                plan,
-                has_token=labels.get(names.HAS_TOKEN) == "true",
-                generation=self.files.generation(sandbox_id) or plan.generation,
-            )
-            instance = labels.get(names.INSTANCE) or uuid.uuid4().hex
-            failure = self.files.failure(sandbox_id)
-            if failure is None and self.files.created_container(sandbox_id):
-                failure = ("ContainerRemoved", "The sandbox container was removed while podmand was not running")
-            if failure is not None:
-                log.info("sandbox %s: reporting its failure (%s), not provisioning again", sandbox_id, failure[0])
-                self._pending[sandbox_id] = Pending(plan, instance, Condition("False", *failure, state.now()))
-                continue
-            if not (self.files.dir(sandbox_id) / "driver.credential").exists():
-                self._new_generation(sandbox_id, instance, plan.generation)
-            log.info("sandbox %s: resuming interrupted create", sandbox_id)
-            self._start_provisioning(plan, instance)
-            resumed += 1
+            entry = have.get(sandbox_id)
+            if entry is not None and not self._never_started(sandbox_id, entry, labels):
+                continue  # a container that ran (or was stopped): its state is reported as it is
+            resumed += await self._resume_one(sandbox_id, labels, entry)
         return resumed
+
+    async def _remove_stale_readers(self) -> list[str]:
+        """Image readers of this state directory not in use: left by a predecessor
+        killed mid-read, or by a removal Podman did not answer (one podmand per
+        state directory, so nobody else's)."""
+        removed = []
+        mine = [f"{names.OWNER}={names.OWNER_VALUE}", f"{names.STATE_DIR}={self.state_dir}"]
+        for entry in await self.podman.list_containers(mine):
+            name = (entry.names or [""])[0]
+            stale = name.startswith(READER_PREFIX) and name not in imagefiles.ACTIVE
+            if stale and await self.podman.remove_container(entry.id, 0):
+                removed.append(f"container:{name}")
+        return removed
+
+    def _never_started(self, sandbox_id: str, entry: ContainerListEntry, intent: dict[str, str]) -> bool:
+        """Created for this very create (same instance), never started, not stopped since."""
+        return (
+            entry.state in ("created", "configured", "initialized")
+            and (entry.labels or {}).get(names.INSTANCE) == intent.get(names.INSTANCE)
+            and not self.files.stopped_container(sandbox_id)
+        )
+
+    async def _resume_one(self, sandbox_id: str, labels: dict[str, str], entry: ContainerListEntry | None) -> int:
+        """Provision one recorded create again (1), or report why not (0)."""
+        try:
+            plan = validate(decode_intent(labels[names.INTENT]), self.settings, recorded=True)
+        except (DriverError, ValueError) as exc:
+            log.warning("sandbox %s: recorded create request is unusable: %s", sandbox_id, exc)
+            return 0
+        plan = dataclasses.replace(
+            plan,
+            has_token=labels.get(names.HAS_TOKEN) == "true",
+            generation=self.files.generation(sandbox_id) or plan.generation,
+        )
+        instance = labels.get(names.INSTANCE) or uuid.uuid4().hex
+        failure = self.files.failure(sandbox_id)
+        if failure is None and entry is None and self.files.created_container(sandbox_id):
+            failure = ("ContainerRemoved", "The sandbox container was removed while podmand was not running")
+        if failure is not None:
+            if entry is not None:  # its start failed and its removal did not happen: finish that
+                with contextlib.suppress(PodmanError):
+                    await self.podman.remove_container(entry.id, 0)
+            log.info("sandbox %s: reporting its failure (%s), not provisioning again", sandbox_id, failure[0])
+            self._pending[sandbox_id] = Pending(plan, instance, Condition("False", *failure, state.now()))
+            return 0
+        if not (self.files.dir(sandbox_id) / "driver.credential").exists():
+            self._new_generation(sandbox_id, instance, plan.generation)
+        # With a created container, provisioning adopts it (same labels) and starts it.
+        log.info("sandbox %s: resuming interrupted create%s", sandbox_id, " (starting its container)" if entry else "")
+        self._start_provisioning(plan, instance)
+        return 1
 
     # ------------------------------------------------------------ stop / start
 
     async def stop(self, sandbox_id: str) -> None:
-        if not sandbox_id:
-            raise InvalidArgument("sandbox_id: is required")
+        check_name("sandbox_id", sandbox_id, required=True)  # before any file or Podman call
         async with self._locks[sandbox_id]:
             entry = await self._find(sandbox_id)
             if entry is None:
@@ -622,8 +657,7 @@ class Driver:
         ``generation_id``, or a bundle for another runtime generation): the
         supervisor reads its token once, at start. A retry of the same
         transition changes nothing."""
-        if not sandbox_id:
-            raise InvalidArgument("sandbox_id: is required")
+        check_name("sandbox_id", sandbox_id, required=True)  # before any file or Podman call
         if generation_id:
             tokens.check_generation("generation_id", generation_id)
         bundle = (
@@ -639,6 +673,9 @@ class Driver:
                     raise NotFound("sandbox not found")
                 self._check_expected(expected_runtime_identity, pending.instance)
                 if pending.task is None or pending.task.done():
+                    plan, state_dir = pending.plan, str(self.state_dir)  # admission under today's policy
+                    admission.check_provenance(admission.policy(self.settings), str(plan.driver_config_used).lower())
+                    await admission.admit_mounts(self.podman, self.settings, state_dir, plan.workspace, plan.mounts)
                     pending.stopped = False
                     self.files.clear_failed(sandbox_id)
                     self.files.clear_created(sandbox_id)
@@ -647,6 +684,7 @@ class Driver:
                 return self.runtime_identity(sandbox_id, pending.instance)
             instance = (entry.labels or {}).get(names.INSTANCE, "")
             self._check_expected(expected_runtime_identity, instance)
+            await admission.admit_start(self.podman, self.settings, str(self.state_dir), entry.id, entry.labels or {})
             wanted = generation_id or (bundle.supervisor.runtime_generation if bundle else "")
             running = entry.state == "running"
             if running and (not wanted or wanted == self.files.generation(sandbox_id)):
@@ -681,6 +719,10 @@ class Driver:
             claims = self.signer.verify(credential)
         except BadCredential as exc:
             raise Unauthenticated(f"credential rejected: {exc}") from exc
+        try:
+            check_name("sandbox_id", claims.sandbox_id, required=True)
+        except InvalidArgument as exc:
+            raise Unauthenticated(f"credential rejected: {exc.message}") from exc
         entry = await self._find(claims.sandbox_id)
         if entry is None or (entry.labels or {}).get(names.INSTANCE) != claims.instance:
             raise Unauthenticated("credential rejected: its sandbox no longer exists")
@@ -691,8 +733,7 @@ class Driver:
     # ------------------------------------------------------------ delete
 
     async def delete(self, sandbox_id: str) -> bool:
-        if not sandbox_id:
-            raise InvalidArgument("sandbox_id: is required")
+        check_name("sandbox_id", sandbox_id, required=True)  # before any file or Podman call
         self._deleting.add(sandbox_id)
         try:
             async with self._locks[sandbox_id]:
@@ -712,15 +753,19 @@ class Driver:
         if pending is not None:
             existed, workspace = True, pending.plan.workspace
             await _cancel(pending.task)
+        # Listed or inspected means it existed, even when the removal then finds
+        # it already gone (Podman says 500 "no such ..." under load): Deleted follows.
         for entry in await self._containers(sandbox_id):
             workspace = (entry.labels or {}).get(names.SANDBOX_WORKSPACE, "")
             self._drop_container(entry.id)
-            existed |= await self.podman.remove_container(entry.id, self.settings.stop_timeout)
+            await self.podman.remove_container(entry.id, self.settings.stop_timeout)
+            existed = True
         volume = await self.podman.inspect_volume(names.volume_name(sandbox_id))
         if volume is not None:
             if workspace is None:
                 workspace = (volume.labels or {}).get(names.SANDBOX_WORKSPACE)
-            existed |= await self.podman.remove_volume(volume.name)
+            await self.podman.remove_volume(volume.name)
+            existed = True
         self.files.remove(sandbox_id)
         return existed, workspace
 
@@ -759,7 +804,7 @@ class Driver:
                     raise
         return name
 
-    def _network_lock(self, workspace: str) -> asyncio.Lock:
+    def _network_lock(self, workspace: str) -> Hold:
         """One lock per network: workspaces "" and "default" share one."""
         return self._locks[f"net:{self._network(workspace)}"]
 
@@ -844,14 +889,17 @@ class Driver:
                 continue
             if await self._maybe_remove_network(labels[names.SANDBOX_WORKSPACE], network.name):
                 removed.append(f"network:{network.name}")
-        # Image readers live for well under a second: one older than a minute
-        # was orphaned by a podmand killed mid-read.
-        extractor_cutoff = max(cutoff, time.time() - 60)
+        removed += await self._remove_stale_readers()
+        # Readers of other state directories (or older podmands) live for well under
+        # a second: one older than a minute was orphaned by a podmand killed mid-read.
+        # (Older than both the grace and a minute: a grace of 0 must not take a live read.)
+        extractor_cutoff = min(cutoff, time.time() - 60)
         for extractor in await self.podman.list_containers([f"{names.OWNER}={names.OWNER_VALUE}"]):
             name = (extractor.names or [""])[0]
             created = state.parse_time(extractor.created)
             old = created is not None and created.seconds < extractor_cutoff
-            if name.startswith(READER_PREFIX) and old and await self.podman.remove_container(extractor.id, 0):
+            reader = name.startswith(READER_PREFIX) and name not in imagefiles.ACTIVE
+            if reader and old and await self.podman.remove_container(extractor.id, 0):
                 removed.append(f"container:{name}")
         if removed:
             log.info("garbage collected %s", ", ".join(removed))

@@ -13,6 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
+from . import names
+
 DIR_MODE = 0o711
 
 
@@ -48,6 +50,11 @@ class SandboxFiles:
         ensure_dir(self.root)
 
     def dir(self, sandbox_id: str) -> Path:
+        """The sandbox's directory; refuses anything but a whole id (last line of
+        defence: callers validate ids, and ids read back from Podman labels are
+        not trusted here either)."""
+        if not names.is_id(sandbox_id):
+            raise ValueError(f"not a sandbox id: {sandbox_id[:64]!r}")
         return self.root / sandbox_id
 
     def write_secrets(self, sandbox_id: str, token: str, tls: dict[str, Path]) -> None:
@@ -121,6 +128,6 @@ class SandboxFiles:
 
     def sandbox_ids(self) -> list[str]:
         try:
-            return sorted(p.name for p in self.root.iterdir() if p.is_dir())
+            return sorted(p.name for p in self.root.iterdir() if p.is_dir() and names.is_id(p.name))
         except FileNotFoundError:
             return []

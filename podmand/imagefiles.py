@@ -17,6 +17,7 @@ from . import names
 from .podman import PodmanClient, PodmanError, PodmanUnavailable
 
 READER_PREFIX = "podmand-read-"
+ACTIVE: set[str] = set()  # names of this process's readers in use
 
 
 def first_file(data: bytes) -> bytes | None:
@@ -30,29 +31,42 @@ def first_file(data: bytes) -> bytes | None:
     return None
 
 
-async def read_image_files(podman: PodmanClient, image_id: str, paths: list[str]) -> dict[str, bytes | None]:
-    """The content of each path in the image (None when absent)."""
+async def read_image_files(
+    podman: PodmanClient, image_id: str, paths: list[str], state_dir: str = ""
+) -> dict[str, bytes | None]:
+    """The content of each path in the image (None when absent).  The reader is
+    labelled with podmand's state directory and listed in :data:`ACTIVE` while in
+    use, so that one left behind (Podman away at removal, podmand killed) can be
+    told from one in use and removed later."""
     reader = f"{READER_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
     spec = {
         "name": reader,
         "image": image_id,
         "entrypoint": ["/nonexistent"],
         "command": [],
-        "labels": {names.OWNER: names.OWNER_VALUE},
+        "labels": {names.OWNER: names.OWNER_VALUE, names.STATE_DIR: state_dir},
     }
-    await podman.create_container(spec)
-    out: dict[str, bytes | None] = {}
+    ACTIVE.add(reader)
     try:
-        for path in paths:
-            try:
-                out[path] = first_file(await podman.archive(reader, path))
-            except PodmanError as exc:
-                if exc.status != 404:
-                    raise
-                out[path] = None
-            except tarfile.TarError:
-                out[path] = None
+        await podman.create_container(spec)
+        try:
+            return await _copy_out(podman, reader, paths)
+        finally:
+            with contextlib.suppress(PodmanError, PodmanUnavailable):
+                await podman.remove_container(reader, 0)
     finally:
-        with contextlib.suppress(PodmanError, PodmanUnavailable):
-            await podman.remove_container(reader, 0)
+        ACTIVE.discard(reader)
+
+
+async def _copy_out(podman: PodmanClient, reader: str, paths: list[str]) -> dict[str, bytes | None]:
+    out: dict[str, bytes | None] = {}
+    for path in paths:
+        try:
+            out[path] = first_file(await podman.archive(reader, path))
+        except PodmanError as exc:
+            if exc.status != 404:
+                raise
+            out[path] = None
+        except tarfile.TarError:
+            out[path] = None
     return out

@@ -6,6 +6,8 @@ the contract: keep them byte-identical to upstream.
 
 from __future__ import annotations
 
+import re
+
 # ---- labels on containers (and, for podmand, on volumes and networks)
 MANAGED = "openshell.managed"
 SANDBOX_ID = "openshell.ai/sandbox-id"
@@ -24,6 +26,15 @@ INSTANCE = "io.podmand.instance"  # the stable half of the runtime identity
 IDENTITY = "io.podmand.identity"  # resolved workload identity (JSON, no secrets)
 
 MANAGED_FILTER = [f"{MANAGED}=true", f"{OWNER}={OWNER_VALUE}"]
+
+# Ids, names and workspaces become file names, resource names and label filters.
+ID_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]*")
+MAX_ID = 128
+
+
+def is_id(value: str) -> bool:
+    """Whether ``value`` is a whole, safe id (never '.', '..', a path or an empty string)."""
+    return len(value) <= MAX_ID and ID_RE.fullmatch(value) is not None
 
 # ---- paths inside the sandbox
 SUPERVISOR_BIN = "/opt/openshell/bin/openshell-sandbox"

@@ -6,10 +6,9 @@ requires a byte-identical admission string, so the response is built once.
 
 from __future__ import annotations
 
-import json
 import re
 
-from . import __version__
+from . import __version__, admission
 from ._proto import compute_driver_pb2 as pb
 from ._proto import extension_pb2 as ext
 from .config import Settings
@@ -25,31 +24,38 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def admission_policy(settings: Settings) -> str:
-    """``v1:`` + compact JSON, keys in declaration order, labels sorted."""
-    doc = {
-        "allow_driver_config": settings.allow_driver_config,
-        "resource_admission": {
-            "enabled": settings.admission_enabled,
-            "required_labels": dict(sorted(settings.admission_labels.items())),
-        },
-    }
-    return "v1:" + json.dumps(doc, separators=(",", ":"))
+    """``v1:`` + compact JSON of the policy the driver's admission checks enforce."""
+    return admission.policy(settings).wire()
+
+
+# Each advertised bit is true only when something proves the behaviour; the reason
+# and its proof sit next to the value (tests/unit/test_negotiation.py checks them).
+# The sandbox's own credential is minted, mounted and vouched for by AuthenticateSandbox:
+# tests/e2e/test_conformance.py::test_token_sources.
+SANDBOX_AUTHENTICATION = True
+# Nothing discovers GPUs, so podmand cannot pick devices for a plain gpu.count (refused,
+# FAILED_PRECONDITION); explicit CDI device IDs in driver_config are not a count selection.
+GPU_COUNT_SELECTION = False
+# No default GPU either: a gpu request without driver_config.cdi_devices is refused.
+GPU_DEFAULT_SELECTION = False
+# podmand reports container state, not the supervisor's readiness.
+RUNTIME_READINESS = False
 
 
 def capabilities(settings: Settings, *, limits_enforced: bool) -> pb.GetCapabilitiesResponse:
+    """``limits_enforced``: Podman applies CPU and memory limits (not rootless cgroup v1)."""
     return pb.GetCapabilitiesResponse(
         driver_name="podman",
         driver_version=__version__,
         default_image=settings.sandbox_image,
         gateway_manages_lifecycle=True,
-        supports_sandbox_authentication=True,
-        driver_reports_runtime_readiness=False,
+        supports_sandbox_authentication=SANDBOX_AUTHENTICATION,
+        driver_reports_runtime_readiness=RUNTIME_READINESS,
         resource_capabilities=pb.ResourceCapabilities(
             cpu=pb.CpuResourceCapabilities(limit_supported=limits_enforced),
             memory=pb.MemoryResourceCapabilities(limit_supported=limits_enforced),
-            # GPUs need explicit CDI device IDs, which only driver_config can carry.
             gpu=pb.GpuResourceCapabilities(
-                default_selection_supported=False, count_selection_supported=settings.allow_driver_config
+                default_selection_supported=GPU_DEFAULT_SELECTION, count_selection_supported=GPU_COUNT_SELECTION
             ),
         ),
         rootfs_tar_staging_dir="",

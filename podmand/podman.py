@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -18,6 +20,8 @@ import msgspec
 API_PREFIX = "/v4.0.0/libpod"
 _MAX_HEADER_BYTES = 64 * 1024
 _MAX_LINE_BYTES = 4 * 1024 * 1024
+_HEAD_BYTES = 64 * 1024  # kept of an over-long line: enough to name its container
+_ACTOR_ID = re.compile(rb'"(?:ID|id)"\s*:\s*"([0-9a-f]{12,64})"')
 
 
 class PodmanError(Exception):
@@ -30,8 +34,13 @@ class PodmanError(Exception):
 
     @property
     def gone(self) -> bool:
-        """The container does not exist (Podman says 500 while removing one)."""
-        return self.status == 404 or "no such container" in self.message
+        """The object does not exist: Podman says 404, or 500 with "no such ..."
+        (removing a container or volume someone else removed a moment ago)."""
+        return _says_gone(self.status, self.message)
+
+
+def _says_gone(status: int, message: str) -> bool:
+    return status == 404 or any(f"no such {what}" in message.lower() for what in ("container", "volume", "network"))
 
 
 class PodmanUnavailable(Exception):
@@ -157,6 +166,15 @@ class Event(msgspec.Struct):
     Action: str = ""
     Actor: EventActor = msgspec.field(default_factory=EventActor)
     timeNano: int = 0
+
+
+@dataclass
+class BadEvent:
+    """An event line podmand could not read (over-long or undecodable): skipped,
+    never a reason to drop the subscription."""
+
+    container_id: str
+    reason: str
 
 
 class PullLine(msgspec.Struct):
@@ -390,6 +408,14 @@ class PodmanClient:
         self, method: str, path: str, *, query: Mapping[str, Any] | None = None, json: Any = None
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Open a dedicated connection and yield an iterator of body lines."""
+        async with self._chunks(method, path, query=query, json=json) as chunks:
+            yield _lines(chunks)
+
+    @contextlib.asynccontextmanager
+    async def _chunks(
+        self, method: str, path: str, *, query: Mapping[str, Any] | None = None, json: Any = None
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Open a dedicated connection and yield an iterator of body chunks."""
         body = msgspec.json.encode(json) if json is not None else None
         conn = await self._connect()
         try:
@@ -399,7 +425,7 @@ class PodmanClient:
             if status >= 400:
                 data = b"".join([c async for c in _iter_body(conn.reader, status, headers)])
                 raise PodmanError(status, Response(status, headers, data).error_message())
-            yield _lines(_iter_body(conn.reader, status, headers))
+            yield _iter_body(conn.reader, status, headers)
         except OSError as exc:
             raise PodmanUnavailable(f"connection to Podman failed: {exc}") from exc
         finally:
@@ -445,11 +471,7 @@ class PodmanClient:
             query={"force": True, "timeout": timeout},
             timeout=timeout + 60.0,
         )
-        if resp.status == 404:
-            return False
-        if resp.status >= 400:
-            raise PodmanError(resp.status, resp.error_message())
-        return True
+        return _removed(resp)
 
     async def wait_container(self, name: str) -> int:
         """Block until the container stops; its exit code.  Podman answers at once,
@@ -490,9 +512,9 @@ class PodmanClient:
 
     async def inspect_volume(self, name: str) -> VolumeInspect | None:
         resp = await self.request("GET", f"/volumes/{quote(name)}/json")
-        if resp.status == 404:
-            return None
         if resp.status >= 400:
+            if _says_gone(resp.status, resp.error_message()):
+                return None
             raise PodmanError(resp.status, resp.error_message())
         return msgspec.json.decode(resp.body, type=VolumeInspect)
 
@@ -502,20 +524,16 @@ class PodmanClient:
 
     async def remove_volume(self, name: str) -> bool:
         resp = await self.request("DELETE", f"/volumes/{quote(name)}", query={"force": True})
-        if resp.status == 404:
-            return False
-        if resp.status >= 400:
-            raise PodmanError(resp.status, resp.error_message())
-        return True
+        return _removed(resp)
 
     async def create_network(self, body: Mapping[str, Any]) -> None:
         await self.call("POST", "/networks/create", json=body)
 
     async def inspect_network(self, name: str) -> NetworkInspect | None:
         resp = await self.request("GET", f"/networks/{quote(name)}/json")
-        if resp.status == 404:
-            return None
         if resp.status >= 400:
+            if _says_gone(resp.status, resp.error_message()):
+                return None
             raise PodmanError(resp.status, resp.error_message())
         return msgspec.json.decode(resp.body, type=NetworkInspect)
 
@@ -525,33 +543,81 @@ class PodmanClient:
 
     async def remove_network(self, name: str) -> bool:
         resp = await self.request("DELETE", f"/networks/{quote(name)}")
-        if resp.status == 404:
-            return False
-        if resp.status >= 400:
-            raise PodmanError(resp.status, resp.error_message())
-        return True
+        return _removed(resp)
 
     @contextlib.asynccontextmanager
-    async def events(self, labels: list[str]) -> AsyncIterator[AsyncIterator[Event]]:
+    async def events(self, labels: list[str]) -> AsyncIterator[AsyncIterator[Event | BadEvent]]:
         query = {"stream": True, "filters": {"label": labels, "type": ["container"]}}
-        async with self.stream("GET", "/events", query=query) as lines:
-            yield _decode_events(lines)
+        async with self._chunks("GET", "/events", query=query) as chunks:
+            yield _decode_events(_split_lines(chunks))
 
 
-async def _decode_events(lines: AsyncIterator[bytes]) -> AsyncIterator[Event]:
+def _removed(resp: Response) -> bool:
+    """True when a DELETE removed something, False when it was already gone."""
+    if resp.status < 400:
+        return True
+    message = resp.error_message()
+    if _says_gone(resp.status, message):
+        return False
+    raise PodmanError(resp.status, message)
+
+
+@dataclass
+class Oversized:
+    """A line longer than the limit: its head, and how long it was."""
+
+    head: bytes
+    size: int
+
+
+def _actor_id(data: bytes) -> str:
+    match = _ACTOR_ID.search(data[:_HEAD_BYTES])
+    return match.group(1).decode() if match else ""
+
+
+async def _decode_events(lines: AsyncIterator[bytes | Oversized]) -> AsyncIterator[Event | BadEvent]:
     async for line in lines:
-        yield msgspec.json.decode(line, type=Event)
+        if isinstance(line, Oversized):
+            yield BadEvent(_actor_id(line.head), f"event of {line.size} bytes is over the {_MAX_LINE_BYTES}-byte limit")
+            continue
+        try:
+            yield msgspec.json.decode(line, type=Event)
+        except msgspec.DecodeError as exc:  # ValidationError included
+            yield BadEvent(_actor_id(line), f"undecodable event: {exc}")
+
+
+async def _split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes | Oversized]:
+    """Non-empty lines; one longer than the limit comes as :class:`Oversized`,
+    its body dropped as it arrives (memory stays bounded)."""
+    buf = b""
+    skipping: Oversized | None = None
+    async for chunk in chunks:
+        if skipping is not None:
+            end = chunk.find(b"\n")
+            if end < 0:
+                skipping.size += len(chunk)
+                continue
+            skipping.size += end
+            yield skipping
+            skipping, chunk = None, chunk[end + 1 :]
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if len(line) > _MAX_LINE_BYTES:
+                yield Oversized(line[:_HEAD_BYTES], len(line))
+            elif line.strip():
+                yield line
+        if len(buf) > _MAX_LINE_BYTES:
+            skipping, buf = Oversized(buf[:_HEAD_BYTES], len(buf)), b""
+    if skipping is not None:
+        yield skipping
+    elif buf.strip():
+        yield buf
 
 
 async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    buf = b""
-    async for chunk in chunks:
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            if line.strip():
-                yield line
-        if len(buf) > _MAX_LINE_BYTES:
+    """Lines of a pull or wait answer, where an over-long one means a broken Podman."""
+    async for line in _split_lines(chunks):
+        if isinstance(line, Oversized):
             raise PodmanUnavailable("Podman sent an over-long line")
-    if buf.strip():
-        yield buf
+        yield line

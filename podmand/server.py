@@ -2,8 +2,10 @@
 
 Locks the state directory (one podmand per state dir), finds Podman, binds
 the driver socket safely (parent 0700, socket 0600, only our own stale socket
-replaced), serves, and on SIGTERM/SIGINT stops accepting, finishes in-flight
-RPCs, ends watch streams and removes the socket.
+replaced) behind the peer check (peers.py), serves, and on SIGTERM/SIGINT stops
+accepting, finishes in-flight RPCs, ends watch streams and removes the socket.
+A start-up failure leaves nothing behind: no socket, no directory podmand
+created, the state-directory lock released.
 """
 
 from __future__ import annotations
@@ -19,18 +21,22 @@ import stat
 from pathlib import Path
 
 import grpc
+import msgspec
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from . import __version__, logs
 from ._proto import compute_driver_pb2_grpc
 from .config import ConfigError, Settings, default_socket, default_state_dir, startup_warnings
+from .decoding import DecodeRequests
 from .discovery import discover
 from .driver import Driver
 from .files import ensure_dir
 from .hostpaths import state_dir_problem
+from .limits import raise_nofile_limit
 from .negotiation import capabilities
-from .podman import PodmanClient
+from .peers import MAX_UNIX_PATH, PeerGate, deny_server, private_dir, remove_private_dir
+from .podman import Info, PodmanClient
 from .servicer import ComputeDriverServicer
 from .watcher import Hub
 
@@ -39,11 +45,15 @@ SERVICE = "openshell.compute.v1.ComputeDriver"
 LOCK_FILE = "podmand.lock"
 
 
-class SocketError(Exception):
+class StartupError(Exception):
+    """podmand cannot start; the message says why (``podmand: <message>``, exit 1)."""
+
+
+class SocketError(StartupError):
     """The driver socket path cannot be used safely."""
 
 
-class StateDirError(Exception):
+class StateDirError(StartupError):
     """Podman cannot see the state directory at the path podmand uses."""
 
 
@@ -91,11 +101,13 @@ def unlock_state_dir(fd: int) -> None:
     os.close(fd)
 
 
-def prepare_socket(path: str) -> None:
-    """Make the parent 0700 and ours; clear a stale socket of ours, refuse anything else."""
+def prepare_socket(path: str) -> list[Path]:
+    """Make the parent 0700 and ours; clear a stale socket of ours, refuse anything else.
+    Returns the directories it created (outermost first), for removal at exit."""
     parent = Path(path).parent
     if parent.is_symlink():
         raise SocketError(f"driver socket directory {parent} is a symlink; refusing to use it")
+    created = [p for p in (*reversed(parent.parents), parent) if not p.exists()]
     parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = parent.stat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
@@ -104,7 +116,7 @@ def prepare_socket(path: str) -> None:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return
+        return created
     if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
         raise SocketError(f"driver socket path {path!r} exists but is not an owned Unix socket; remove it by hand")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
@@ -112,7 +124,7 @@ def prepare_socket(path: str) -> None:
             probe.connect(path)
         except OSError:
             os.unlink(path)  # stale: nobody listens
-            return
+            return created
     raise SocketError(f"another process is already serving on {path}")
 
 
@@ -124,12 +136,44 @@ def _dump_tasks() -> None:
         log.warning("task %s: %s", task.get_name(), where or "(not started)")
 
 
+def socket_path_problem(path: str) -> str | None:
+    """Checked before anything is created: grpc would fail late, with a traceback."""
+    size = len(os.fsencode(path))
+    if size > MAX_UNIX_PATH:
+        return (
+            f"driver socket path {path!r} is {size} bytes; Unix sockets allow at most {MAX_UNIX_PATH} "
+            "(choose a shorter --socket / OPENSHELL_COMPUTE_DRIVER_SOCKET)"
+        )
+    return None
+
+
+async def read_info(podman: PodmanClient, path: str) -> Info:
+    try:
+        return await podman.info()
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise StartupError(
+            f"{path} answered /info with something that is not Podman's system info ({exc}); "
+            "is it a libpod API socket?"
+        ) from None
+
+
+def remove_dirs(created: list[Path]) -> None:
+    """Remove the directories podmand created for its socket, deepest first, if empty."""
+    for path in reversed(created):
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
 async def serve(settings: Settings) -> int:
     logs.setup(settings.log_level, settings.log_format)
     for warning in startup_warnings(settings, os.environ):
         log.warning("%s", warning)
     state_dir = Path(settings.state_dir or default_state_dir())
     socket_path = settings.socket.removeprefix("unix://") or default_socket()
+    problem = socket_path_problem(socket_path)
+    if problem:
+        raise SocketError(problem)
+    raise_nofile_limit()
     lock = lock_state_dir(state_dir, socket_path)
     try:
         return await _serve(settings, state_dir, socket_path)
@@ -140,7 +184,16 @@ async def serve(settings: Settings) -> int:
 async def _serve(settings: Settings, state_dir: Path, socket_path: str) -> int:
     podman_path = await discover(settings.podman_socket, settings.podman_wait)
     podman = PodmanClient(podman_path)
-    info = await podman.info()
+    try:
+        return await _serve_with(settings, state_dir, socket_path, podman, podman_path)
+    finally:
+        await podman.close()
+
+
+async def _serve_with(
+    settings: Settings, state_dir: Path, socket_path: str, podman: PodmanClient, podman_path: str
+) -> int:
+    info = await read_info(podman, podman_path)
     rootless = info.host.security.rootless
     if settings.userns_base == "keep-id" and not rootless:
         raise ConfigError("invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman")
@@ -148,31 +201,43 @@ async def _serve(settings: Settings, state_dir: Path, socket_path: str) -> int:
         driver = Driver(settings, podman, state_dir)
         driver.files.setup()
     except OSError as exc:
-        await podman.close()
         raise StateDirError(f"state directory {state_dir} is not usable: {exc.strerror}: {exc.filename}") from exc
     problem = await state_dir_problem(podman, state_dir)
     if problem:
-        await podman.close()
         raise StateDirError(problem)
     hub = Hub(podman, driver, buffer=settings.watch_buffer, resync=settings.resync_interval)
     stop = asyncio.Event()
     enforced = not (rootless and info.host.cgroupVersion == "v1")
     servicer = ComputeDriverServicer(driver, hub, capabilities(settings, limits_enforced=enforced))
 
-    server = grpc.aio.server()
+    server = grpc.aio.server(interceptors=(DecodeRequests(),))
     compute_driver_pb2_grpc.add_ComputeDriverServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     # Reflection lets operators poke the driver with grpcurl without the protos.
     reflection.enable_server_reflection((SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    prepare_socket(socket_path)
-    old_umask = os.umask(0o177)
+
+    # The public socket is podmand's peer gate; the servers listen on private sockets behind it.
+    created = prepare_socket(socket_path)
+    internal = None
     try:
-        server.add_insecure_port(f"unix://{socket_path}")
-    finally:
-        os.umask(old_umask)
-    if settings.listen_tcp:
-        server.add_insecure_port(settings.listen_tcp)
+        internal = private_dir(socket_path)
+        allowed_path, denied_path = str(internal / "grpc.sock"), str(internal / "deny.sock")
+        old_umask = os.umask(0o177)
+        try:
+            server.add_insecure_port(f"unix://{allowed_path}")
+            deny = deny_server(denied_path)
+        finally:
+            os.umask(old_umask)
+        if settings.listen_tcp:  # loopback development only: no peer check over TCP
+            server.add_insecure_port(settings.listen_tcp)
+    except BaseException:
+        if internal is not None:
+            remove_private_dir(internal)
+        remove_dirs(created)
+        raise
+    gate = PeerGate(socket_path, allowed_path, denied_path, own_uid=os.geteuid(),
+                    allowed_uids=settings.allowed_peer_uids)
 
     hub_task = asyncio.create_task(hub.run())
 
@@ -190,7 +255,9 @@ async def _serve(settings: Settings, state_dir: Path, socket_path: str) -> int:
     try:
         await asyncio.wait_for(hub.connected.wait(), 10.0)
         await server.start()
-        os.chmod(socket_path, 0o600)
+        await deny.start()
+        await gate.start()
+        log.debug("driver socket %s is spliced to %s (refused peers: %s)", socket_path, allowed_path, denied_path)
         resumed = await driver.resume()
         for name in ("", SERVICE):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -212,13 +279,15 @@ async def _serve(settings: Settings, state_dir: Path, socket_path: str) -> int:
         for name in ("", SERVICE):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         hub.close()
+        gate.stop_accepting()
         await server.stop(grace=10.0)
+        await deny.stop(None)
+        gate.close()
         await driver.close()
         hub_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await hub_task
-        await podman.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(socket_path)
+        remove_private_dir(internal)
+        remove_dirs(created)
     log.info("stopped")
     return 0

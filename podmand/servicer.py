@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,6 +19,7 @@ from .watcher import End, Hub
 
 log = logging.getLogger("podmand.rpc")
 T = TypeVar("T")
+INTERNAL_MESSAGE = "internal error in podmand; its log has the details"
 
 
 class ComputeDriverServicer:
@@ -27,9 +29,14 @@ class ComputeDriverServicer:
         self.capabilities = capabilities
 
     async def _run(self, method: str, sandbox_id: str, context: Any, call: Callable[[], Awaitable[T]]) -> T:
-        """Run one RPC: map errors to status codes, log one line (never the request)."""
+        """Run one RPC: map errors to status codes, log one line (never the request).
+
+        The one error boundary: known errors keep their codes, anything else is a
+        bug, logged with its traceback and answered INTERNAL with a short message
+        (exception text may carry request data, so it stays in the log)."""
         started = time.monotonic()
         code, message = grpc.StatusCode.OK, ""
+        unexpected: BaseException | None = None
         try:
             return await call()
         except DriverError as exc:
@@ -38,16 +45,22 @@ class ComputeDriverServicer:
             code, message = grpc.StatusCode.UNAVAILABLE, f"Podman is unavailable: {exc}"
         except PodmanError as exc:
             code, message = grpc.StatusCode.INTERNAL, str(exc)
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED  # the client went away (or podmand is stopping)
+            raise
+        except Exception as exc:
+            code, message, unexpected = grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE, exc
         finally:
-            level = logging.INFO if code in (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND) else logging.WARNING
+            ok = code in (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.CANCELLED)
             log.log(
-                level,
+                logging.ERROR if unexpected else logging.INFO if ok else logging.WARNING,
                 "rpc=%s sandbox=%s code=%s duration_ms=%.1f%s",
                 method,
                 sandbox_id or "-",
                 code.name,
                 (time.monotonic() - started) * 1000,
                 f" error={message!r}" if message else "",
+                exc_info=unexpected,
             )
         await context.abort(code, message)
         raise AssertionError("abort returned")  # pragma: no cover

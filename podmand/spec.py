@@ -10,25 +10,63 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import posixpath
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 
-from . import names, tokens
+from . import admission, names, tokens
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
-from .errors import FailedPrecondition, InvalidArgument
+from .errors import DriverError, FailedPrecondition, InvalidArgument
 from .identity import Resolved
 
-_ID_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*$")
-_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+# Patterns are used with fullmatch: "$" alone would let "abc\n" through.
+_ID_RE = names.ID_RE
+_ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_CPU_RE = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(m?)$")
-_MEM_RE = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E)?$")
+_CPU_RE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(m?)")
+_MEM_RE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E)?")
+_SOCKET_RE = re.compile(r"/[A-Za-z0-9._/-]+")
+MAX_ID = names.MAX_ID
+MAX_ENV_KEY = 256
+MAX_QUANTITY = 64  # characters of a resource quantity
+MAX_LABEL_KEY = 253
+MAX_LABEL_VALUE = 4096
+MAX_LABELS_TOTAL = 64 * 1024  # bytes of all template labels: they travel in every Podman event
+MAX_SOCKET_PATH = 107  # bytes; sun_path holds 108 with the NUL
+# Parents the supervisor must not chmod 0700 (it does so to the socket's parent):
+# shared or podmand-owned directories. Top-level directories are refused as well.
+_SHARED_PARENTS = frozenset(
+    {
+        "/var/tmp",
+        "/var/run",
+        "/var/lib",
+        "/var/log",
+        "/dev/shm",
+        "/dev/pts",
+        "/run/user",
+        "/run/lock",
+        "/usr/bin",
+        "/usr/sbin",
+        "/usr/lib",
+        "/usr/local",
+        "/usr/share",
+        "/etc/ssl",
+        "/opt/openshell",
+        "/etc/openshell",
+        posixpath.dirname(names.SUPERVISOR_BIN),
+        posixpath.dirname(names.TOKEN_PATH),
+        names.TLS_DIR,
+        posixpath.dirname(names.TLS_DIR),
+        names.NETNS_DIR,
+        "/var/run/netns",
+    }
+)
 _MEM_UNITS = {
     "": 1,
     "k": 10**3,
@@ -47,7 +85,9 @@ _MEM_UNITS = {
 }
 CPU_PERIOD = 100_000
 MIN_CPU_QUOTA = 1_000  # the kernel refuses a CFS quota below 1 ms
+MAX_CPUS = 1024  # host-independent bound: a quota Podman and the kernel accept
 MIN_MEMORY = 6 * 2**20  # Podman refuses less than 6 MiB
+MAX_MEMORY = 2**50  # 1 PiB: far below int64, far above any host
 DEFAULT_CPU_QUOTA = 2 * CPU_PERIOD
 DEFAULT_MEMORY = 4 * 2**30
 CAP_ADD = ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYSLOG", "DAC_READ_SEARCH", "SETPCAP"]
@@ -113,23 +153,48 @@ def _check_text(where: str, value: str, *, allow_empty: bool = True) -> None:
         raise InvalidArgument(f"{where}: must not contain control characters")
 
 
+def _shown(value: str) -> str:
+    """A caller's value for an error message, without echoing megabytes."""
+    return repr(value) if len(value) <= MAX_ID else f"({len(value)} characters)"
+
+
+# An OCI image reference as Podman parses it: [domain[:port]/]path[:tag][@digest],
+# or a bare image ID. Checked up front so a typo is INVALID_ARGUMENT, not a failed pull.
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_RE = re.compile(
+    rf"(?:(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    rf"(?::[0-9]+)?)/)?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+_IMAGE_ID_RE = re.compile(r"(?:sha256:)?[0-9a-f]{64}")
+
+
+def is_image_reference(image: str) -> bool:
+    return len(image) <= 1024 and bool(_IMAGE_RE.fullmatch(image) or _IMAGE_ID_RE.fullmatch(image))
+
+
 def check_name(where: str, value: str, *, required: bool) -> None:
+    """Ids, names and workspaces: they become file names, container and volume
+    names and label filters, so the whole value must match."""
     if not value:
         if required:
             raise InvalidArgument(f"{where}: is required")
         return
-    if len(value) > 128 or not _ID_RE.match(value):
+    if len(value) > MAX_ID or not _ID_RE.fullmatch(value):
         raise InvalidArgument(
-            f"{where}: {value!r} must be 1-128 characters of [a-zA-Z0-9._-] starting with a letter or digit"
+            f"{where}: {_shown(value)} must be 1-{MAX_ID} characters of [a-zA-Z0-9._-] starting with a letter or digit"
         )
 
 
 def parse_cpu(where: str, text: str) -> int:
     """A Kubernetes CPU quantity as a CFS quota in microseconds per 100 ms."""
-    match = _CPU_RE.match(text.strip())
+    match = _CPU_RE.fullmatch(text.strip()) if len(text) <= MAX_QUANTITY else None
     if not match:
-        raise InvalidArgument(f"{where}: {text!r} is not a CPU quantity (e.g. 500m, 2, 1.5)")
+        raise InvalidArgument(f"{where}: {_shown(text)} is not a CPU quantity (e.g. 500m, 2, 1.5)")
     cores = Decimal(match.group(1)) / (1000 if match.group(2) else 1)
+    if cores > MAX_CPUS:
+        raise InvalidArgument(f"{where}: {text!r} is above the maximum of {MAX_CPUS} CPUs")
     quota = int(cores * CPU_PERIOD)
     if quota < MIN_CPU_QUOTA:
         raise InvalidArgument(f"{where}: {text!r} is below the minimum of 10m")
@@ -138,15 +203,17 @@ def parse_cpu(where: str, text: str) -> int:
 
 def parse_memory(where: str, text: str) -> int:
     """A Kubernetes memory quantity in bytes."""
-    match = _MEM_RE.match(text.strip())
+    match = _MEM_RE.fullmatch(text.strip()) if len(text) <= MAX_QUANTITY else None
     if not match:
-        raise InvalidArgument(f"{where}: {text!r} is not a memory quantity (e.g. 512Mi, 4Gi, 1.5G)")
+        raise InvalidArgument(f"{where}: {_shown(text)} is not a memory quantity (e.g. 512Mi, 4Gi, 1.5G)")
     try:
         value = int(Decimal(match.group(1)) * _MEM_UNITS[match.group(2) or ""])
     except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
         raise InvalidArgument(f"{where}: {text!r} is not a memory quantity") from exc
     if value < MIN_MEMORY:
         raise InvalidArgument(f"{where}: {text!r} is below the minimum of 6Mi")
+    if value > MAX_MEMORY:
+        raise InvalidArgument(f"{where}: {text!r} is above the maximum of 1Pi")
     return value
 
 
@@ -171,12 +238,65 @@ def _resources(tpl: pb.DriverSandboxTemplate) -> tuple[int, int]:
 def _env(where: str, env: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in env.items():
-        if not _ENV_KEY_RE.match(key):
-            raise InvalidArgument(f"{where}: key {key!r} is not a valid environment variable name")
+        if len(key) > MAX_ENV_KEY or not _ENV_KEY_RE.fullmatch(key):
+            raise InvalidArgument(f"{where}: key {_shown(key)} is not a valid environment variable name")
         if "\x00" in value:
             raise InvalidArgument(f"{where}[{key}]: value must not contain NUL")
         out[key] = value
     return out
+
+
+def _labels(where: str, labels: Any) -> dict[str, str]:
+    """Template labels, bounded: every Podman event of the container repeats them,
+    and one oversized event must not outgrow what a watch stream can read."""
+    out: dict[str, str] = {}
+    total = 0
+    for key, value in labels.items():
+        if not key or "=" in key or _CONTROL.search(key) or _CONTROL.search(value):
+            raise InvalidArgument(f"{where}: invalid label {_shown(key)}")
+        size_key, size_value = len(key.encode()), len(value.encode())
+        if size_key > MAX_LABEL_KEY:
+            raise InvalidArgument(f"{where}: label key {_shown(key)} is longer than {MAX_LABEL_KEY} bytes")
+        if size_value > MAX_LABEL_VALUE:
+            raise InvalidArgument(f"{where}[{key}]: value is longer than {MAX_LABEL_VALUE} bytes")
+        total += size_key + size_value
+        out[key] = value
+    if total > MAX_LABELS_TOTAL:
+        raise InvalidArgument(f"{where}: {total} bytes of labels, more than {MAX_LABELS_TOTAL // 1024} KiB")
+    return out
+
+
+def check_socket_path(where: str, path: str, error: type[DriverError] = InvalidArgument) -> str:
+    """The supervisor's SSH socket path goes into the healthcheck probe and the
+    supervisor chmods its parent 0700: a plain normalised path under 108 bytes
+    whose parent is a dedicated directory (not /, /tmp, /sandbox, /run, ...)."""
+    if len(path.encode()) > MAX_SOCKET_PATH:
+        raise error(f"{where}: must be shorter than 108 bytes (a Unix socket path)")
+    if not _SOCKET_RE.fullmatch(path):
+        raise error(f"{where}: must be an absolute path of the characters [A-Za-z0-9._/-]")
+    parts = path.split("/")[1:]
+    if any(p in ("", ".", "..") for p in parts):
+        raise error(f"{where}: {path!r} must be normalised (no empty, '.' or '..' segments, no trailing '/')")
+    parent = posixpath.dirname(path)
+    if len(parts) < 3 or parent in _SHARED_PARENTS or parts[0] in ("proc", "sys"):
+        raise error(
+            f"{where}: {path!r} needs a dedicated parent directory (e.g. /run/openshell/ssh.sock): "
+            f"the supervisor makes {parent!r} private (0700)"
+        )
+    return path
+
+
+def _check_finite(where: str, value: struct_pb2.Value) -> None:
+    """NaN and Infinity are not JSON; protobuf's JSON conversion raises on them."""
+    kind = value.WhichOneof("kind")
+    if kind == "number_value" and not math.isfinite(value.number_value):
+        raise InvalidArgument(f"{where}: must be a finite number, not {value.number_value}")
+    if kind == "struct_value":
+        for key, item in value.struct_value.fields.items():
+            _check_finite(f"{where}.{key}", item)
+    elif kind == "list_value":
+        for i, item in enumerate(value.list_value.values):
+            _check_finite(f"{where}[{i}]", item)
 
 
 def normalize_target(where: str, target: str) -> str:
@@ -201,7 +321,12 @@ def _driver_config(sandbox: pb.DriverSandbox, settings: Settings) -> tuple[tuple
         raise FailedPrecondition(
             f"{where}: caller driver config is disabled; a gateway administrator must enable allow_driver_config"
         )
-    cfg = json_format.MessageToDict(tpl.driver_config)
+    for key, value in tpl.driver_config.fields.items():
+        _check_finite(f"{where}.{key}", value)
+    try:
+        cfg = json_format.MessageToDict(tpl.driver_config)
+    except ValueError as exc:  # e.g. a Value with no kind set
+        raise InvalidArgument(f"{where}: not valid JSON: {exc}") from exc
     unknown = set(cfg) - {"cdi_devices", "mounts"}
     if unknown:
         raise InvalidArgument(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
@@ -238,6 +363,8 @@ def _driver_config(sandbox: pb.DriverSandbox, settings: Settings) -> tuple[tuple
         if not isinstance(read_only, bool):
             raise InvalidArgument(f"{mw}.read_only: must be a boolean")
         if kind == "bind":
+            if admission.policy(settings).enabled:
+                raise FailedPrecondition(f"{mw}: {admission.HOST_MOUNT_REFUSED}")
             if not settings.enable_bind_mounts:
                 raise FailedPrecondition(f"{mw}: bind mounts require enable_bind_mounts (OPENSHELL_ENABLE_BIND_MOUNTS)")
             source = m.get("source", "")
@@ -246,15 +373,15 @@ def _driver_config(sandbox: pb.DriverSandbox, settings: Settings) -> tuple[tuple
             mounts.append(Mount("bind", target, source, read_only))
         elif kind == "volume":
             source = m.get("source", "")
-            if not isinstance(source, str) or not _ID_RE.match(source):
+            if not isinstance(source, str) or len(source) > 255 or not _ID_RE.fullmatch(source):
                 raise InvalidArgument(f"{mw}.source: must be a Podman volume name")
             mounts.append(Mount("volume", target, source, read_only))
         else:
             opts = ["rw", "nosuid", "nodev"]
             size, mode = m.get("size_bytes"), m.get("mode")
             if size is not None:
-                if not isinstance(size, (int, float)) or size != int(size) or size <= 0:
-                    raise InvalidArgument(f"{mw}.size_bytes: must be a positive integer")
+                if not isinstance(size, (int, float)) or size != int(size) or not 0 < size <= MAX_MEMORY:
+                    raise InvalidArgument(f"{mw}.size_bytes: must be a positive integer of at most 1Pi")
                 opts.append(f"size={int(size)}")
             if mode is not None:
                 if not isinstance(mode, (int, float)) or mode != int(mode) or not 0 <= mode <= 0o7777:
@@ -288,9 +415,16 @@ def _gpu(sandbox: pb.DriverSandbox, devices: tuple[str, ...]) -> tuple[str, ...]
 
 
 def _userns(tpl: pb.DriverSandboxTemplate, settings: Settings) -> str:
+    """The user-namespace mode; a caller may ask for less isolation (the host's
+    namespace: root with podmand's capabilities) only when an operator allows it."""
     if not tpl.HasField("user_namespaces"):
         return settings.userns
     if not tpl.user_namespaces:
+        if not settings.allow_host_userns:
+            raise FailedPrecondition(
+                "sandbox.spec.template.user_namespaces: false would run the sandbox in the host user namespace; "
+                "an operator must enable allow_host_userns (--allow-host-userns / PODMAND_ALLOW_HOST_USERNS)"
+            )
         return "host"
     return settings.userns if settings.userns_base != "host" else "auto"
 
@@ -348,22 +482,20 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
             "sandbox.spec.template.image: no sandbox image configured; set OPENSHELL_SANDBOX_IMAGE "
             "or give an image in the sandbox template"
         )
-    if re.search(r"\s", image) or _CONTROL.search(image):
-        raise InvalidArgument(f"sandbox.spec.template.image: {image!r} is not an image reference")
+    if not is_image_reference(image):
+        raise InvalidArgument(f"sandbox.spec.template.image: {_shown(image)} is not an image reference")
     _check_text("sandbox.spec.log_level", spec.log_level)
     user_env = _env("sandbox.spec.template.environment", tpl.environment)
     user_env.update(_env("sandbox.spec.environment", spec.environment))
-    labels: dict[str, str] = {}
-    for key, value in tpl.labels.items():
-        if not key or "=" in key or _CONTROL.search(key) or _CONTROL.search(value):
-            raise InvalidArgument(f"sandbox.spec.template.labels: invalid label {key!r}")
-        labels[key] = value
+    labels = _labels("sandbox.spec.template.labels", tpl.labels)
     for i, arg in enumerate(spec.command):
         if "\x00" in arg:
             raise InvalidArgument(f"sandbox.spec.command[{i}]: must not contain NUL")
-    ssh_socket = tpl.agent_socket_path or settings.ssh_socket_path
-    if not ssh_socket.startswith("/") or _CONTROL.search(ssh_socket):
-        raise InvalidArgument("sandbox.spec.template.agent_socket_path: must be an absolute path")
+    if tpl.agent_socket_path:
+        ssh_socket = check_socket_path("sandbox.spec.template.agent_socket_path", tpl.agent_socket_path)
+    else:  # the operator's setting: a bad one is a server-side problem
+        where = "ssh_socket_path (--sandbox-ssh-socket-path / OPENSHELL_SANDBOX_SSH_SOCKET_PATH)"
+        ssh_socket = check_socket_path(where, settings.ssh_socket_path, FailedPrecondition)
     token = spec.sandbox_token.strip()
     if token:
         if len(token) > MAX_TOKEN_BYTES:
@@ -380,6 +512,7 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
         raise FailedPrecondition("sandbox.spec.launch_authentication: podmand is configured to require it")
     _check_text("sandbox.spec.workload_identity.user", spec.workload_identity.user)
     _check_text("sandbox.spec.workload_identity.group", spec.workload_identity.group)
+    userns = _userns(tpl, settings)
     cpu, mem = _resources(tpl)
     mounts, devices, used = _driver_config(sandbox, settings)
     devices = _gpu(sandbox, devices)
@@ -398,7 +531,7 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
         ssh_socket_path=ssh_socket,
         cpu_quota=cpu,
         memory_bytes=mem,
-        userns=_userns(tpl, settings),
+        userns=userns,
         mounts=mounts,
         cdi_devices=devices,
         driver_config_used=used,
@@ -621,6 +754,13 @@ def _secret_mount(destination: str, source: str) -> dict[str, Any]:
     return {"destination": destination, "type": "bind", "source": source, "options": ["bind", "ro", "U"]}
 
 
+def health_probe(ssh_socket_path: str) -> list[str]:
+    """Exec form: the shell only joins two tests with ``||``; the paths reach it
+    as arguments, never as script text (and the socket path is validated too)."""
+    script = 'test -e "$1" || test -S "$2"'
+    return ["CMD", "/bin/sh", "-c", script, "probe", names.SSH_READY_MARKER, ssh_socket_path]
+
+
 def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str, Any]:
     """The libpod SpecGenerator for one sandbox container (V1 single-container layout)."""
     secrets = prov.secrets_dir
@@ -696,9 +836,8 @@ def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str,
             "GIDMap": _idmap(settings.gidmap),
         }
     if settings.health_check_interval:
-        probe = f"test -e {names.SSH_READY_MARKER} || test -S {plan.ssh_socket_path}"
         spec["healthconfig"] = {
-            "Test": ["CMD-SHELL", probe],
+            "Test": health_probe(plan.ssh_socket_path),
             "Interval": settings.health_check_interval * 10**9,
             "Timeout": 2 * 10**9,
             "Retries": 10,

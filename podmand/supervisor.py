@@ -33,7 +33,9 @@ class SupervisorCache:
             if path.is_file() and path.stat().st_size > 0:
                 return path
             try:
-                files = await read_image_files(self.podman, image_id, [names.SUPERVISOR_IN_IMAGE])
+                files = await read_image_files(
+                    self.podman, image_id, [names.SUPERVISOR_IN_IMAGE], str(self.root.parent)
+                )
             except PodmanError as exc:
                 raise FailedPrecondition(
                     f"cannot read {names.SUPERVISOR_IN_IMAGE} from the supervisor image {image_id}: {exc.message}"

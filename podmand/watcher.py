@@ -21,7 +21,7 @@ from . import names
 from ._proto import compute_driver_pb2 as pb
 from .driver import Driver, deleted_event, sandbox_event
 from .errors import Unavailable
-from .podman import Event, PodmanClient, PodmanError, PodmanUnavailable
+from .podman import BadEvent, Event, PodmanClient, PodmanError, PodmanUnavailable
 
 log = logging.getLogger("podmand.watcher")
 
@@ -114,6 +114,7 @@ class Hub:
         self._inbox: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
         self._streams: set[Stream] = set()
         self._closed = False
+        self._unreadable: set[str] = set()  # containers whose unreadable events were logged
         driver.publish = lambda event: self._inbox.put_nowait(("publish", event))
         driver.refresh = lambda container_id, sandbox_id: self._inbox.put_nowait(
             ("refresh", (container_id, sandbox_id))
@@ -185,7 +186,7 @@ class Hub:
     async def _pump(self, events: object) -> None:
         try:
             async for event in events:  # type: ignore[attr-defined]
-                self._inbox.put_nowait(("event", event))
+                self._inbox.put_nowait(("unreadable" if isinstance(event, BadEvent) else "event", event))
         except (PodmanUnavailable, PodmanError, msgspec.DecodeError, OSError) as exc:
             self._inbox.put_nowait(("lost", exc))
         else:
@@ -230,6 +231,9 @@ class Hub:
             await self._observe(*item)
         elif kind == "resync":
             await self._resync()
+        elif kind == "unreadable":
+            assert isinstance(item, BadEvent)
+            await self._unreadable_event(item)
         elif kind == "event":
             assert isinstance(item, Event)
             attrs = item.Actor.attributes or {}
@@ -243,6 +247,19 @@ class Hub:
             self._emit(sandbox_event(snap))
         elif sandbox_id and await self.driver.forget(sandbox_id):
             self._emit(deleted_event(sandbox_id))
+
+    async def _unreadable_event(self, bad: BadEvent) -> None:
+        """A skipped event still meant a change: a resync finds it (one bad
+        event, e.g. from a huge tenant label, must not end every stream)."""
+        who = bad.container_id or "unknown container"
+        if who not in self._unreadable:
+            if len(self._unreadable) >= 1024:
+                self._unreadable.clear()
+            self._unreadable.add(who)
+            log.warning("watch: skipped an unreadable Podman event of %s (%s); resyncing", who, bad.reason)
+        else:
+            log.debug("watch: skipped another unreadable event of %s", who)
+        await self._resync()
 
     async def _resync(self) -> None:
         snaps = await self.driver.snapshot_all()

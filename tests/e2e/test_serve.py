@@ -62,7 +62,8 @@ def test_restart_finishes_interrupted_create(
     assert len(listed) == 1 and ready(listed[0]).status == "True"
     assert len(containers_of(podman_client, box.id)) == 1
     # An extractor container orphaned by the SIGKILL is garbage-collected.
-    wait_until(lambda: not [c for c in podman_client.containers.list(all=True)
+    mine = {"label": f"io.podmand.state-dir={first.state_dir}"}
+    wait_until(lambda: not [c for c in podman_client.containers.list(all=True, filters=mine)
                             if c.name.startswith("podmand-read-")], what="no orphan extractor")
     assert second.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
     assert containers_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []

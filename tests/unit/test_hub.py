@@ -345,3 +345,49 @@ def test_subscribe_whose_snapshot_fails_ends_the_stream() -> None:
     assert isinstance(item, End) and item.code == grpc.StatusCode.UNAVAILABLE
     assert "boom" in item.message
     assert not registered
+
+
+# ---------------------------------------------------------------- unreadable events (issue 9, finding 4)
+
+
+def test_event_lines_skip_what_cannot_be_read_and_keep_the_rest() -> None:
+    """An over-long line (split across chunks or whole) and an undecodable one become
+    BadEvent naming the container; the events around them still decode."""
+    from podmand import podman
+
+    cid = "ab" * 32
+    good = b'{"Type":"container","Action":"start","Actor":{"ID":"' + cid.encode() + b'"}}'
+    huge = b'{"status":"died","id":"' + cid.encode() + b'","Actor":{"Attributes":{"x":"' + b"<" * (5 << 20)
+
+    async def chunks() -> Any:
+        yield good + b"\n" + huge[: 3 << 20]
+        yield huge[3 << 20 :]
+        yield b'"}}}\n' + good + b"\n" + huge + b'"}}}\n{"Type":\n' + good
+
+    async def main() -> list[Any]:
+        return [e async for e in podman._decode_events(podman._split_lines(chunks()))]
+
+    out = asyncio.run(main())
+    kinds = [type(e).__name__ for e in out]
+    assert kinds == ["Event", "BadEvent", "Event", "BadEvent", "BadEvent", "Event"]
+    bad = [e for e in out if isinstance(e, podman.BadEvent)]
+    assert [b.container_id for b in bad] == [cid, cid, ""]
+    assert "over the" in bad[0].reason and "undecodable" in bad[2].reason
+    assert all(e.Actor.id == cid for e in out if isinstance(e, podman.Event))
+
+
+def test_unreadable_event_resyncs_instead_of_ending_streams() -> None:
+    async def body(hub: Hub, driver: StubDriver) -> None:
+        from podmand.podman import BadEvent
+
+        driver.snaps = [snap("a")]
+        stream = await hub.subscribe()
+        await drain(hub)
+        assert await stream.get() == sandbox_event(snap("a"))
+        driver.snaps = [snap("a", "ContainerExited", "False")]
+        hub._inbox.put_nowait(("unreadable", BadEvent("cid-a", "too long")))
+        await drain(hub)
+        assert await stream.get() == sandbox_event(snap("a", "ContainerExited", "False"))
+        assert stream.end is None and stream in hub._streams
+
+    run(body)

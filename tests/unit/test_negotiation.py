@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
-from podmand import negotiation
+from podmand import negotiation, spec
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import extension_pb2 as ext
 from podmand.config import Settings
-from podmand.errors import FailedPrecondition
+from podmand.errors import DriverError, FailedPrecondition
 
 CONTRACT = "openshell.compute.contract"
 DEFAULT_POLICY = (
@@ -53,10 +55,36 @@ def test_capabilities_fields() -> None:
     assert caps.resource_capabilities.gpu.default_selection_supported is False
 
 
-def test_gpu_count_needs_driver_config() -> None:
-    """GPUs need explicit CDI IDs from driver_config: only then is a GPU count supported."""
-    caps = negotiation.capabilities(Settings(allow_driver_config=True), limits_enforced=True)
-    assert caps.resource_capabilities.gpu.count_selection_supported is True
+@pytest.mark.parametrize("allow_driver_config", [False, True])
+def test_gpu_bits_false_because_a_plain_request_is_refused(allow_driver_config: bool) -> None:
+    """Nothing discovers GPUs: a plain gpu.count, or a gpu request with no count, is refused
+    (even with driver_config allowed), so neither count nor default selection is advertised."""
+    settings = Settings(allow_driver_config=allow_driver_config)
+    caps = negotiation.capabilities(settings, limits_enforced=True)
+    assert caps.resource_capabilities.gpu.count_selection_supported is False
+    assert caps.resource_capabilities.gpu.default_selection_supported is False
+    for gpu in (pb.GpuResourceRequirements(count=1), pb.GpuResourceRequirements()):
+        box = pb.DriverSandbox(id="sb1", name="box", workspace="ws",
+                               spec=pb.DriverSandboxSpec(resource_requirements=pb.ResourceRequirements(gpu=gpu)))
+        with pytest.raises(DriverError) as exc:
+            spec.validate(box, settings)
+        assert exc.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "no NVIDIA CDI GPU devices were discovered" in exc.value.message
+
+
+def test_sandbox_authentication_bit_has_its_proof() -> None:
+    """Advertised because the e2e test mints, mounts and authenticates podmand's credential."""
+    caps = negotiation.capabilities(Settings(), limits_enforced=True)
+    assert caps.supports_sandbox_authentication is negotiation.SANDBOX_AUTHENTICATION is True
+    conformance = (Path(__file__).parents[1] / "e2e" / "test_conformance.py").read_text()
+    assert "def test_token_sources(" in conformance and "AuthenticateSandbox" in conformance
+
+
+def test_runtime_readiness_not_claimed() -> None:
+    """podmand reports container state only, never the supervisor's own readiness."""
+    caps = negotiation.capabilities(Settings(), limits_enforced=True)
+    assert caps.driver_reports_runtime_readiness is False
+    assert caps.gateway_manages_lifecycle is True
 
 
 def test_limits_not_enforced_is_reported() -> None:

@@ -1,4 +1,4 @@
-"""Unit tests for podmand.server: the one-podmand-per-state-directory lock."""
+"""Unit tests for podmand.server: the one-podmand-per-state-directory lock, the socket path."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from podmand.server import (
     describe_holder,
     holder_record,
     lock_state_dir,
+    prepare_socket,
+    remove_dirs,
+    socket_path_problem,
     unlock_state_dir,
 )
 
@@ -101,3 +104,32 @@ def test_cli_no_subcommand_serves_and_checks_https_without_tls(tmp_path: Path) -
     assert proc.returncode == 2, proc.stderr
     assert "OPENSHELL_GRPC_ENDPOINT" in proc.stderr and "OPENSHELL_PODMAN_TLS_CA" in proc.stderr
     assert not (tmp_path / LOCK_FILE).exists()  # refused before anything was touched
+
+
+def test_socket_path_length_checked_before_anything(tmp_path: Path) -> None:
+    """108+ bytes: refused naming the size and the limit; 107 is fine."""
+    fits = "/" + "s" * 106
+    assert socket_path_problem(fits) is None
+    long = "/" + "s" * 107
+    assert socket_path_problem(long) == (
+        f"driver socket path {long!r} is 108 bytes; Unix sockets allow at most 107 "
+        "(choose a shorter --socket / OPENSHELL_COMPUTE_DRIVER_SOCKET)"
+    )
+    assert "is 108 bytes" in (socket_path_problem("/" + "é" * 53 + "x") or "")  # bytes, not characters
+
+
+def test_prepare_socket_reports_the_directories_it_created(tmp_path: Path) -> None:
+    """So a failed start removes them again, and only them."""
+    created = prepare_socket(str(tmp_path / "a" / "b" / "d.sock"))
+    assert created == [tmp_path / "a", tmp_path / "a" / "b"]
+    assert oct(os.stat(tmp_path / "a" / "b").st_mode & 0o777) == "0o700"
+    assert prepare_socket(str(tmp_path / "a" / "b" / "d.sock")) == []
+    remove_dirs(created)
+    assert not (tmp_path / "a").exists() and tmp_path.exists()
+
+
+def test_remove_dirs_keeps_what_is_not_empty(tmp_path: Path) -> None:
+    created = prepare_socket(str(tmp_path / "a" / "d.sock"))
+    (tmp_path / "a" / "someone-elses").write_text("")
+    remove_dirs(created)
+    assert (tmp_path / "a" / "someone-elses").exists()

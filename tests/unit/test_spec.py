@@ -183,12 +183,24 @@ def test_token_with_surrounding_whitespace_is_accepted() -> None:
     ],
 )
 def test_userns_intent(user_namespaces: bool | None, settings_userns: str, expected: str) -> None:
-    """The template's user_namespaces flag overrides the configured mode only when set."""
+    """The template's user_namespaces flag overrides the configured mode only when set
+    (the host namespace only where the operator allows it)."""
     tpl = pb.DriverSandboxTemplate()
     if user_namespaces is not None:
         tpl.user_namespaces = user_namespaces
-    plan = spec.validate(make_sandbox(template=tpl), Settings(userns=settings_userns))
+    plan = spec.validate(make_sandbox(template=tpl), Settings(userns=settings_userns, allow_host_userns=True))
     assert plan.userns == expected
+
+
+def test_host_userns_needs_the_operator_setting() -> None:
+    """user_namespaces = false is host root with podmand's capabilities: refused by
+    default, naming the field and the setting that would allow it."""
+    sandbox = make_sandbox(template=pb.DriverSandboxTemplate(user_namespaces=False))
+    with pytest.raises(FailedPrecondition) as exc:
+        spec.validate(sandbox, Settings())
+    assert exc.value.message.startswith("sandbox.spec.template.user_namespaces:")
+    assert "allow_host_userns" in exc.value.message and "PODMAND_ALLOW_HOST_USERNS" in exc.value.message
+    assert spec.validate(sandbox, Settings(allow_host_userns=True)).userns == "host"
 
 
 # ---------------------------------------------------------------- driver_config
@@ -217,14 +229,15 @@ def test_driver_config_tmpfs_volume_and_bind() -> None:
         {"type": "volume", "source": "shared-data", "target": "/data", "read_only": False},
         {"type": "bind", "source": "/srv/models", "target": "/models"},
     ]})
-    plan = spec.validate(sandbox, Settings(allow_driver_config=True, enable_bind_mounts=True))
+    settings = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+    plan = spec.validate(sandbox, settings)
     assert plan.driver_config_used is True
     assert plan.mounts == (
         spec.Mount("tmpfs", "/scratch", "", False, ("rw", "nosuid", "nodev", "size=1048576", "mode=777")),
         spec.Mount("volume", "/data", "shared-data", False),
         spec.Mount("bind", "/models", "/srv/models", True),
     )
-    built = build(plan, Settings(allow_driver_config=True, enable_bind_mounts=True))
+    built = build(plan, settings)
     bind = {"destination": "/models", "type": "bind", "source": "/srv/models", "options": ["rbind", "ro"]}
     assert bind in built["mounts"]
     assert {"Name": "shared-data", "Dest": "/data", "Options": ["rw"]} in built["volumes"]
@@ -236,7 +249,7 @@ def test_driver_config_tmpfs_volume_and_bind() -> None:
     [
         ({"privileged": True}, InvalidArgument, "sandbox.spec.template.driver_config", "privileged"),
         ({"mounts": [{"type": "bind", "source": "/srv", "target": "/srv"}]}, FailedPrecondition,
-         "sandbox.spec.template.driver_config.mounts[0]", "enable_bind_mounts"),
+         "sandbox.spec.template.driver_config.mounts[0]", "resource admission is enabled"),
         ({"mounts": [{"type": "tmpfs", "target": "/etc/openshell/x"}]}, InvalidArgument,
          "sandbox.spec.template.driver_config.mounts[0].target", "/etc/openshell"),
         ({"mounts": [{"type": "tmpfs", "target": "/sandbox"}]}, InvalidArgument,
@@ -530,8 +543,18 @@ def test_healthconfig_only_when_interval_set() -> None:
     assert "healthconfig" not in build(plan, Settings())
     health = build(plan, Settings(health_check_interval=5))["healthconfig"]
     assert health["Interval"] == 5 * 10**9
-    assert health["Test"][0] == "CMD-SHELL"
-    assert names.SSH_READY_MARKER in health["Test"][1] and plan.ssh_socket_path in health["Test"][1]
+    assert health["Test"] == ["CMD", "/bin/sh", "-c", 'test -e "$1" || test -S "$2"', "probe",
+                              names.SSH_READY_MARKER, plan.ssh_socket_path]
+
+
+def test_probe_never_gives_the_socket_path_to_a_shell_parser() -> None:
+    """Exec form: the caller's path is an argument of the script, not part of its text."""
+    tpl = pb.DriverSandboxTemplate(agent_socket_path="/run/agent-1/ssh.sock")
+    plan = spec.validate(make_sandbox(template=tpl), Settings())
+    test = build(plan, Settings(health_check_interval=5))["healthconfig"]["Test"]
+    assert test[0] == "CMD" and "CMD-SHELL" not in test
+    assert test[-1] == "/run/agent-1/ssh.sock"
+    assert not any("agent-1" in arg for arg in test[:-1])
 
 
 def test_pids_limit_omitted_when_zero() -> None:
@@ -569,3 +592,205 @@ def test_tls_files_mounted_and_referenced() -> None:
         assert built["env"][var] == dest
         (mount,) = [m for m in built["mounts"] if m["destination"] == dest]
         assert mount["source"] == f"{SECRETS_DIR}/{fname}" and "U" in mount["options"]
+
+
+# ---------------------------------------------------------------- hostile input (issue 9)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        ("id", "abc\n", "sandbox.id"),
+        ("id", "..", "sandbox.id"),
+        ("id", "../../x", "sandbox.id"),
+        ("id", "/etc", "sandbox.id"),
+        ("name", "demo\n", "sandbox.name"),
+        ("workspace", "ws\n", "sandbox.workspace"),
+        ("workspace", "w" * 129, "sandbox.workspace"),
+        ("spec.environment", {"KEY\n": "x"}, "sandbox.spec.environment"),
+        ("spec.environment", {"K" * 257: "x"}, "sandbox.spec.environment"),
+    ],
+)
+def test_names_are_matched_whole(path: str, value: Any, field: str) -> None:
+    """Full-match patterns: a trailing newline or a path is not an id, name, workspace or env key."""
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(_set(path, value), Settings())
+    assert exc.value.message.startswith(field + ":"), exc.value.message
+
+
+@pytest.mark.parametrize("value", ["..", ".", "../../x", "/etc", "abc\n", "a/b", "", "x" * 129, "\x00"])
+def test_check_name_refuses_paths(value: str) -> None:
+    """What every RPC runs on its sandbox_id before touching a file or Podman."""
+    with pytest.raises(InvalidArgument) as exc:
+        spec.check_name("sandbox_id", value, required=True)
+    assert exc.value.message.startswith("sandbox_id:")
+    assert len(exc.value.message) < 200  # a huge id is described, not echoed
+
+
+def test_volume_source_is_matched_whole() -> None:
+    sandbox = with_driver_config({"mounts": [{"type": "volume", "source": "data\n", "target": "/data"}]})
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(sandbox, Settings(allow_driver_config=True))
+    assert exc.value.message.startswith("sandbox.spec.template.driver_config.mounts[0].source:")
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_driver_config_number_is_invalid(number: float) -> None:
+    """NaN and Infinity are not JSON: INVALID_ARGUMENT naming the value's path, not a crash."""
+    sandbox = with_driver_config({"mounts": [{"type": "tmpfs", "target": "/x", "size_bytes": 1}]})
+    sandbox.spec.template.driver_config["mounts"][0]["size_bytes"] = number
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(sandbox, Settings(allow_driver_config=True))
+    assert exc.value.message.startswith("sandbox.spec.template.driver_config.mounts[0].size_bytes:")
+    assert "finite" in exc.value.message
+
+
+def test_unset_driver_config_value_is_invalid() -> None:
+    """A Value with no kind set (possible on the wire) is refused, not a crash."""
+    sandbox = make_sandbox()
+    sandbox.spec.template.driver_config.fields["mounts"].SetInParent()
+    sandbox.spec.template.driver_config.fields["mounts"].Clear()
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(sandbox, Settings(allow_driver_config=True))
+    assert exc.value.message.startswith("sandbox.spec.template.driver_config")
+
+
+def test_huge_tmpfs_size_is_invalid() -> None:
+    sandbox = with_driver_config({"mounts": [{"type": "tmpfs", "target": "/x", "size_bytes": 1e300}]})
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(sandbox, Settings(allow_driver_config=True))
+    assert exc.value.message.startswith("sandbox.spec.template.driver_config.mounts[0].size_bytes:")
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "needle"),
+    [
+        ("cpu_limit", "1025", "maximum of 1024 CPUs"),
+        ("cpu_limit", "100000000000000000000", "maximum"),
+        ("cpu_limit", "2000000m", "maximum"),
+        ("cpu_request", "1e20", "not a CPU quantity"),
+        ("cpu_limit", "1" * 65, "not a CPU quantity"),
+        ("memory_limit", "8Ei", "maximum of 1Pi"),
+        ("memory_limit", "2Pi", "maximum of 1Pi"),
+        ("memory_request", "99999999999999999999", "maximum"),
+        ("memory_limit", "1" * 65, "not a memory quantity"),
+    ],
+)
+def test_quantities_are_bounded(field: str, text: str, needle: str) -> None:
+    """Quantities Podman would refuse later (beyond int64 or any host) fail validation, naming the field."""
+    res = pb.DriverResourceRequirements(**{field: text})
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(resources=res)), Settings())
+    assert exc.value.message.startswith(f"sandbox.spec.template.resources.{field}:")
+    assert needle in exc.value.message
+
+
+def test_largest_quantities_are_accepted() -> None:
+    res = pb.DriverResourceRequirements(cpu_limit="1024", memory_limit="1Pi")
+    plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(resources=res)), Settings())
+    assert (plan.cpu_quota, plan.memory_bytes) == (1024 * spec.CPU_PERIOD, 2**50)
+    assert plan.cpu_quota < 2**63
+
+
+@pytest.mark.parametrize(
+    ("labels", "needle"),
+    [
+        ({"k" * 254: "v"}, "longer than 253 bytes"),
+        ({"big": "<" * 4097}, "longer than 4096 bytes"),
+        ({f"k{i}": "v" * 4000 for i in range(17)}, "more than 64 KiB"),
+        ({"é" * 127: "v"}, "longer than 253 bytes"),  # bytes, not characters
+    ],
+)
+def test_template_labels_are_bounded(labels: dict[str, str], needle: str) -> None:
+    """Labels ride on every Podman event of the container: bounded per key, value and in total."""
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(labels=labels)), Settings())
+    assert exc.value.message.startswith("sandbox.spec.template.labels")
+    assert needle in exc.value.message
+
+
+def test_labels_at_the_limits_are_accepted() -> None:
+    labels = {"k" * 253: "v" * 4096, **{f"k{i}": "v" * 4000 for i in range(14)}}
+    plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(labels=labels)), Settings())
+    assert plan.labels == labels
+
+
+@pytest.mark.parametrize(
+    ("path", "needle"),
+    [
+        ("/run/openshell/x; touch /pwned", "[A-Za-z0-9._/-]"),
+        ("/run/openshell/$(id).sock", "[A-Za-z0-9._/-]"),
+        ("/run/openshell/ssh sock", "[A-Za-z0-9._/-]"),
+        ("/run/openshell/ssh.sock\n", "[A-Za-z0-9._/-]"),
+        ("run/openshell/ssh.sock", "[A-Za-z0-9._/-]"),
+        ("@abstract", "[A-Za-z0-9._/-]"),
+        ("/run/openshell/../x/ssh.sock", "normalised"),
+        ("/run//openshell/ssh.sock", "normalised"),
+        ("/run/openshell/./ssh.sock", "normalised"),
+        ("/run/openshell/", "normalised"),
+        ("/ssh.sock", "dedicated parent"),
+        ("/tmp/ssh.sock", "dedicated parent"),
+        ("/sandbox/ssh.sock", "dedicated parent"),
+        ("/run/ssh.sock", "dedicated parent"),
+        ("/var/tmp/ssh.sock", "dedicated parent"),
+        ("/dev/shm/ssh.sock", "dedicated parent"),
+        ("/etc/openshell/auth/ssh.sock", "dedicated parent"),
+        ("/opt/openshell/bin/ssh.sock", "dedicated parent"),
+        ("/proc/self/ssh.sock", "dedicated parent"),
+        ("/run/openshell/" + "s" * 93, "108 bytes"),
+    ],
+)
+def test_agent_socket_path_is_refused(path: str, needle: str) -> None:
+    """The path reaches the healthcheck and the supervisor chmods its parent 0700: only
+    plain, normalised paths under 108 bytes with a dedicated parent."""
+    sandbox = make_sandbox(template=pb.DriverSandboxTemplate(agent_socket_path=path))
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(sandbox, Settings())
+    assert exc.value.message.startswith("sandbox.spec.template.agent_socket_path:")
+    assert needle in exc.value.message
+
+
+@pytest.mark.parametrize("path", ["/run/openshell/ssh.sock", "/run/agent/ssh.sock", "/sandbox/.ssh/agent.sock",
+                                  "/run/openshell/" + "s" * 92])
+def test_agent_socket_path_accepted(path: str) -> None:
+    plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(agent_socket_path=path)), Settings())
+    assert plan.ssh_socket_path == path and len(path.encode()) < 108
+
+
+def test_bad_configured_socket_path_is_the_operators_problem() -> None:
+    """The setting's value goes through the same check, reported as FAILED_PRECONDITION naming the setting."""
+    with pytest.raises(FailedPrecondition) as exc:
+        spec.validate(make_sandbox(), Settings(ssh_socket_path="/tmp/ssh.sock"))
+    setting = "ssh_socket_path (--sandbox-ssh-socket-path / OPENSHELL_SANDBOX_SSH_SOCKET_PATH)"
+    assert exc.value.message.startswith(setting + ":")
+
+
+def test_host_bind_refused_while_admission_is_enabled() -> None:
+    """No trusted label resolver for host paths: with admission on, binds are refused even
+    when bind mounts are enabled; with admission off they need enable_bind_mounts."""
+    sandbox = with_driver_config({"mounts": [{"type": "bind", "source": "/srv", "target": "/srv"}]})
+    with pytest.raises(FailedPrecondition) as exc:
+        spec.validate(sandbox, Settings(allow_driver_config=True, enable_bind_mounts=True))
+    assert exc.value.message == (
+        "sandbox.spec.template.driver_config.mounts[0]: host bind or image mount cannot be attached while "
+        "resource admission is enabled: no trusted label resolver"
+    )
+    with pytest.raises(FailedPrecondition) as exc:
+        spec.validate(sandbox, Settings(allow_driver_config=True, admission_enabled=False))
+    assert "enable_bind_mounts" in exc.value.message
+
+
+@pytest.mark.parametrize("image", [
+    "ghcr.io/nvidia/openshell-community/sandboxes/base:latest", "localhost/podmand-test/sandbox:1", "busybox",
+    "localhost:5000/x/y:tag", "quay.io/a_b/c__d:v1.2-rc", "sha256:" + "b" * 64,
+    "docker.io/library/alpine:3.19@sha256:" + "a" * 64,
+])
+def test_image_references_accepted(image: str) -> None:
+    assert spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(image=image)), Settings()).image == image
+
+
+@pytest.mark.parametrize("image", ["::::", "/abs/path", "a b", "x:", "x@sha256:zz", "a//b", "-a", "a\n", "a" * 2000])
+def test_malformed_image_reference_is_invalid(image: str) -> None:
+    """A reference Podman would only refuse at pull time is refused up front."""
+    with pytest.raises(InvalidArgument, match=r"^sandbox\.spec\.template\.image: .* is not an image reference"):
+        spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(image=image)), Settings())

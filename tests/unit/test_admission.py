@@ -1,0 +1,289 @@
+"""Unit tests for podmand.admission: the advertised policy is the enforced one."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podmand import admission, names, negotiation
+from podmand.config import Settings
+from podmand.driver import Driver
+from podmand.errors import FailedPrecondition, InvalidArgument, Unauthenticated
+from podmand.podman import PodmanClient
+from podmand.spec import Mount
+from tests.fakes.libpod import FakeLibpod
+
+UPSTREAM_DEFAULT = (
+    'v1:{"allow_driver_config":false,"resource_admission":{"enabled":true,"required_labels":'
+    '{"openshell.ai/sandbox-attachable":"true","openshell.ai/workspace":"${workspace}"}}}'
+)
+ADMITTED = {"openshell.ai/sandbox-attachable": "true", "openshell.ai/workspace": "ws"}
+
+
+def facts(labels: dict[str, str] | None = None, driver: str = "local", **options: str) -> admission.VolumeFacts:
+    return volume(labels, driver, options)
+
+
+def volume(labels: dict[str, str] | None, driver: str, options: dict[str, str]) -> admission.VolumeFacts:
+    return admission.VolumeFacts(name="data", driver=driver, labels=labels, options=options or None)
+
+
+# ---------------------------------------------------------------- one source
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        Settings(),
+        Settings(allow_driver_config=True, admission_enabled=False),
+        Settings(admission_labels={"b": "2", "a": "${workspace}"}),
+    ],
+)
+def test_advertised_string_is_the_checked_policy(settings: Settings) -> None:
+    """GetCapabilities serialises the very Policy the checks read."""
+    assert negotiation.admission_policy(settings) == admission.policy(settings).wire()
+    caps = negotiation.capabilities(settings, limits_enforced=True)
+    assert caps.resource_admission_policy == admission.policy(settings).wire()
+
+
+def test_default_policy_is_upstreams_string() -> None:
+    assert admission.policy(Settings()).wire() == UPSTREAM_DEFAULT
+
+
+def test_workspace_substitution() -> None:
+    pol = admission.policy(Settings())
+    assert pol.labels_for("ws") == ADMITTED
+    assert pol.labels_for("") is None  # upstream: invalid workspace identity
+    fixed = admission.policy(Settings(admission_labels={"tier": "gold"}))
+    assert fixed.labels_for("") == {"tier": "gold"}
+
+
+# ---------------------------------------------------------------- named volumes
+
+
+def test_labelled_volume_is_admitted() -> None:
+    admission.check_volume(facts(ADMITTED), admission.policy(Settings()), "ws", enable_bind_mounts=False,
+                           protected=())
+
+
+@pytest.mark.parametrize(
+    ("labels", "workspace"),
+    [
+        (None, "ws"),
+        ({"openshell.ai/sandbox-attachable": "true"}, "ws"),
+        (ADMITTED, "other"),
+        ({**ADMITTED, "openshell.ai/sandbox-attachable": "false"}, "ws"),
+    ],
+)
+def test_unlabelled_or_foreign_volume_is_refused(labels: dict[str, str] | None, workspace: str) -> None:
+    with pytest.raises(FailedPrecondition) as exc:
+        admission.check_volume(facts(labels), admission.policy(Settings()), workspace, enable_bind_mounts=False,
+                               protected=())
+    assert exc.value.message == "podman volume 'data': external resource not admitted by required labels"
+
+
+def test_admission_disabled_checks_no_labels() -> None:
+    admission.check_volume(facts(None), admission.policy(Settings(admission_enabled=False)), "ws",
+                           enable_bind_mounts=False, protected=())
+
+
+def test_empty_workspace_is_not_an_identity() -> None:
+    with pytest.raises(FailedPrecondition) as exc:
+        admission.check_volume(facts(ADMITTED), admission.policy(Settings()), "", enable_bind_mounts=False,
+                               protected=())
+    assert "invalid workspace identity" in exc.value.message
+
+
+@pytest.mark.parametrize(
+    ("driver", "options", "host"),
+    [
+        ("local", {"type": "none", "o": "bind", "device": "/srv/data"}, "/srv/data"),
+        ("", {"o": "rbind,ro", "device": "/srv"}, "/srv"),
+        ("local", {"type": "ext4", "device": "/dev/sdb1"}, "/dev/sdb1"),
+        ("local", {"type": "tmpfs", "device": "tmpfs", "o": "size=1m"}, None),
+        ("local", {}, None),
+        ("some-plugin", {"o": "bind", "device": "/srv"}, None),
+    ],
+)
+def test_host_backed_volume_detection(driver: str, options: dict[str, str], host: str | None) -> None:
+    assert admission.host_source(volume(None, driver, options)) == host
+
+
+def test_bind_backed_volume_needs_enable_bind_mounts() -> None:
+    """Labels do not make a hidden host bind acceptable; enable_bind_mounts does, outside podmand's paths."""
+    bound = facts(ADMITTED, type="none", o="bind", device="/srv/data")
+    pol = admission.policy(Settings())
+    with pytest.raises(FailedPrecondition) as exc:
+        admission.check_volume(bound, pol, "ws", enable_bind_mounts=False, protected=())
+    assert "backed by a host bind mount" in exc.value.message and "enable_bind_mounts" in exc.value.message
+    admission.check_volume(bound, pol, "ws", enable_bind_mounts=True, protected=("/var/lib/podmand",))
+    state = facts(ADMITTED, type="none", o="bind", device="/var/lib")
+    with pytest.raises(FailedPrecondition) as exc:
+        admission.check_volume(state, pol, "ws", enable_bind_mounts=True, protected=("/var/lib/podmand",))
+    assert "/var/lib/podmand" in exc.value.message
+
+
+# ---------------------------------------------------------------- host paths
+
+
+@pytest.fixture
+def tree() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="adm-"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_podmands_own_paths_are_never_bind_sources(tree: Path) -> None:
+    """The state dir, anything in it, any parent of it, and a symlink to it are refused."""
+    state = tree / "state"
+    (state / "sandboxes").mkdir(parents=True)
+    (tree / "elsewhere").mkdir()
+    os.symlink(state, tree / "link")
+    own = admission.protected_paths(Settings(socket=str(tree / "run" / "d.sock")), str(state), "/run/p/podman.sock")
+    assert str(state) in own and str(tree / "run") in own and "/run/p/podman.sock" in own
+    for source in (state, state / "sandboxes", tree, "/", tree / "link", tree / "link" / "sandboxes",
+                   tree / "elsewhere" / ".." / "state", "/run/p"):
+        with pytest.raises(FailedPrecondition) as exc:
+            admission.check_host_path("m.source", str(source), own)
+        assert exc.value.message.startswith("m.source:")
+    admission.check_host_path("m.source", str(tree / "elsewhere"), own)
+
+
+def test_provenance() -> None:
+    strict, lenient = admission.policy(Settings()), admission.policy(Settings(allow_driver_config=True))
+    admission.check_provenance(strict, "false")
+    admission.check_provenance(lenient, "true")
+    for pol, label in ((strict, "true"), (strict, None), (lenient, None), (lenient, "")):
+        with pytest.raises(FailedPrecondition) as exc:
+            admission.check_provenance(pol, label)
+        assert exc.value.message == admission.PROVENANCE_REFUSED
+
+
+# ---------------------------------------------------------------- through the driver, against a fake libpod
+
+
+def run_driver(settings: Settings, state: Path, setup: Any, body: Any) -> FakeLibpod:
+    """Run ``body(driver)`` with a driver whose Podman is a fresh fake (set up by ``setup``)."""
+    sock = tempfile.mkdtemp(prefix="adm-", dir="/tmp") + "/p.sock"
+
+    async def main() -> None:
+        await fake.start(sock)
+        client = PodmanClient(sock)
+        try:
+            await asyncio.wait_for(body(Driver(settings, client, state)), 10)
+        finally:
+            await client.close()
+            await fake.close()
+
+    fake = FakeLibpod()
+    setup(fake)
+    try:
+        asyncio.run(main())
+    finally:
+        shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
+    return fake
+
+
+@pytest.mark.parametrize("bad", ["..", ".", "../../x", "/etc", "abc\n", "a/b"])
+def test_traversal_ids_never_reach_files_or_podman(bad: str, tree: Path) -> None:
+    """Every RPC with a sandbox id checks it first: '..' once rmtree'd the whole state dir."""
+    state = tree / "state"
+    state.mkdir()
+    (state / "keep").write_text("x")
+
+    async def body(driver: Driver) -> None:
+        for call in (driver.get(bad), driver.stop(bad), driver.start(bad), driver.delete(bad)):
+            with pytest.raises(InvalidArgument) as exc:
+                await call
+            assert exc.value.message.startswith("sandbox_id:")
+
+    fake = run_driver(Settings(), state, lambda fake: None, body)
+    assert (state / "keep").read_text() == "x" and (state / "credential.key").exists()
+    assert fake.requests == []
+
+
+def test_credential_with_bad_sandbox_id_is_unauthenticated(tree: Path) -> None:
+    async def body(driver: Driver) -> None:
+        with pytest.raises(Unauthenticated):
+            await driver.authenticate(driver.signer.mint("..", "inst", "0"))
+
+    fake = run_driver(Settings(), tree / "state", lambda fake: None, body)
+    assert fake.requests == []
+
+
+def container(labels: dict[str, str], mounts: list[dict[str, str]]) -> Any:
+    def setup(fake: FakeLibpod) -> None:
+        entry = {"Id": "cid", "State": "exited", "Labels": labels}
+        fake.route("GET", "/containers/json", (200, {}, [entry]))
+        fake.route("GET", "/containers/cid/json", (200, {}, {"Id": "cid", "Config": {"Labels": labels},
+                                                            "Mounts": mounts}))
+        fake.route("POST", "/containers/cid/start", (204, {}, b""))
+        fake.volumes["data"] = {"Name": "data", "Labels": {}}
+        fake.volumes["good"] = {"Name": "good", "Labels": ADMITTED}
+    return setup
+
+
+BASE_LABELS = {names.SANDBOX_ID: "sb1", names.SANDBOX_WORKSPACE: "ws", names.INSTANCE: "inst"}
+
+
+@pytest.mark.parametrize(
+    ("labels", "mounts", "needle"),
+    [
+        ({names.DRIVER_CONFIG_USED: "true"}, [], "forbidden driver config"),
+        ({}, [], "lacks admission provenance"),
+        ({names.DRIVER_CONFIG_USED: "false"}, [{"Type": "volume", "Name": "data"}], "not admitted by required labels"),
+    ],
+)
+def test_start_rechecks_admission_and_starts_nothing(
+    labels: dict[str, str], mounts: list[dict[str, str]], needle: str, tree: Path
+) -> None:
+    async def body(driver: Driver) -> None:
+        with pytest.raises(FailedPrecondition) as exc:
+            await driver.start("sb1")
+        assert needle in exc.value.message
+
+    fake = run_driver(Settings(), tree / "state", container({**BASE_LABELS, **labels}, mounts), body)
+    assert not [r for r in fake.requests if r.endswith("/start")]
+
+
+def test_start_of_an_admitted_sandbox_goes_ahead(tree: Path) -> None:
+    mounts = [{"Type": "volume", "Name": "good"}, {"Type": "volume", "Name": names.volume_name("sb1")}]
+
+    async def body(driver: Driver) -> None:
+        await driver.start("sb1")
+
+    labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "false"}
+    fake = run_driver(Settings(), tree / "state", container(labels, mounts), body)
+    assert [r for r in fake.requests if r.endswith("/containers/cid/start")]
+
+
+def test_validate_checks_volumes_and_bind_sources(tree: Path) -> None:
+    """ValidateSandboxCreate: the admission and own-path checks run before anything is made."""
+    state = tree / "state"
+    settings = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+
+    async def body(driver: Driver) -> None:
+        own = admission.protected_paths(settings, str(state), driver.podman.socket_path)
+        with pytest.raises(FailedPrecondition) as exc:
+            await admission.admit_mounts(driver.podman, settings, str(state), "ws", [Mount("bind", "/x", str(state))])
+        assert exc.value.message.startswith("sandbox.spec.template.driver_config.mounts[0].source:")
+        assert str(state) in own
+        await admission.admit_mounts(driver.podman, settings, str(state), "ws", [Mount("volume", "/d", "data")])
+        with pytest.raises(FailedPrecondition) as exc:
+            await admission.admit_mounts(driver.podman, Settings(), str(state), "ws", [Mount("volume", "/d", "data")])
+        assert exc.value.message == ("sandbox.spec.template.driver_config.mounts[0].source: podman volume 'data': "
+                                     "external resource not admitted by required labels")
+        with pytest.raises(FailedPrecondition) as exc:
+            await admission.admit_mounts(driver.podman, settings, str(state), "ws", [Mount("volume", "/d", "gone")])
+        assert "does not exist" in exc.value.message
+
+    run_driver(settings, state, container({}, []), body)

@@ -1,0 +1,42 @@
+"""Unit tests for podmand.limits: the descriptor limit raised at start."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from podmand.limits import nofile_target
+
+INF = resource.RLIM_INFINITY
+
+
+@pytest.mark.parametrize(
+    ("soft", "hard", "nr_open", "expected"),
+    [
+        (1024, 524288, 1048576, 524288),  # the usual systemd setting: up to the hard limit
+        (1024, 1024, 1048576, 1024),  # nothing to raise
+        (1024, INF, 1048576, 1048576),  # unlimited hard: the kernel's per-process cap
+        (4096, 2048, 1048576, 4096),  # never lowered
+        (INF, INF, 1048576, INF),
+    ],
+)
+def test_nofile_target(soft: int, hard: int, nr_open: int, expected: int) -> None:
+    assert nofile_target(soft, hard, nr_open) == expected
+
+
+def test_raise_nofile_limit_in_a_child() -> None:
+    """In a fresh process with soft < hard, the soft limit ends at the hard limit."""
+    code = (
+        "import resource; from podmand.limits import raise_nofile_limit;"
+        "s, h = resource.getrlimit(resource.RLIMIT_NOFILE); resource.setrlimit(resource.RLIMIT_NOFILE, (256, h));"
+        "got = raise_nofile_limit(); print(got, resource.getrlimit(resource.RLIMIT_NOFILE)[0], h)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                         capture_output=True, text=True, check=True).stdout.split()
+    got, soft, hard = map(int, out)
+    assert got == soft
+    assert soft == hard or (hard == INF and soft > 256)
