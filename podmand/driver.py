@@ -540,7 +540,7 @@ class Driver:
         for volume in volumes:
             labels = volume.labels or {}
             sandbox_id = labels.get(names.SANDBOX_ID, "")
-            if not sandbox_id or sandbox_id in self._pending or names.INTENT not in labels:
+            if not names.is_id(sandbox_id) or sandbox_id in self._pending or names.INTENT not in labels:
                 continue
             if labels.get(names.STATE_DIR, str(self.state_dir)) != str(self.state_dir):
                 continue  # recorded by another podmand sharing this Podman: its to finish
@@ -665,6 +665,9 @@ class Driver:
             if launch_authentication
             else None
         )
+        if bundle is not None:  # its token becomes the sandbox's: it must be this sandbox's
+            where = "launch_authentication.supervisor.gateway_token"
+            tokens.check_sandbox_token(bundle.supervisor.gateway_token, sandbox_id, where=where)
         async with self._locks[sandbox_id]:
             entry = await self._find(sandbox_id)
             if entry is None:
@@ -772,6 +775,8 @@ class Driver:
     async def forget(self, sandbox_id: str) -> bool:
         """The container vanished (removed out of band): clean up what podmand
         made for it.  True when the sandbox is gone and Deleted should be sent."""
+        if not names.is_id(sandbox_id):  # a label podmand did not write: nothing of ours to clean
+            return False
         if sandbox_id in self._deleting or sandbox_id in self._pending:
             return False
         async with self._locks[sandbox_id]:

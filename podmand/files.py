@@ -68,17 +68,22 @@ class SandboxFiles:
         """Replace one root-only file (launch bundle, driver credential) atomically."""
         write_atomic(ensure_dir(self.dir(sandbox_id)) / name, data, 0o400)
 
-    def generation(self, sandbox_id: str) -> str:
+    def _read(self, sandbox_id: str, name: str) -> str:
+        """A small state file's text, or '' when absent (or the id is not one: such a
+        sandbox has no files)."""
         try:
-            return (self.dir(sandbox_id) / "generation").read_text().strip()
-        except OSError:
+            return (self.dir(sandbox_id) / name).read_text()
+        except (OSError, ValueError):
             return ""
+
+    def generation(self, sandbox_id: str) -> str:
+        return self._read(sandbox_id, "generation").strip()
 
     def set_generation(self, sandbox_id: str, generation: str) -> None:
         write_atomic(ensure_dir(self.dir(sandbox_id)) / "generation", generation.encode(), 0o600)
 
     def has_token(self, sandbox_id: str) -> bool:
-        return (self.dir(sandbox_id) / "sandbox.jwt").exists()
+        return names.is_id(sandbox_id) and (self.dir(sandbox_id) / "sandbox.jwt").exists()
 
     def remove(self, sandbox_id: str) -> None:
         shutil.rmtree(self.dir(sandbox_id), ignore_errors=True)
@@ -92,20 +97,14 @@ class SandboxFiles:
 
     def stopped_container(self, sandbox_id: str) -> str:
         """The container StopSandbox stopped last, or ''."""
-        try:
-            return (self.dir(sandbox_id) / "stopped").read_text()
-        except OSError:
-            return ""
+        return self._read(sandbox_id, "stopped")
 
     def mark_created(self, sandbox_id: str, container_id: str) -> None:
         """Provisioning reached a container: a later restart must not recreate it silently."""
         write_atomic(ensure_dir(self.dir(sandbox_id)) / "created", container_id.encode(), 0o600)
 
     def created_container(self, sandbox_id: str) -> str:
-        try:
-            return (self.dir(sandbox_id) / "created").read_text()
-        except OSError:
-            return ""
+        return self._read(sandbox_id, "created")
 
     def clear_created(self, sandbox_id: str) -> None:
         (self.dir(sandbox_id) / "created").unlink(missing_ok=True)
@@ -121,9 +120,9 @@ class SandboxFiles:
     def failure(self, sandbox_id: str) -> tuple[str, str] | None:
         """(reason, message) of a recorded terminal failure, or None."""
         try:
-            doc = json.loads((self.dir(sandbox_id) / "failed").read_text())
+            doc = json.loads(self._read(sandbox_id, "failed") or "null")
             return str(doc["reason"]), str(doc["message"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             return None
 
     def sandbox_ids(self) -> list[str]:

@@ -506,7 +506,8 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
         bundle = tokens.decode_launch_authentication(spec.launch_authentication, "sandbox.spec.launch_authentication")
         generation = bundle.supervisor.runtime_generation
         if not token:
-            tokens.check_sandbox_token(bundle.supervisor.gateway_token, sandbox.id)
+            where = "sandbox.spec.launch_authentication.supervisor.gateway_token"
+            tokens.check_sandbox_token(bundle.supervisor.gateway_token, sandbox.id, where=where)
             token = bundle.supervisor.gateway_token
     elif settings.require_launch_auth and not recorded:
         raise FailedPrecondition("sandbox.spec.launch_authentication: podmand is configured to require it")

@@ -794,3 +794,16 @@ def test_malformed_image_reference_is_invalid(image: str) -> None:
     """A reference Podman would only refuse at pull time is refused up front."""
     with pytest.raises(InvalidArgument, match=r"^sandbox\.spec\.template\.image: .* is not an image reference"):
         spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(image=image)), Settings())
+
+
+def test_bundle_token_is_the_token_when_the_spec_has_none() -> None:
+    """Without sandbox_token the bundle's gateway_token is delivered; it must name this sandbox."""
+    from tests.jwt import make_launch
+
+    bundle = make_launch("abc123", "g0000000000000001")
+    sandbox = make_sandbox(launch_authentication=bundle)
+    plan = spec.validate(sandbox, Settings())
+    assert plan.has_token and plan.generation == "g0000000000000001"
+    assert spec.gateway_token(sandbox.spec) == json.loads(bundle)["supervisor"]["gateway_token"]
+    with pytest.raises(InvalidArgument, match=r"^sandbox\.spec\.launch_authentication\.supervisor\.gateway_token: "):
+        spec.validate(make_sandbox(launch_authentication=make_launch("other", "g0000000000000001")), Settings())
