@@ -36,7 +36,7 @@ TEST_USER="${PODMAND_TEST_USER:-podmand}"
 MIN_SUBIDS="${PODMAND_TEST_SUBIDS:-262144}"
 ROOTFUL_SOCK="${PODMAN_ROOTFUL_SOCK:-/run/podman/podman.sock}"
 LOGDIR="${PODMAND_TEST_LOGDIR:-/var/log/podmand-test}"
-STATEDIR=/var/lib/podmand-test
+STATEDIR="${PODMAND_TEST_STATEDIR:-/var/lib/podmand-test}"
 DROPIN=/etc/containers/containers.conf.d/50-podmand-test.conf
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -112,7 +112,7 @@ forget_previous_boot() {
         rm -f /run/libpod/alive \
               /run/user/*/libpod/tmp/alive /run/user/*/libpod/tmp/pause.pid \
               /tmp/podman-run-*/libpod/tmp/alive /tmp/podman-run-*/libpod/tmp/pause.pid \
-              "$ROOTFUL_SOCK.pid" /run/user/*/podman/podman.sock.pid
+              "$ROOTFUL_SOCK.pid" /run/user/*/podman/podman.sock.pid "$STATEDIR"/*.service
     fi
     [ "$(cat "$stamp" 2>/dev/null)" = "$now" ] || echo "$now" >"$stamp"
 }
@@ -239,8 +239,9 @@ start_rootful() {
     rm -f "$ROOTFUL_SOCK"
     setsid podman system service --time=0 "unix://$ROOTFUL_SOCK" \
         </dev/null >>"$LOGDIR/rootful.log" 2>&1 &
-    echo $! >"$ROOTFUL_SOCK.pid"
+    local pid=$!
     wait_api "$ROOTFUL_SOCK" || fail "rootful API not up, see $LOGDIR/rootful.log"
+    record_service rootful "$pid" 0 "$ROOTFUL_SOCK"
     say "rootful API up on $ROOTFUL_SOCK"
 }
 
@@ -260,24 +261,46 @@ start_rootless() {
                     exec podman system service --time=0 "unix://$1"' sh "$sock" \
         </dev/null >>"$LOGDIR/rootless.log" 2>&1 &
     wait_api "$sock" || fail "rootless API not up, see $LOGDIR/rootless.log"
+    # The pid comes from a file the test user wrote: record it only if it is that
+    # user's podman service on our socket (record_service checks).
+    record_service rootless "$(cat "$sock.pid" 2>/dev/null)" "$(id -u "$TEST_USER")" "$sock"
     say "rootless API up on $sock"
 }
 
-# Stop a service whose pid is in PIDFILE - but only if that pid really is a
-# "podman system service" (pids get reused).
-stop_pidfile() {
-    local pidfile=$1 pid n
-    [ -f "$pidfile" ] || return 0
-    pid=$(cat "$pidfile")
-    if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'podman system service'; then
+# Services this script started are recorded in $STATEDIR (root's, not a file
+# another user or service can write) as "pid start-time": a pid alone gets
+# reused, and a pidfile beside a socket may name someone else's Podman. Only a
+# process matching both, owned by the expected uid and serving the expected
+# socket, is ever stopped: never a service this script did not start.
+starttime() { sed -E 's/^.*\) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20; }
+
+is_our_service() {  # PID UID SOCKET
+    [ -n "$1" ] && [ "$(stat -c %u "/proc/$1" 2>/dev/null)" = "$2" ] &&
+        tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "podman system service --time=0 unix://$3"
+}
+
+record_service() {  # NAME PID UID SOCKET
+    mkdir -p "$STATEDIR"
+    if is_our_service "$2" "$3" "$4"; then
+        echo "$2 $(starttime "$2") $3 $4" >"$STATEDIR/$1.service"
+    else
+        say "not recording $1 service: pid '${2}' is not $3's podman service on $4"
+    fi
+}
+
+stop_service() {  # NAME
+    local rec="$STATEDIR/$1.service" pid start uid sock n
+    [ -f "$rec" ] || return 0
+    read -r pid start uid sock <"$rec" || true
+    if is_our_service "$pid" "$uid" "$sock" && [ "$(starttime "$pid")" = "$start" ]; then
         kill -TERM "$pid" 2>/dev/null || true
         for n in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        say "stopped service pid $pid"
+        say "stopped $1 service pid $pid"
     fi
-    rm -f "$pidfile"
+    rm -f "$rec"
 }
-stop_rootless() { id -u "$TEST_USER" >/dev/null 2>&1 || return 0; stop_pidfile "$(rootless_sock).pid"; }
-stop_all()      { stop_pidfile "$ROOTFUL_SOCK.pid"; stop_rootless; }
+stop_rootless() { stop_service rootless; }
+stop_all()      { stop_service rootful; stop_rootless; }
 
 # ------------------------------------------------------------------ images + check
 build_images() { PODMAND_TEST_USER="$TEST_USER" bash "$HERE/images/build.sh" rootful rootless; }
