@@ -32,7 +32,17 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+FIELDS = "fields"  # ``extra={FIELDS: {...}}``: structured fields of a log line (JSON keys)
+
+
+def fields(**values: object) -> dict[str, dict[str, object]]:
+    """The ``extra`` argument that gives a log line its structured fields."""
+    return {FIELDS: values}
+
+
 class JsonFormatter(logging.Formatter):
+    """One object per line; a record's structured fields become keys of their own."""
+
     def format(self, record: logging.LogRecord) -> str:
         doc = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
@@ -40,9 +50,12 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for key, value in (getattr(record, FIELDS, None) or {}).items():
+            if key not in doc:
+                doc[key] = redact(value) if isinstance(value, str) else value
         if record.exc_text:
             doc["exception"] = record.exc_text
-        return json.dumps(doc, separators=(",", ":"))
+        return json.dumps(doc, separators=(",", ":"), default=str)
 
 
 def setup(level: str, fmt: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from . import logs
 from ._proto import compute_driver_pb2 as pb
 from .driver import Driver
 from .errors import DriverError
@@ -52,15 +53,23 @@ class ComputeDriverServicer:
             code, message, unexpected = grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE, exc
         finally:
             ok = code in (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.CANCELLED)
+            ms = round((time.monotonic() - started) * 1000, 1)
             log.log(
                 logging.ERROR if unexpected else logging.INFO if ok else logging.WARNING,
                 "rpc=%s sandbox=%s code=%s duration_ms=%.1f%s",
                 method,
                 sandbox_id or "-",
                 code.name,
-                (time.monotonic() - started) * 1000,
+                ms,
                 f" error={message!r}" if message else "",
                 exc_info=unexpected,
+                extra=logs.fields(
+                    rpc=method,
+                    sandbox=sandbox_id or None,
+                    code=code.name,
+                    ms=ms,
+                    **({"error": message} if message else {}),
+                ),
             )
         await context.abort(code, message)
         raise AssertionError("abort returned")  # pragma: no cover

@@ -42,3 +42,22 @@ def test_tokens_and_credentials_are_redacted_in_messages_and_tracebacks() -> Non
     assert token not in text and credential not in text
     assert text.count(logs.REDACTED) == 3
     assert "boom" in text and "podman said" in text
+
+
+def test_json_lines_carry_structured_fields_redacted() -> None:
+    """RPC lines are queryable by field (rpc, sandbox, code, ms), not only as text in message."""
+    log, out = capture("json")
+    token = make_token("sb1")
+    log.warning("rpc=%s code=%s", "CreateSandbox", "INVALID_ARGUMENT",
+                extra=logs.fields(rpc="CreateSandbox", sandbox="sb1", code="INVALID_ARGUMENT", ms=1.5,
+                                  error=f"bad token {token}", level="not-overridden"))
+    doc = json.loads(out.getvalue())
+    assert (doc["rpc"], doc["sandbox"], doc["code"], doc["ms"]) == ("CreateSandbox", "sb1", "INVALID_ARGUMENT", 1.5)
+    assert token not in out.getvalue() and logs.REDACTED in doc["error"]
+    assert doc["level"] == "warning"  # a field never replaces the record's own keys
+
+
+def test_human_lines_ignore_fields() -> None:
+    log, out = capture("human")
+    log.info("rpc=%s", "GetSandbox", extra=logs.fields(rpc="GetSandbox", ms=0.2))
+    assert out.getvalue().rstrip().endswith("podmand.test: rpc=GetSandbox")
