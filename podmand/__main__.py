@@ -11,7 +11,7 @@ import asyncio
 import importlib
 import sys
 
-from . import __version__, config
+from . import __version__, config, logs
 
 # Subcommands living in their own modules: each has add_parser(subparsers) and run(args) -> int.
 TOOLS = ("ctl", "doctor", "health")
@@ -90,7 +90,7 @@ def serve_main(settings: config.Settings) -> int:
         return 1
     except Exception as exc:  # a bug: keep its traceback (through the redacting log handler)
         logging.getLogger("podmand").critical("unexpected error", exc_info=exc)
-        print(f"podmand: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"podmand: unexpected error: {type(exc).__name__}: {logs.redact(str(exc))}", file=sys.stderr)
         return 1
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ DEFAULT_ADMISSION_LABELS = {
     "openshell.ai/sandbox-attachable": "true",
     "openshell.ai/workspace": "${workspace}",
 }
+OVERFLOW_UID = 65534  # how the kernel shows a uid that is not mapped into our user namespace
 USERNS_MODES = ("auto", "host", "keep-id", "nomap", "private")
 PULL_POLICIES = ("always", "missing", "never", "newer")
 # Upstream's ImagePullPolicy spells Podman's "missing" as IfNotPresent (its launcher: if_not_present).
@@ -474,6 +475,11 @@ def startup_warnings(s: Settings, environ: Mapping[str, str]) -> list[str]:
         out.append(
             f"{_describe('grpc_endpoint')} is http:// while tls_ca/tls_cert/tls_key are set: "
             "the supervisor connects without TLS and ignores the TLS files"
+        )
+    if OVERFLOW_UID in s.allowed_peer_uids:
+        out.append(
+            f"{_describe('allowed_peer_uids')} lists {OVERFLOW_UID}: every uid outside podmand's user namespace "
+            "(and the host's nobody) appears as that one, so all of them may use the driver socket"
         )
     return out
 

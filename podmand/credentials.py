@@ -84,18 +84,24 @@ def _unb64(text: str) -> bytes:
 def _load_or_create_key(path: pathlib.Path) -> bytes:
     """Read the key file, creating it (0600, exclusively) on first use and tightening loose permissions."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        pass
-    else:
+    if not path.exists():
+        # Written aside and linked into place: a crash mid-write never leaves a
+        # short key behind, and of two racing podmands exactly one key wins.
         key = secrets.token_bytes(KEY_BYTES)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            os.write(fd, key)
-            os.fsync(fd)
+            try:
+                os.write(fd, key)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.link(tmp, path)
+            return key
+        except FileExistsError:
+            pass  # another podmand won: read its key below
         finally:
-            os.close(fd)
-        return key
+            tmp.unlink(missing_ok=True)
 
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:

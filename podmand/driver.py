@@ -57,6 +57,11 @@ log = logging.getLogger("podmand.driver")
 Publish = Callable[[pb.WatchSandboxesEvent], None]
 
 
+# The stop marker of a sandbox stopped before it had a container.
+STOPPED_EARLY = "-"
+STOPPED_EARLY_MESSAGE = "Sandbox was stopped before its container started"
+
+
 class ProvisionFailed(Exception):
     """A terminal provisioning failure, shown as Ready=False with this reason."""
 
@@ -400,15 +405,17 @@ class Driver:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
             except ProvisionFailed as exc:
-                self._fail(pending, exc.reason, exc.message)
+                self._fail(pending, exc.reason, exc.message, terminal=True)
                 return
             except (PodmanError, DriverError, OSError) as exc:
+                # Reported, but a restart tries again: this may have been a passing fault.
                 self._fail(pending, "ProvisioningFailed", str(exc))
                 return
 
-    def _fail(self, pending: Pending, reason: str, message: str) -> None:
+    def _fail(self, pending: Pending, reason: str, message: str, *, terminal: bool = False) -> None:
         log.warning("sandbox %s: provisioning failed (%s): %s", pending.plan.sandbox_id, reason, message)
-        self.files.mark_failed(pending.plan.sandbox_id, reason, message)
+        if terminal:  # reported again, not retried, after a restart
+            self.files.mark_failed(pending.plan.sandbox_id, reason, message)
         self._set_pending(pending, reason, message)
         self.publish(platform_event(pending.plan.sandbox_id, reason, message, warning=True))
 
@@ -547,7 +554,15 @@ class Driver:
             entry = have.get(sandbox_id)
             if entry is not None and not self._never_started(sandbox_id, entry, labels):
                 continue  # a container that ran (or was stopped): its state is reported as it is
-            resumed += await self._resume_one(sandbox_id, labels, entry)
+            try:
+                async with self._locks[sandbox_id]:  # RPCs are already served: one owner at a time
+                    if sandbox_id in self._pending or await self.podman.inspect_volume(volume.name) is None:
+                        continue  # created or deleted meanwhile
+                    resumed += await self._resume_one(sandbox_id, labels, entry)
+            except PodmanUnavailable:
+                raise
+            except Exception:  # one bad record must not keep podmand from serving the rest
+                log.exception("sandbox %s: recorded create could not be resumed", sandbox_id)
         return resumed
 
     async def _remove_stale_readers(self) -> list[str]:
@@ -559,8 +574,13 @@ class Driver:
         for entry in await self.podman.list_containers(mine):
             name = (entry.names or [""])[0]
             stale = name.startswith(READER_PREFIX) and name not in imagefiles.ACTIVE
-            if stale and await self.podman.remove_container(entry.id, 0):
-                removed.append(f"container:{name}")
+            if not stale:
+                continue
+            try:
+                if await self.podman.remove_container(entry.id, 0):
+                    removed.append(f"container:{name}")
+            except PodmanError as exc:  # tried again at the next collection
+                log.warning("image reader %s not removed: %s", name, exc.message)
         return removed
 
     def _never_started(self, sandbox_id: str, entry: ContainerListEntry, intent: dict[str, str]) -> bool:
@@ -584,6 +604,11 @@ class Driver:
             generation=self.files.generation(sandbox_id) or plan.generation,
         )
         instance = labels.get(names.INSTANCE) or uuid.uuid4().hex
+        if entry is None and self.files.stopped_container(sandbox_id) == STOPPED_EARLY:
+            log.info("sandbox %s: stopped before its container existed; stays stopped", sandbox_id)
+            ready = Condition("False", "ContainerStopped", STOPPED_EARLY_MESSAGE, state.now())
+            self._pending[sandbox_id] = Pending(plan, instance, ready, stopped=True)
+            return 0
         failure = self.files.failure(sandbox_id)
         if failure is None and entry is None and self.files.created_container(sandbox_id):
             failure = ("ContainerRemoved", "The sandbox container was removed while podmand was not running")
@@ -613,7 +638,8 @@ class Driver:
                     raise NotFound("sandbox not found")
                 await _cancel(pending.task)
                 pending.stopped = True
-                self._set_pending(pending, "ContainerStopped", "Sandbox was stopped before its container started")
+                self.files.mark_stopped(sandbox_id, STOPPED_EARLY)  # a restart must not start it
+                self._set_pending(pending, "ContainerStopped", STOPPED_EARLY_MESSAGE)
                 return
             await self._stop_container(sandbox_id, entry)
         self.refresh(entry.id, sandbox_id)
@@ -676,6 +702,7 @@ class Driver:
                     raise NotFound("sandbox not found")
                 self._check_expected(expected_runtime_identity, pending.instance)
                 if pending.task is None or pending.task.done():
+                    self.files.clear_stopped(sandbox_id)
                     plan, state_dir = pending.plan, str(self.state_dir)  # admission under today's policy
                     admission.check_provenance(admission.policy(self.settings), str(plan.driver_config_used).lower())
                     await admission.admit_mounts(self.podman, self.settings, state_dir, plan.workspace, plan.mounts)
@@ -687,12 +714,12 @@ class Driver:
                 return self.runtime_identity(sandbox_id, pending.instance)
             instance = (entry.labels or {}).get(names.INSTANCE, "")
             self._check_expected(expected_runtime_identity, instance)
-            await admission.admit_start(self.podman, self.settings, str(self.state_dir), entry.id, entry.labels or {})
             wanted = generation_id or (bundle.supervisor.runtime_generation if bundle else "")
             running = entry.state == "running"
             if running and (not wanted or wanted == self.files.generation(sandbox_id)):
                 self.files.clear_stopped(sandbox_id)
                 return self.runtime_identity(sandbox_id, instance)
+            await admission.admit_start(self.podman, self.settings, str(self.state_dir), entry.id, entry.labels or {})
             if bundle is None and self.settings.require_launch_auth:
                 raise FailedPrecondition("launch_authentication: podmand is configured to require it")
             if running:
@@ -701,11 +728,11 @@ class Driver:
             if bundle is not None:
                 self.files.write_secrets(sandbox_id, bundle.supervisor.gateway_token, {})
             self._new_generation(sandbox_id, instance, wanted or uuid.uuid4().hex[:16])
-            self.files.clear_stopped(sandbox_id)
             try:
                 await self.podman.start_container(entry.id)
-            except PodmanError as exc:
+            except PodmanError as exc:  # still reported as stopped (the marker stays)
                 raise DriverError(f"starting the sandbox container failed: {exc.message}") from exc
+            self.files.clear_stopped(sandbox_id)
         self.refresh(entry.id, sandbox_id)
         return self.runtime_identity(sandbox_id, instance)
 

@@ -17,7 +17,6 @@ import contextlib
 import logging
 import os
 import socket
-import stat
 import struct
 import tempfile
 from collections.abc import Collection
@@ -55,21 +54,14 @@ def is_allowed(uid: int, own_uid: int, allowed_uids: Collection[int]) -> bool:
 
 
 def private_dir(public_socket: str) -> Path:
-    """A 0700 directory for the internal sockets, next to the public one when the
-    paths fit (``.<name>.internal``, so a crashed predecessor's is reused), else a
-    fresh one in the temporary directory."""
+    """A fresh 0700 directory of this process for the internal sockets: next to the
+    public one when the paths fit (``.<name>.XXXXXXXX``), else in the temporary
+    directory. Never shared by name, so no other podmand (one draining, one starting)
+    can replace or remove what this one listens on."""
     public = Path(public_socket)
-    beside = public.parent / f".{public.name}.internal"
-    if len(os.fsencode(beside / "grpc.sock")) <= MAX_UNIX_PATH:
-        with contextlib.suppress(FileExistsError):
-            beside.mkdir(mode=0o700)
-        st = os.lstat(beside)
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
-            os.chmod(beside, 0o700)
-            for name in ("grpc.sock", "deny.sock"):  # a crashed predecessor's; the public socket was free
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(beside / name)
-            return beside
+    prefix = f".{public.name}."
+    if len(os.fsencode(public.parent / f"{prefix}XXXXXXXX" / "grpc.sock")) <= MAX_UNIX_PATH:
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=public.parent))
     return Path(tempfile.mkdtemp(prefix="podmand-"))
 
 

@@ -49,6 +49,9 @@ class StartupError(Exception):
     """podmand cannot start; the message says why (``podmand: <message>``, exit 1)."""
 
 
+SHUTDOWN_DEADLINE = 10.0  # seconds for background work to end after the RPCs have
+
+
 class SocketError(StartupError):
     """The driver socket path cannot be used safely."""
 
@@ -249,8 +252,16 @@ async def _serve_with(
 
     hub_task.add_done_callback(hub_ended)
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        """The first SIGTERM/SIGINT drains; a second one ends podmand at once."""
+        if stop.is_set():
+            log.warning("second signal: exiting without finishing")
+            os._exit(1)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
     try:
         await asyncio.wait_for(hub.connected.wait(), 10.0)
@@ -283,11 +294,18 @@ async def _serve_with(
         await server.stop(grace=10.0)
         await deny.stop(None)
         gate.close()
-        await driver.close()
+        # The hub first (it would start new work), then background work, bounded:
+        # a cancelled task's clean-up may wait on a slow Podman, and durable intent
+        # plus garbage collection finish what is cut short.
         hub_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await hub_task
+        try:
+            await asyncio.wait_for(driver.close(), SHUTDOWN_DEADLINE)
+        except TimeoutError:
+            log.warning("background work did not end within %ss; leaving it to the next start", SHUTDOWN_DEADLINE)
         remove_private_dir(internal)
-        remove_dirs(created)
+        # The socket's directory stays: a gateway may bind-mount it, and removing it
+        # would leave that mount pointing at a deleted directory across a restart.
     log.info("stopped")
     return 0

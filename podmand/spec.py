@@ -549,11 +549,13 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
 
 # Environment that must not reach the root supervisor from the image or the
 # caller: anything claiming to configure OpenShell, loader and allocator knobs,
-# Rust runtime knobs of the (Rust) supervisor, interpreter start-up hooks and
-# the trust roots of root-side TLS.
+# Rust runtime knobs of the (Rust) supervisor, interpreter start-up hooks, the
+# trust roots of root-side TLS, and proxy settings (the supervisor's own HTTP
+# clients, which carry injected provider credentials, would follow them; it sets
+# the main process's proxy variables itself).
 _UNSAFE_ENV = re.compile(
     r"^(OPENSHELL_.*|LD_.*|GLIBC_TUNABLES|MALLOC_.*|RUST_.*|PYTHON(PATH|STARTUP|HOME)|BASH_ENV|ENV"
-    r"|SSL_CERT_(FILE|DIR))$"
+    r"|SSL_CERT_(FILE|DIR)|(?i:(HTTPS?|ALL|NO|FTP)_PROXY))$"
 )
 
 

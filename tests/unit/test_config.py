@@ -333,3 +333,11 @@ def test_upstream_launcher_environment_is_all_known(tmp_path: Path) -> None:
     s = load(args=None, environ=env)
     assert (s.image_pull_policy, s.network_name, s.enable_bind_mounts) == ("missing", "e2e-podman-1234-40123", True)
     assert config.startup_warnings(s, env) == []
+
+
+def test_overflow_uid_in_allowed_peers_is_warned() -> None:
+    """65534 stands for every uid outside podmand's user namespace: allowing it allows them all."""
+    s = config.load(environ={"PODMAND_ALLOWED_PEER_UIDS": "1005,65534"})
+    [warning] = [w for w in config.startup_warnings(s, {}) if "65534" in w]
+    assert "every uid outside" in warning
+    assert not [w for w in config.startup_warnings(config.load(environ={"PODMAND_ALLOWED_PEER_UIDS": "1005"}), {})]

@@ -154,3 +154,15 @@ def test_signed_but_malformed_payload(signer: CredentialSigner) -> None:
         cred = f"{signed}.{b64(signer._mac(signed))}"
         with pytest.raises(BadCredential, match="payload is malformed"):
             signer.verify(cred)
+
+
+def test_key_is_created_whole_and_kept(tmp_path: pathlib.Path) -> None:
+    """The key appears complete or not at all (written aside, linked into place); a later
+    start reads the same key, and no temporary file is left."""
+    path = tmp_path / "state" / "credential.key"
+    first = CredentialSigner(path)
+    assert path.stat().st_size == KEY_BYTES and oct(path.stat().st_mode & 0o777) == "0o600"
+    assert [p.name for p in path.parent.iterdir()] == ["credential.key"]
+    second = CredentialSigner(path)
+    token = first.mint("sb", "inst", "g1")
+    assert second.verify(token).sandbox_id == "sb"

@@ -54,18 +54,16 @@ def test_peer_of_reads_the_connecting_process() -> None:
         assert peers.peer_of(a) == Peer(os.getpid(), os.geteuid(), os.getegid())
 
 
-def test_private_dir_beside_the_socket_and_reused(tmp_path: Path) -> None:
-    """A crashed predecessor's internal sockets are cleared; the directory is 0700."""
+def test_private_dir_is_this_process_own(tmp_path: Path) -> None:
+    """Beside the socket, 0700, and never shared by name: a second podmand (one
+    draining while another starts) gets its own, so neither removes the other's."""
     public = str(tmp_path / "d.sock")
-    first = peers.private_dir(public)
-    assert first == tmp_path / ".d.sock.internal"
-    (first / "grpc.sock").write_text("")  # left by a crash
-    os.chmod(first, 0o755)
-    again = peers.private_dir(public)
-    assert again == first and not (first / "grpc.sock").exists()
-    assert stat.S_IMODE(os.stat(first).st_mode) == 0o700
+    first, second = peers.private_dir(public), peers.private_dir(public)
+    assert first != second and first.parent == second.parent == tmp_path
+    assert first.name.startswith(".d.sock.") and stat.S_IMODE(os.stat(first).st_mode) == 0o700
+    (second / "grpc.sock").write_text("")
     peers.remove_private_dir(first)
-    assert not first.exists()
+    assert not first.exists() and (second / "grpc.sock").exists()
 
 
 def test_private_dir_falls_back_when_the_path_would_be_too_long(tmp_path: Path) -> None:

@@ -428,7 +428,8 @@ def test_user_env_reaches_the_main_process_filtered(token_plan: spec.Plan) -> No
 
 
 @pytest.mark.parametrize("key", ["OPENSHELL_SUPERVISOR_TOPOLOGY", "LD_AUDIT", "GLIBC_TUNABLES", "MALLOC_ARENA_MAX",
-                                 "RUST_LOG", "PYTHONPATH", "BASH_ENV", "ENV", "SSL_CERT_FILE"])
+                                 "RUST_LOG", "PYTHONPATH", "BASH_ENV", "ENV", "SSL_CERT_FILE", "HTTPS_PROXY",
+                                 "http_proxy", "ALL_PROXY", "no_proxy"])
 def test_unsafe_user_env_is_kept_from_the_supervisor(key: str) -> None:
     plan = spec.validate(make_sandbox(environment={key: "x", "SAFE": "y"}), Settings())
     env = build(plan, Settings())["env"]
