@@ -279,14 +279,15 @@ class Driver:
                     f"sandbox.spec.template.image: image {plan.image!r} is not present and the pull policy is 'never'"
                 ) from exc
         else:  # present already: what the image declares can be checked before anything is made
-            where = "sandbox.spec.template.image"
             try:
-                limit = userns_id_limit(self.settings, plan.userns)
-                identity.check_declaration(plan.workload_user, plan.workload_group, image.config.user, id_limit=limit)
                 if image.id in self._accounts:  # validation allocates nothing: only account files read before
                     self._resolve_from(plan, image.id, image.config.user)
+                else:
+                    limit = userns_id_limit(self.settings, plan.userns)
+                    user, group = plan.workload_user, plan.workload_group
+                    identity.check_declaration(user, group, image.config.user, id_limit=limit)
             except FailedPrecondition as exc:
-                raise FailedPrecondition(f"{where}: {plan.image}: {exc.message}") from exc
+                raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {exc.message}") from exc
         return plan
 
     def _resolve_from(self, plan: Plan, image_id: str, image_user: str) -> Resolved:
@@ -702,11 +703,11 @@ class Driver:
                     raise NotFound("sandbox not found")
                 self._check_expected(expected_runtime_identity, pending.instance)
                 if pending.task is None or pending.task.done():
-                    self.files.clear_stopped(sandbox_id)
                     plan, state_dir = pending.plan, str(self.state_dir)  # admission under today's policy
                     admission.check_provenance(admission.policy(self.settings), str(plan.driver_config_used).lower())
                     await admission.admit_mounts(self.podman, self.settings, state_dir, plan.workspace, plan.mounts)
-                    pending.stopped = False
+                    pending.stopped = False  # refused above: still stopped, and still after a restart
+                    self.files.clear_stopped(sandbox_id)
                     self.files.clear_failed(sandbox_id)
                     self.files.clear_created(sandbox_id)
                     self._set_pending(pending, "Starting", "Resuming provisioning")

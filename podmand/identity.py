@@ -13,9 +13,11 @@ image's files without running it, so that:
   up front with the supervisor's own reason instead of an exited container.
 
 Threat model: the image and the request are the caller's. Nothing here runs
-image code; account files are parsed strictly (the supervisor refuses
-malformed matching lines, duplicate matches and membership in gid 0, and so
-does this) and a resolved id of 0 is never accepted.
+image code, and a resolved id of 0 or membership in gid 0 is never accepted.
+The account files are read more leniently than the supervisor reads them
+(malformed lines are skipped rather than refused; a numeric uid takes its first
+passwd match; no size or symlink limits): such an image passes here and the
+supervisor then refuses it at start with its own message.
 """
 
 from __future__ import annotations

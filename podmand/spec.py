@@ -26,7 +26,6 @@ from .errors import DriverError, FailedPrecondition, InvalidArgument
 from .identity import Resolved
 
 # Patterns are used with fullmatch: "$" alone would let "abc\n" through.
-_ID_RE = names.ID_RE
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CPU_RE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(m?)")
@@ -181,7 +180,7 @@ def check_name(where: str, value: str, *, required: bool) -> None:
         if required:
             raise InvalidArgument(f"{where}: is required")
         return
-    if len(value) > MAX_ID or not _ID_RE.fullmatch(value):
+    if not names.is_id(value):
         raise InvalidArgument(
             f"{where}: {_shown(value)} must be 1-{MAX_ID} characters of [a-zA-Z0-9._-] starting with a letter or digit"
         )
@@ -373,7 +372,7 @@ def _driver_config(sandbox: pb.DriverSandbox, settings: Settings) -> tuple[tuple
             mounts.append(Mount("bind", target, source, read_only))
         elif kind == "volume":
             source = m.get("source", "")
-            if not isinstance(source, str) or len(source) > 255 or not _ID_RE.fullmatch(source):
+            if not isinstance(source, str) or len(source) > 255 or not names.ID_RE.fullmatch(source):
                 raise InvalidArgument(f"{mw}.source: must be a Podman volume name")
             mounts.append(Mount("volume", target, source, read_only))
         else:
@@ -705,18 +704,22 @@ def userns_spec(mode: str) -> dict[str, Any]:
         return {"userns": {"nsmode": "host"}}
     out: dict[str, Any] = {"userns": {"nsmode": base, **({"value": params} if params else {})}}
     if base == "auto":
-        opts: dict[str, Any] = {"Size": AUTO_USERNS_SIZE}
-        for item in params.split(","):
-            key, _, value = item.partition("=")
-            if key == "size" and value.isdigit():
-                opts["Size"] = int(value)
         out["idmappings"] = {
             "HostUIDMapping": False,
             "HostGIDMapping": False,
             "AutoUserNs": True,
-            "AutoUserNsOpts": opts,
+            "AutoUserNsOpts": {"Size": _auto_size(params)},
         }
     return out
+
+
+def _auto_size(params: str) -> int:
+    """The id count of ``auto[:opts]``: ``size=N``, else AUTO_USERNS_SIZE."""
+    for item in params.split(","):
+        key, _, value = item.partition("=")
+        if key == "size" and value.isdigit():
+            return int(value)
+    return AUTO_USERNS_SIZE
 
 
 def _mapped_prefix(entries: list[str]) -> int:
@@ -734,11 +737,7 @@ def userns_id_limit(settings: Settings, mode: str) -> int | None:
     here). The supervisor's setuid/setgid to any other id fails with EINVAL."""
     base, _, params = mode.partition(":")
     if base == "auto":
-        for item in params.split(","):
-            key, _, value = item.partition("=")
-            if key == "size" and value.isdigit():
-                return int(value)
-        return AUTO_USERNS_SIZE
+        return _auto_size(params)
     if base == "private":
         return min(_mapped_prefix(settings.uidmap), _mapped_prefix(settings.gidmap))
     return None
