@@ -47,6 +47,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     listen_tcp: str = ""
     podman_socket: str = ""
     podman_wait: float = 3.0
+    podman_autostart: bool = True
+    podman_down_grace: float = 15.0
     sandbox_image: str = "ghcr.io/nvidia/openshell-community/sandboxes/base:latest"
     image_pull_policy: Literal["always", "missing", "never", "newer"] = "missing"
     supervisor_image: str = "ghcr.io/nvidia/openshell/supervisor:latest"
@@ -122,6 +124,18 @@ OPTIONS: tuple[Option, ...] = (
         "PODMAND_PODMAN_WAIT",
         "--podman-wait",
         "seconds to wait for a Podman socket that exists but does not answer",
+    ),
+    Option(
+        "podman_autostart",
+        "PODMAND_PODMAN_AUTOSTART",
+        "--podman-autostart",
+        "when no Podman API socket answers, start the user's own 'podman system service' and stop it at exit",
+    ),
+    Option(
+        "podman_down_grace",
+        "PODMAND_PODMAN_DOWN_GRACE",
+        "--podman-down-grace",
+        "seconds Podman may be unreachable before the health service says NOT_SERVING",
     ),
     Option("sandbox_image", "OPENSHELL_SANDBOX_IMAGE", "--sandbox-image", "default sandbox image"),
     Option(
@@ -238,6 +252,7 @@ OPTIONS: tuple[Option, ...] = (
 )
 _LIST_FIELDS = {"uidmap", "gidmap", "allowed_peer_uids"}
 _BOOL_FIELDS = {
+    "podman_autostart",
     "enable_bind_mounts",
     "allow_driver_config",
     "admission_enabled",
@@ -387,7 +402,8 @@ def validate(s: Settings) -> None:
     def bad(field: str, why: str) -> ConfigError:
         return ConfigError(f"invalid setting {_describe(field)}: {why}")
 
-    for field in ("stop_timeout", "pids_limit", "health_check_interval", "podman_wait", "resync_interval", "gc_grace"):
+    for field in ("stop_timeout", "pids_limit", "health_check_interval", "podman_wait", "resync_interval", "gc_grace",
+                  "podman_down_grace"):
         if getattr(s, field) < 0:
             raise bad(field, "must be zero or greater")
     if not 0 < s.gateway_port < 65536:
