@@ -1,46 +1,250 @@
 #!/usr/bin/env bash
-# Build podmand as single-file pexes, one per CPU architecture:
-#   dist/podmand-<version>-x86_64.pex, dist/podmand-<version>-aarch64.pex, dist/SHA256SUMS
-# and dist/podmand.pex (a copy of this machine's architecture).
-# Each runs on CPython 3.11, 3.12 and 3.13 (manylinux2014 wheels for all three are inside;
+# Build podmand as single-file pexes: dist/podmand-<version>-<arch>.pex, dist/SHA256SUMS and
+# dist/podmand.pex (a copy of this machine's architecture). ./build_pex.sh --help says how.
+#
+# Needs nothing but python3 (3.11+), bash, coreutils and network access to PyPI: no pip, and
+# on 3.11 no ensurepip (a stock Debian has neither; pex's pip needs 3.11's distutils, which
+# Debian packages as python3-distutils, and on 3.12+ ensurepip). pex itself comes from a pinned,
+# hash-checked wheel, unpacked into a pip-less virtualenv of its own in
+# ~/.cache/podmand/build-<key> (made once, reused; the system Python is never touched). The
+# wheel is fetched with the interpreter's pip when it has one (so pip's configuration, index
+# and certificates apply), else straight from the index. pex's own resolves ignore pip's
+# configuration, as pex does by default: the wheels inside always come from PyPI, so every
+# builder gets the same bytes.
+#
+# Each pex runs on CPython 3.11, 3.12 and 3.13 (manylinux2014 wheels for all three are inside;
 # the targets are the platforms alone: an interpreter constraint would also pull in this
-# machine's interpreter, adding x86_64 wheels to the aarch64 file),
-# boots through /bin/sh (--venv --sh-boot measured fastest), and is reproducible:
-# the same checkout and pinned versions give the same bytes.
-#   ARCHES="x86_64"  ./build_pex.sh    # build fewer architectures
-#   DIST=/tmp/out    ./build_pex.sh    # write somewhere else than dist/
+# machine's interpreter, adding x86_64 wheels to the aarch64 file), boots through /bin/sh
+# (--venv --sh-boot measured fastest), and is reproducible: the same checkout and pins give
+# the same bytes, whichever Python 3.11 runs the build and wherever it lives.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+usage() {
+    cat <<'EOF'
+Usage: ./build_pex.sh [--all]
+
+Builds podmand as one pex file per CPU architecture, each runnable by CPython 3.11,
+3.12 or 3.13 with no packages on the host:
+  $DIST/podmand-<version>-<arch>.pex, $DIST/SHA256SUMS, and $DIST/podmand.pex
+  (a copy of this machine's architecture, when it was built).
+Needs only python3 (3.11 or newer) and access to PyPI: no pip, no pex, nothing
+installed into that Python (Debian and Ubuntu split two pieces off it: 3.11 needs
+python3-distutils, which python3-pip and python3-venv bring along; 3.12 and newer
+need python3.X-venv). The first build makes a pinned build environment in
+${XDG_CACHE_HOME:-~/.cache}/podmand/ and reuses it. The same checkout gives the
+same bytes whichever Python 3.11 builds it, wherever it lives.
+
+Options:
+  --all      build every architecture (same as ARCHES="x86_64 aarch64")
+  --help     show this text
+
+Environment:
+  PYTHON=python3          interpreter that runs the build (3.11 or newer)
+  ARCHES="x86_64 aarch64" architectures to build (default: this machine's, uname -m)
+  DIST=dist               output directory
+  SOURCE_DATE_EPOCH       timestamps inside the files (default: the last commit's)
+  XDG_CACHE_HOME          where the build environment lives (default: ~/.cache)
+EOF
+}
+
+ALL_ARCHES="x86_64 aarch64"
+for arg in "$@"; do
+    case "$arg" in
+        --all) ARCHES="$ALL_ARCHES" ;;
+        -h|--help) usage; exit 0 ;;
+        *) printf 'build_pex: unknown argument %s (see --help)\n' "$arg" >&2; exit 2 ;;
+    esac
+done
+
 PYTHON="${PYTHON:-python3}"
-ARCHES="${ARCHES:-x86_64 aarch64}"
+ARCHES="${ARCHES:-$(uname -m)}"
 DIST="${DIST:-dist}"
 PYVERS="311 312 313"
+DEPS=(grpcio==1.85.3 grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1 protobuf==7.36.2 msgspec==0.23.0)
+# pex, pinned to one wheel whatever Python builds (its code lands in every pex): the one for
+# Python 3.11 and older. On 3.11 pex resolves with the pip it vendors (which needs Python's
+# distutils); on 3.12+ it makes a pip with ensurepip. The building Python's minor version
+# shows in the file (the zip's __main__.py names python3.X), so published files are built
+# with 3.11.
+PEX_VERSION=2.105.2
+PEX_WHEEL=pex-2.105.2-py2.py35.py36.py37.py38.py39.py310.py311-none-any.whl
+PEX_SHA256=5a4d73fbeab30ddf70e360971cb19b9fa80b2a29cfe83e786215fcdd5ef1af9d
+# The /bin/sh boot header names the venv it execs when PEX_ROOT already holds one; pex keys
+# it by the realpath of the interpreter that built the file. It is rewritten to the key of
+# the interpreter the header picks first on a Debian 12 host, so the bytes do not depend on
+# the builder and that host takes the fast path.
+BOOT_PYTHON=/usr/bin/python3.11
+
+START=$SECONDS
+step() { printf 'build_pex: [%3ds] %s\n' "$((SECONDS - START))" "$*" >&2; }
+die() { printf 'build_pex: %s\n' "$*" >&2; exit 1; }
+
+for arch in $ARCHES; do
+    case " $ALL_ARCHES " in *" $arch "*) ;; *) die "architecture '$arch' is not one of: $ALL_ARCHES" ;; esac
+done
+command -v "$PYTHON" >/dev/null || die "no '$PYTHON' on PATH: install Python 3.11 or newer, or set PYTHON="
+PYVER=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "$PYTHON is Python $PYVER; 3.11 or newer is needed"
+# What pex needs to run pip, which Debian and Ubuntu package apart from python3.
+if [ "$PYVER" = 3.11 ]; then
+    "$PYTHON" -c 'import distutils.util' 2>/dev/null \
+        || die "$PYTHON has no distutils, which pex's pip needs: as root, apt-get install python3-distutils"
+else
+    "$PYTHON" -c 'import ensurepip' 2>/dev/null \
+        || die "$PYTHON has no ensurepip, which pex needs to make its pip: as root, apt-get install python$PYVER-venv"
+fi
+
+# The build environment: a venv without pip holding the pinned pex wheel.
+build_env() {
+    local cache key dir tmp wheel
+    cache="${XDG_CACHE_HOME:-${HOME:?set HOME or XDG_CACHE_HOME}/.cache}/podmand"
+    key=$( { echo "$PEX_SHA256"
+             "$PYTHON" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version)'; } \
+           | sha256sum | cut -c1-16)
+    dir="$cache/build-$key"
+    BUILD_PY="$dir/bin/python"
+    if build_env_ok; then
+        step "build environment: $dir (pex $PEX_VERSION, reused)"
+        return
+    fi
+    step "build environment: making $dir (pex $PEX_VERSION)"
+    mkdir -p "$cache"
+    tmp=$(mktemp -d "$cache/.build-$key.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
+    "$PYTHON" -m venv --without-pip "$tmp/venv" || die "$PYTHON -m venv --without-pip failed"
+    fetch_pex_wheel "$tmp/wheel"
+    wheel="$tmp/wheel/$PEX_WHEEL"
+    # Unpacking a pure wheel into site-packages installs it (pex runs as python -m pex).
+    "$tmp/venv/bin/python" - "$wheel" "$PEX_SHA256" <<'PY' || die "could not install $wheel"
+import hashlib, sys, sysconfig, zipfile
+wheel, pin = sys.argv[1], sys.argv[2]
+with open(wheel, "rb") as fh:
+    digest = hashlib.sha256(fh.read()).hexdigest()
+if digest != pin:
+    sys.exit(f"{wheel}: sha256 {digest}, pinned {pin}")
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(sysconfig.get_paths()["purelib"])
+PY
+    # Only complete environments are moved into place. If one is there already, another build
+    # made it meanwhile (either will do) or it is broken (replace it).
+    if ! mv -T "$tmp/venv" "$dir" 2>/dev/null && ! build_env_ok; then
+        rm -rf "$dir"
+        mv -T "$tmp/venv" "$dir" || die "could not move the build environment to $dir"
+    fi
+    rm -rf "$tmp"
+    trap - EXIT
+    build_env_ok || die "pex $PEX_VERSION does not import in $dir"
+}
+
+build_env_ok() {
+    "$BUILD_PY" -c "import sys, pex.version; sys.exit(pex.version.__version__ != '$PEX_VERSION')" 2>/dev/null
+}
+
+fetch_pex_wheel() {  # DIR: the pinned wheel, hash-checked
+    local req="$1/requirements.txt"
+    mkdir -p "$1"
+    echo "pex==$PEX_VERSION --hash=sha256:$PEX_SHA256" >"$req"
+    if "$PYTHON" -m pip --version >/dev/null 2>&1; then
+        "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-input --no-deps \
+            --only-binary=:all: --python-version 3.11 --require-hashes -r "$req" -d "$1" >"$1/pip.log" 2>&1 \
+            || { cat "$1/pip.log" >&2; die "pip could not download pex $PEX_VERSION"; }
+        return
+    fi
+    # No pip (a stock Debian): read the index's page for pex and download the pinned file.
+    "$PYTHON" - "$1" "${PIP_INDEX_URL:-https://pypi.org/simple}" "$PEX_WHEEL" "$PEX_SHA256" <<'PY' \
+        || die "could not download pex $PEX_VERSION from ${PIP_INDEX_URL:-https://pypi.org/simple}"
+import hashlib, html.parser, os, ssl, sys, urllib.parse, urllib.request
+dest, index, name, digest = sys.argv[1], sys.argv[2].rstrip("/"), sys.argv[3], sys.argv[4]
+tls = ssl.create_default_context(cafile=os.environ.get("PIP_CERT"))  # pip's CA bundle setting, if any
+
+
+class Links(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.hrefs = []
+
+    def handle_starttag(self, tag, attrs):
+        self.hrefs += [v for k, v in attrs if tag == "a" and k == "href" and v]
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=120, context=tls) as resp:
+            return resp.read()
+    except (OSError, ValueError) as e:
+        sys.exit(f"{url}: {e}")
+
+
+page_url = f"{index}/pex/"
+parser = Links()
+parser.feed(get(page_url).decode())
+found = [h for h in parser.hrefs if urllib.parse.urlsplit(h).path.rsplit("/", 1)[-1] == name]
+if not found:
+    sys.exit(f"{name} is not listed on {page_url}")
+data = get(urllib.parse.urljoin(page_url, found[0]))
+if hashlib.sha256(data).hexdigest() != digest:
+    sys.exit(f"{name}: sha256 mismatch")
+with open(f"{dest}/{name}", "wb") as fh:
+    fh.write(data)
+PY
+}
+
+# Point the boot header's fast path at BOOT_PYTHON's venv (pex's key: sha1 of this JSON).
+fix_boot_header() {  # PEX
+    "$BUILD_PY" - "$1" "$BOOT_PYTHON" <<'PY' || die "could not rewrite the boot header of $1"
+import hashlib, json, re, sys
+path, python = sys.argv[1], sys.argv[2]
+key = hashlib.sha1(json.dumps({"PEX_PYTHON_PATH": None, "interpreter": python, "pex_path": {}},
+                              sort_keys=True).encode()).hexdigest().encode()
+with open(path, "r+b") as fh:
+    head = fh.read(16384)
+    found = list(re.finditer(rb'^INSTALLED_PEX="\$\{PEX_ROOT\}/venvs/\d+/[0-9a-f]{40}/([0-9a-f]{40})"$', head, re.M))
+    if len(found) != 1:
+        sys.exit(f"{path}: expected one INSTALLED_PEX line in the boot header, found {len(found)}")
+    fh.seek(found[0].start(1))
+    fh.write(key)
+PY
+}
+
 VERSION=$("$PYTHON" -c 'import re,pathlib; print(re.search(r"__version__ = \"(.+)\"", pathlib.Path("podmand/__init__.py").read_text()).group(1))')
-# Reproducible: fixed timestamps (the last commit's, else a constant) and hash seed.
-export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 1767225600)}"
+# Reproducible: fixed timestamps (the last commit's, else a constant) and hash seed. The
+# checkout may belong to another user: reading its log is safe.
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+    SOURCE_DATE_EPOCH=$(git -c safe.directory="$(pwd -P)" log -1 --format=%ct 2>/dev/null || echo 1767225600)
+fi
+export SOURCE_DATE_EPOCH
 export PYTHONHASHSEED=0
+
+build_env
 mkdir -p "$DIST"
 built=()
 for arch in $ARCHES; do
-  platforms=()
-  for v in $PYVERS; do platforms+=(--platform "manylinux2014_${arch}-cp-${v}-cp${v}"); done
-  out="$DIST/podmand-${VERSION}-${arch}.pex"
-  "$PYTHON" -m pex . \
-    grpcio==1.85.3 grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1 protobuf==7.36.2 msgspec==0.23.0 \
-    "${platforms[@]}" \
-    --entry-point podmand.__main__:main \
-    --venv --sh-boot \
-    --no-emit-warnings \
-    --output-file "$out"
-  built+=("$(basename "$out")")
-  size=$(stat -c %s "$out")
-  [ "$size" -le $((30 * 1024 * 1024)) ] || { echo "$out is $size bytes, over 30 MB" >&2; exit 1; }
+    platforms=()
+    for v in $PYVERS; do platforms+=(--platform "manylinux2014_${arch}-cp-${v}-cp${v}"); done
+    out="$DIST/podmand-${VERSION}-${arch}.pex"
+    step "$arch: resolving and packing for CPython ${PYVERS// /, } -> $out"
+    "$BUILD_PY" -m pex . "${DEPS[@]}" \
+        "${platforms[@]}" \
+        --entry-point podmand.__main__:main \
+        --venv --sh-boot \
+        --no-emit-warnings \
+        --output-file "$out"
+    fix_boot_header "$out"
+    built+=("$(basename "$out")")
+    size=$(stat -c %s "$out")
+    [ "$size" -le $((30 * 1024 * 1024)) ] || die "$out is $size bytes, over 30 MB"
+    step "$arch: done, $((size / 1024 / 1024)) MB"
 done
 (cd "$DIST" && sha256sum "${built[@]}" > SHA256SUMS)
+step "checksums: $DIST/SHA256SUMS"
 host="$DIST/podmand-${VERSION}-$(uname -m).pex"
 if [ -f "$host" ]; then
-  cp "$host" "$DIST/podmand.pex"
-  # It must start with nothing from the build environment.
-  env -i PATH=/usr/local/bin:/usr/bin:/bin PEX_ROOT="$(mktemp -d)" "$DIST/podmand.pex" serve --help >/dev/null
+    cp "$host" "$DIST/podmand.pex"
+    # It must start with nothing from the build environment.
+    pexroot=$(mktemp -d)
+    env -i PATH=/usr/local/bin:/usr/bin:/bin PEX_ROOT="$pexroot" "$DIST/podmand.pex" serve --help >/dev/null
+    rm -rf "$pexroot"
+    step "$DIST/podmand.pex starts"
 fi
 cat "$DIST/SHA256SUMS"

@@ -10,11 +10,12 @@ import argparse
 import asyncio
 import importlib
 import sys
+from typing import Any
 
-from . import __version__, config, logs
+from . import config, logs, versions
 
 # Subcommands living in their own modules: each has add_parser(subparsers) and run(args) -> int.
-TOOLS = ("ctl", "doctor", "health")
+TOOLS = ("ctl", "doctor", "health", "completion")
 COMMANDS = ("serve", *TOOLS)
 _TOP_LEVEL = ("-h", "--help", "--version")
 
@@ -26,18 +27,31 @@ def with_default_command(argv: list[str]) -> list[str]:
     return ["serve", *argv]
 
 
+class Parser(argparse.ArgumentParser):
+    """Each (sub)command refuses arguments it does not know with its own usage line
+    (``podmand serve --bogus`` shows serve's); argparse would hand them up to the
+    top level, whose usage says nothing about them. Subcommands inherit the class."""
+
+    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
+        namespace, extra = super().parse_known_args(*args, **kwargs)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return namespace, extra
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="podmand",
         description="OpenShell compute driver for rootless Podman. "
         "Without a subcommand (flags of serve allowed), podmand serves.",
     )
-    p.add_argument("--version", action="version", version=f"podmand {__version__}")
+    p.add_argument("--version", action=versions.VersionAction, help="versions of podmand, Python, libraries, Podman")
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(
         "serve",
         help="serve the ComputeDriver gRPC API",
         description="Serve openshell.compute.v1.ComputeDriver on a Unix socket.",
+        usage="%(prog)s [--config FILE] [--SETTING VALUE ...]",
     )
     config.add_arguments(serve)
     for name in TOOLS:

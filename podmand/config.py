@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import os
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import msgspec
 
@@ -260,8 +261,12 @@ _BOOL_FIELDS = {
     "require_launch_auth",
     "allow_host_userns",
 }
+# Settings counted in seconds, so their errors can say so.
+_SECONDS = {"podman_wait", "podman_down_grace", "stop_timeout", "health_check_interval", "resync_interval", "gc_grace"}
+LOG_LEVELS = ("debug", "info", "warning", "error")
 _FALSE = {"0", "false", "no", "off"}
 _TRUE = {"1", "true", "yes", "on"}
+_FIELD_TYPES: dict[str, Any] = {f.name: f.type for f in msgspec.structs.fields(Settings)}
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
@@ -301,6 +306,65 @@ def _coerce_bool(field: str, value: Any) -> Any:
         if lowered in _FALSE:
             return False
         raise ConfigError(f"invalid setting {_describe(field)}: expected true or false, got {value!r}")
+    return value
+
+
+def _words(kind: Any, seconds: bool) -> str:
+    """A setting's type in an operator's words (never msgspec's "Expected `int`")."""
+    unit = " of seconds" if seconds else ""
+    if kind is bool:
+        return "true or false"
+    if kind is int:
+        return f"a whole number{unit}"
+    if kind is float:
+        return f"a number{unit}"
+    if get_origin(kind) is Literal:
+        return "one of: " + ", ".join(get_args(kind))
+    if get_origin(kind) is list:
+        return f"a list of {_words(get_args(kind)[0], seconds).removeprefix('a ')}s"
+    if get_origin(kind) is dict:
+        return "a table of strings"
+    return "a string"
+
+
+def _expected(field: str, element: bool = False) -> str:
+    """What ``field`` takes (``element``: one entry of a list setting)."""
+    kind = _FIELD_TYPES[field]
+    if element and get_origin(kind) is list:
+        kind = get_args(kind)[0]
+    return _words(kind, field in _SECONDS)
+
+
+def _type_error(exc: msgspec.ValidationError, raw: Mapping[str, Any], config_file: str) -> ConfigError:
+    text = str(exc)
+    unknown = re.search(r"unknown field `([^`]+)`", text)
+    if unknown:
+        return ConfigError(
+            f"unknown setting {unknown.group(1)!r} in config file {config_file or '(none)'}: "
+            "its keys are the names in the first column of the README's Configuration table"
+        )
+    match = re.search(r"at `\$\.(\w+)(?:\[(\d+)\])?", text)
+    if not match or match.group(1) not in _FIELD_TYPES:
+        return ConfigError(f"invalid settings: {text}")
+    field, index = match.group(1), match.group(2)
+    value = raw.get(field)
+    if index is not None and isinstance(value, list) and int(index) < len(value):
+        value = value[int(index)]
+    return ConfigError(f"invalid setting {_describe(field)}: {_mismatch(_expected(field, index is not None), value)}")
+
+
+def _mismatch(wanted: str, value: Any) -> str:
+    """``expected <wanted>, got <value>`` (a semicolon when ``wanted`` is a list of choices)."""
+    return f"expected {wanted}{';' if ',' in wanted else ','} got {value!r}"
+
+
+def _tidy(field: str, value: Any) -> Any:
+    """Forgive what a shell adds or an operator types: spaces around numbers, upper-case choices."""
+    kind = _FIELD_TYPES.get(field)
+    if isinstance(value, str) and kind in (int, float):
+        return value.strip()
+    if isinstance(value, str) and get_origin(kind) is Literal:
+        return value.strip().lower()
     return value
 
 
@@ -350,13 +414,11 @@ def load(
         raw[field] = _coerce_bool(field, raw[field])
     if isinstance(raw.get("image_pull_policy"), str):
         raw["image_pull_policy"] = pull_policy(raw["image_pull_policy"])
+    raw = {field: _tidy(field, value) for field, value in raw.items()}
     try:
         settings = msgspec.convert(raw, Settings, strict=False)
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        match = re.search(r"at `\$\.(\w+)", text)
-        where = _describe(match.group(1)) if match else "config"
-        raise ConfigError(f"invalid setting {where}: {text.split(' - at')[0]}") from exc
+        raise _type_error(exc, raw, config_file or "") from None
     validate(settings)
     return settings
 
@@ -404,6 +466,8 @@ def validate(s: Settings) -> None:
 
     for field in ("stop_timeout", "pids_limit", "health_check_interval", "podman_wait", "resync_interval", "gc_grace",
                   "podman_down_grace"):
+        if not math.isfinite(getattr(s, field)):
+            raise bad(field, _mismatch(_expected(field), getattr(s, field)))
         if getattr(s, field) < 0:
             raise bad(field, "must be zero or greater")
     if not 0 < s.gateway_port < 65536:
@@ -433,8 +497,8 @@ def validate(s: Settings) -> None:
         raise bad("network_name", "must match [a-zA-Z0-9][a-zA-Z0-9_.-]*")
     if not s.ssh_socket_path.startswith("/"):
         raise bad("ssh_socket_path", "must be an absolute path")
-    if s.log_level.lower() not in ("debug", "info", "warning", "warn", "error"):
-        raise bad("log_level", "must be debug, info, warning or error")
+    if s.log_level.lower() not in (*LOG_LEVELS, "warn"):
+        raise bad("log_level", _mismatch(f"one of: {', '.join(LOG_LEVELS)}", s.log_level))
     base, _, params = s.userns.partition(":")
     if base.lower() == "no-map":
         base = "nomap"
@@ -510,5 +574,7 @@ def default_state_dir() -> str:
 def default_socket() -> str:
     if os.geteuid() == 0:
         return "/run/podmand/compute-driver.sock"
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.geteuid()}"
-    return os.path.join(runtime, "podmand", "compute-driver.sock")
+    # Beside Podman's own sockets, in the directory Podman picks (a /tmp fallback without logind).
+    from .rundir import resolve
+
+    return os.path.join(resolve().path, "podmand", "compute-driver.sock")

@@ -6,8 +6,10 @@ import asyncio
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import rundir
 from .podman import PodmanClient, PodmanUnavailable
 
 
@@ -18,15 +20,24 @@ class Attempt:
 
 
 class NoPodmanSocket(Exception):
-    def __init__(self, attempts: list[Attempt]) -> None:
+    """``why_not_started``: why podmand did not start Podman's API service itself."""
+
+    def __init__(self, attempts: list[Attempt], why_not_started: str = "") -> None:
         lines = [f"  {a.path}: {a.problem}" for a in attempts]
         super().__init__(
             "no responsive Podman API socket found; tried:\n"
             + "\n".join(lines)
+            + (f"\n{why_not_started}" if why_not_started else "")
             + "\nstart one with 'podman system service --time=0 unix://<path>' "
-            "(or 'systemctl --user enable --now podman.socket') and set OPENSHELL_PODMAN_SOCKET"
+            "(or 'systemctl --user enable --now podman.socket') and set OPENSHELL_PODMAN_SOCKET, "
+            "or let podmand start it (podman_autostart, the default); see \"Start Podman's API\" in the README"
         )
         self.attempts = attempts
+
+
+def podman_socket_in(runtime: rundir.RuntimeDir) -> str:
+    """Podman's default API socket in a runtime directory (root: /run/podman/podman.sock)."""
+    return os.path.join(runtime.path, "podman", "podman.sock")
 
 
 def candidates(explicit: str, environ: dict[str, str] | None = None) -> list[str]:
@@ -38,6 +49,8 @@ def candidates(explicit: str, environ: dict[str, str] | None = None) -> list[str
     if env.get("XDG_RUNTIME_DIR"):
         out.append(os.path.join(env["XDG_RUNTIME_DIR"], "podman", "podman.sock"))
     out.append(f"/run/user/{os.geteuid()}/podman/podman.sock")
+    if os.geteuid() != 0:  # where Podman (and podmand's autostart) puts it without logind
+        out.append(podman_socket_in(rundir.resolve(env)))
     home = env.get("HOME") or os.path.expanduser("~")
     out.append(os.path.join(home, ".local", "share", "containers", "podman", "machine", "podman.sock"))
     out.append("/run/podman/podman.sock")
@@ -75,16 +88,32 @@ async def probe(path: str) -> str:
     return ""
 
 
+_TRANSIENT = ("connection refused", "no answer", "answered /_ping with HTTP")  # may change within seconds
+
+
 async def discover(explicit: str, wait: float) -> str:
     """The first socket that answers; retries for ``wait`` seconds while some
-    candidate exists but does not answer yet (e.g. a service restarting)."""
+    candidate is a socket that does not answer yet (e.g. a service restarting).
+    One this user may not use (another user's) is no reason to wait."""
     deadline = time.monotonic() + wait
     while True:
         attempts = [Attempt(p, await probe(p)) for p in candidates(explicit)]
         for attempt in attempts:
             if not attempt.problem:
                 return attempt.path
-        exists = any(a.problem not in ("does not exist",) for a in attempts)
-        if not exists or time.monotonic() >= deadline:
+        starting = any(a.problem.startswith(_TRANSIENT) for a in attempts)
+        if not starting or time.monotonic() >= deadline:
             raise NoPodmanSocket(attempts)
         await asyncio.sleep(0.5)
+
+
+async def answers(path: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
+    """Whether ``path`` answers ``/_ping`` within ``timeout`` s; gives up early once ``alive()`` is false."""
+    deadline = time.monotonic() + timeout
+    while alive():
+        if not await probe(path):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return False

@@ -37,6 +37,9 @@ from .podman import (
     PodmanError,
     PodmanUnavailable,
 )
+from .pullprogress import HEARTBEAT as PULL_HEARTBEAT
+from .pullprogress import REASON as PULLING
+from .pullprogress import PullProgress
 from .spec import (
     Plan,
     Provision,
@@ -420,12 +423,11 @@ class Driver:
         self._set_pending(pending, reason, message)
         self.publish(platform_event(pending.plan.sandbox_id, reason, message, warning=True))
 
-    async def _pull(self, ref: str, policy: str, reason: str) -> ImageInspect:
+    async def _pull(self, ref: str, policy: str, reason: str, sandbox_id: str = "") -> ImageInspect:
         """Pull per policy and pin the image (its ID, user and environment)."""
         if policy != "never":
             try:
-                async for _ in self.podman.pull_image(ref, policy):
-                    pass
+                await self._pull_reporting(ref, policy, sandbox_id)
             except PodmanError as exc:
                 raise ProvisionFailed(reason, f"pulling image {ref!r} failed: {exc.message}") from exc
         try:
@@ -438,21 +440,51 @@ class Driver:
             raise ProvisionFailed(reason, f"inspecting image {ref!r} returned no immutable image ID")
         return info
 
+    async def _pull_reporting(self, ref: str, policy: str, sandbox_id: str) -> None:
+        """Consume the pull stream, publishing rate-limited ``Pulling`` events (and a
+        heartbeat while Podman is silent) for ``sandbox_id``; see pullprogress."""
+        progress = PullProgress(ref, time.monotonic())
+
+        def report(meta: dict[str, str] | None) -> None:
+            if meta is not None and sandbox_id:
+                self.publish(platform_event(sandbox_id, PULLING, progress.message(), metadata=meta))
+
+        lines = aiter(self.podman.pull_image(ref, policy))
+        next_line: asyncio.Task[Any] | None = None
+        try:
+            while True:
+                next_line = next_line or asyncio.ensure_future(anext(lines))
+                done, _ = await asyncio.wait({next_line}, timeout=PULL_HEARTBEAT)
+                if not done:
+                    report(progress.heartbeat(time.monotonic()))
+                    continue
+                try:
+                    line = next_line.result()
+                except StopAsyncIteration:
+                    next_line = None
+                    return
+                next_line = None
+                report(progress.feed(line.stream, time.monotonic()))
+        finally:
+            if next_line is not None:
+                next_line.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, PodmanError, PodmanUnavailable):
+                    await next_line
+
     async def _provision_once(self, pending: Pending) -> None:
         plan, s = pending.plan, self.settings
         if plan.has_token and not self.files.has_token(plan.sandbox_id):
             raise ProvisionFailed(
                 "SandboxTokenMissing", "the sandbox token file is gone from the state directory; delete and recreate"
             )
-        sup = await self._pull(
-            s.supervisor_image, supervisor_pull_policy(s.supervisor_image), "SupervisorImageUnavailable"
-        )
+        sup_policy = supervisor_pull_policy(s.supervisor_image)
+        sup = await self._pull(s.supervisor_image, sup_policy, "SupervisorImageUnavailable", plan.sandbox_id)
         try:
             supervisor_path = await self.supervisor.binary(sup.id)
         except FailedPrecondition as exc:
             raise ProvisionFailed("SupervisorImageUnavailable", exc.message) from exc
         self._set_pending(pending, "Starting", f"Pulling image {plan.image}")
-        image = await self._pull(plan.image, s.image_pull_policy, "ImagePullFailed")
+        image = await self._pull(plan.image, s.image_pull_policy, "ImagePullFailed", plan.sandbox_id)
         try:
             workload = await self._resolve_identity(plan, image.id, image.config.user)
         except FailedPrecondition as exc:

@@ -34,7 +34,10 @@ def run(args: argparse.Namespace) -> int:
                 health_pb2.HealthCheckRequest(service=SERVICE), timeout=args.timeout
             )
         except grpc.RpcError as exc:
-            print(f"podmand health: {path}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            from .ctlerrors import message
+
+            text = message(path, exc.code().name, exc.details() or "")
+            print(f"podmand health: {text if path in text else f'{path}: {text}'}", file=sys.stderr)
             return 1
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
     print(f"{path}: {status}")

@@ -546,6 +546,20 @@ class PodmanClient:
         return _removed(resp)
 
     @contextlib.asynccontextmanager
+    async def container_logs(self, name: str, *, follow: bool, tail: int | None) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Raw body chunks of a container's logs: 8-byte-framed stdout/stderr
+        (``[stream, 0, 0, 0, size32be]``) unless the container has a TTY."""
+        query = {"stdout": True, "stderr": True, "follow": follow, "tail": "all" if tail is None else tail}
+        async with self._chunks("GET", f"/containers/{quote(name)}/logs", query=query) as chunks:
+            yield chunks
+
+    async def past_events(self, container_id: str, since: int) -> list[Event]:
+        """The container's events in Podman's event log since ``since`` (Unix seconds), not streamed."""
+        query = {"stream": False, "since": str(since), "filters": {"container": [container_id], "type": ["container"]}}
+        resp = await self.call("GET", "/events", query=query, timeout=10.0)
+        return [msgspec.json.decode(line, type=Event) for line in resp.body.splitlines() if line.strip()]
+
+    @contextlib.asynccontextmanager
     async def events(self, labels: list[str]) -> AsyncIterator[AsyncIterator[Event | BadEvent]]:
         query = {"stream": True, "filters": {"label": labels, "type": ["container"]}}
         async with self._chunks("GET", "/events", query=query) as chunks:

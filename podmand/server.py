@@ -25,16 +25,18 @@ import msgspec
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import __version__, logs
+from . import __version__, logs, rundir
 from ._proto import compute_driver_pb2_grpc
+from .autostart import AutostartError, podman_api
 from .config import ConfigError, Settings, default_socket, default_state_dir, startup_warnings
 from .decoding import DecodeRequests
-from .discovery import discover
 from .driver import Driver
 from .files import ensure_dir
 from .hostpaths import state_dir_problem
 from .limits import raise_nofile_limit
+from .liveness import Liveness
 from .negotiation import capabilities
+from .notify import Notifier
 from .peers import MAX_UNIX_PATH, PeerGate, deny_server, private_dir, remove_private_dir
 from .podman import Info, PodmanClient
 from .servicer import ComputeDriverServicer
@@ -111,7 +113,14 @@ def prepare_socket(path: str) -> list[Path]:
     if parent.is_symlink():
         raise SocketError(f"driver socket directory {parent} is a symlink; refusing to use it")
     created = [p for p in (*reversed(parent.parents), parent) if not p.exists()]
-    parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        remove_dirs(created)
+        raise SocketError(
+            f"cannot create the driver socket directory {parent}: {exc.strerror}; choose a --socket "
+            "(OPENSHELL_COMPUTE_DRIVER_SOCKET) in a directory this user may create or owns"
+        ) from None
     st = parent.stat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         raise SocketError(f"driver socket directory {parent} must be a directory owned by uid {os.geteuid()}")
@@ -177,24 +186,31 @@ async def serve(settings: Settings) -> int:
     if problem:
         raise SocketError(problem)
     raise_nofile_limit()
+    notifier = Notifier.from_environ(os.environ)  # before any child process is started
     lock = lock_state_dir(state_dir, socket_path)
     try:
-        return await _serve(settings, state_dir, socket_path)
+        return await _serve(settings, state_dir, socket_path, notifier)
     finally:
         unlock_state_dir(lock)
 
 
-async def _serve(settings: Settings, state_dir: Path, socket_path: str) -> int:
-    podman_path = await discover(settings.podman_socket, settings.podman_wait)
-    podman = PodmanClient(podman_path)
+async def _serve(settings: Settings, state_dir: Path, socket_path: str, notifier: Notifier) -> int:
+    """Discovers Podman's API, or starts (and at exit stops) the user's own: autostart.py."""
     try:
-        return await _serve_with(settings, state_dir, socket_path, podman, podman_path)
-    finally:
-        await podman.close()
+        rundir.ensure_holding(socket_path)
+        async with podman_api(settings) as podman_path:
+            podman = PodmanClient(podman_path)
+            try:
+                return await _serve_with(settings, state_dir, socket_path, podman, podman_path, notifier)
+            finally:
+                await podman.close()
+    except (AutostartError, rundir.RuntimeDirError) as exc:
+        raise StartupError(str(exc)) from None
 
 
 async def _serve_with(
-    settings: Settings, state_dir: Path, socket_path: str, podman: PodmanClient, podman_path: str
+    settings: Settings, state_dir: Path, socket_path: str, podman: PodmanClient, podman_path: str,
+    notifier: Notifier,
 ) -> int:
     info = await read_info(podman, podman_path)
     rootless = info.host.security.rootless
@@ -242,6 +258,15 @@ async def _serve_with(
     gate = PeerGate(socket_path, allowed_path, denied_path, own_uid=os.geteuid(),
                     allowed_uids=settings.allowed_peer_uids)
 
+    liveness = Liveness(settings.podman_down_grace)
+    hub.link = lambda up: liveness.up() if up else liveness.down()
+
+    async def publish(serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", SERVICE):
+            await health_servicer.set(name, status)
+
+    liveness_task: asyncio.Task[None] | None = None
     hub_task = asyncio.create_task(hub.run())
 
     # Without the hub no watch stream can work: a crashed hub stops the server.
@@ -270,8 +295,8 @@ async def _serve_with(
         await gate.start()
         log.debug("driver socket %s is spliced to %s (refused peers: %s)", socket_path, allowed_path, denied_path)
         resumed = await driver.resume()
-        for name in ("", SERVICE):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await publish(True)
+        liveness_task = asyncio.create_task(liveness.run(publish))
         log.info(
             "podmand %s ready: serving unix://%s%s (Podman %s at %s, %s, userns=%s, state %s%s)",
             __version__,
@@ -284,11 +309,14 @@ async def _serve_with(
             state_dir,
             f", resumed {resumed} create(s)" if resumed else "",
         )
+        notifier.send("READY=1", f"STATUS=serving unix://{socket_path}")
         await stop.wait()
         log.info("shutting down: finishing in-flight RPCs")
     finally:
-        for name in ("", SERVICE):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        notifier.send("STOPPING=1", "STATUS=shutting down")
+        if liveness_task is not None:
+            liveness_task.cancel()
+        await health_servicer.enter_graceful_shutdown()  # NOT_SERVING from now on, whatever Podman does
         hub.close()
         gate.stop_accepting()
         await server.stop(grace=10.0)

@@ -46,6 +46,15 @@ def epoch(text: str) -> float | None:
     return None if parsed is None else parsed[0] + float("0." + parsed[1])
 
 
+def to_datetime(text: str) -> datetime | None:
+    """A Podman time as an aware datetime (UTC), the fraction cut to microseconds."""
+    parsed = _parse(text)
+    if parsed is None:
+        return None
+    seconds, frac = parsed
+    return datetime.fromtimestamp(seconds, UTC).replace(microsecond=int(frac[:6].ljust(6, "0")))
+
+
 def parse_time(text: str) -> Timestamp | None:
     """A Podman time as a Timestamp of whole seconds: the list endpoint reports only
     seconds, and a condition's transition_time must not differ between List, Get and Watch."""

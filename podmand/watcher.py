@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -115,6 +116,9 @@ class Hub:
         self._streams: set[Stream] = set()
         self._closed = False
         self._unreadable: set[str] = set()  # containers whose unreadable events were logged
+        self._down = False  # the last subscription attempt failed (its loss is logged once)
+        # Told when the event subscription opens (True) or is lost or cannot be made (False).
+        self.link: Callable[[bool], None] = lambda _up: None
         driver.publish = lambda event: self._inbox.put_nowait(("publish", event))
         driver.refresh = lambda container_id, sandbox_id: self._inbox.put_nowait(
             ("refresh", (container_id, sandbox_id))
@@ -148,6 +152,8 @@ class Hub:
                 async with self.podman.events([f"{names.MANAGED}=true"]) as events:
                     log.debug("subscribed to Podman events")
                     self.connected.set()
+                    self._down = False
+                    self.link(True)
                     delay = 0.25
                     pump = asyncio.create_task(self._pump(events))
                     ticker = asyncio.create_task(self._tick())
@@ -163,7 +169,12 @@ class Hub:
             self.connected.clear()
             if self._closed:
                 return
-            log.warning("lost Podman's event stream (%s); ending %d watch stream(s)", reason, len(self._streams))
+            self.link(False)
+            if not self._down:
+                log.warning("lost Podman's event stream (%s); ending %d watch stream(s)", reason, len(self._streams))
+            else:
+                log.debug("Podman's event stream is still unavailable (%s)", reason)
+            self._down = True
             self._end_all(grpc.StatusCode.UNAVAILABLE, f"Podman event stream lost: {reason}")
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)

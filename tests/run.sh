@@ -1,11 +1,53 @@
 #!/usr/bin/env bash
-# The project's test command (run as root): install the Python test packages,
-# prepare real Podman (rootless user, API sockets, test images), build the pex,
-# then run the whole suite against it. Arguments go to pytest.
+# The project's test command (run as root): make the test virtualenv, prepare real Podman
+# (rootless user, API sockets, test images), build the pex for every architecture, then run
+# the whole suite against it. Arguments go to pytest.
+#
+#   tests/run.sh --venv    only make the virtualenv and print its path (.ci/run checks with it)
+#
+# The virtualenv (PODMAND_TEST_VENV, default /var/lib/podmand-test/venv) is made from
+# python3 on PATH (under sudo: the system's) and gets '.[test]'; nothing is installed into
+# that Python itself (PEP 668). Where venv cannot make one (Debian and Ubuntu without
+# python3.X-venv), apt-get installs it. A re-run reinstalls only when pyproject.toml, the
+# checkout or the interpreter changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+PYTHON="${PYTHON:-python3}"
+VENV="${PODMAND_TEST_VENV:-/var/lib/podmand-test/venv}"
+say() { printf 'run.sh: %s\n' "$*" >&2; }
+
+ensure_venv_module() {
+    "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null && return 0
+    local pkg
+    pkg="python$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv"
+    command -v apt-get >/dev/null || { say "$PYTHON cannot make a virtualenv (no ensurepip); install $pkg"; exit 1; }
+    say "installing $pkg: $PYTHON has no ensurepip"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
+}
+
+make_venv() {
+    local base want
+    base=$("$PYTHON" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version.split()[0])')
+    want="$base $(pwd -P) $(sha256sum pyproject.toml | cut -d' ' -f1)"
+    [ "$(cat "$VENV/.podmand-installed" 2>/dev/null)" = "$want" ] && return 0
+    if [ "$(cat "$VENV/.podmand-base" 2>/dev/null)" != "$base" ] || ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+        ensure_venv_module
+        say "making $VENV from $base"
+        rm -rf "$VENV"
+        mkdir -p "$(dirname "$VENV")"
+        "$PYTHON" -m venv "$VENV"
+        echo "$base" >"$VENV/.podmand-base"
+    fi
+    say "installing '.[test]' into $VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]' >&2  # stdout: --venv's answer
+    echo "$want" >"$VENV/.podmand-installed"
+}
+
+make_venv
+if [ "${1:-}" = --venv ]; then echo "$VENV"; exit 0; fi
 bash tests/setup-podman.sh all
 eval "$(bash tests/setup-podman.sh env)"
-./build_pex.sh
-exec python3 -m pytest "$@"
+PYTHON="$VENV/bin/python" ./build_pex.sh --all
+exec "$VENV/bin/python" -m pytest "$@"

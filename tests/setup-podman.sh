@@ -48,7 +48,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # with "netavark: No such file or directory (os error 2)".
 # debootstrap: tests/images/pybase.sh builds the sidecar's Python base with it.
 PACKAGES=(podman runc netavark aardvark-dns uidmap slirp4netns catatonit
-          busybox-static curl iptables gcc libc6-dev python3.11 debootstrap)
+          busybox-static curl iptables gcc libc6-dev python3.11 debootstrap zsh)
 
 say()  { printf 'setup-podman: %s\n' "$*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }

@@ -181,6 +181,16 @@ def test_socket_path_of_108_bytes(make_podmand: Callable[..., Podmand]) -> None:
     assert not daemon.state_dir.exists()
 
 
+def test_socket_directory_the_user_cannot_create(make_podmand: Callable[..., Podmand]) -> None:
+    """A --socket under a directory of root's: one line naming the directory, no traceback."""
+    daemon = make_podmand(start=False)
+    locked = daemon.workdir / "locked"
+    locked.mkdir(mode=0o755)  # root's: the rootless user cannot create anything in it
+    daemon.socket = daemon.env["OPENSHELL_COMPUTE_DRIVER_SOCKET"] = str(locked / "run" / "driver.sock")
+    failed_start(daemon, f"cannot create the driver socket directory {locked / 'run'}: Permission denied")
+    assert not (locked / "run").exists()
+
+
 def test_unwritable_state_dir(make_podmand: Callable[..., Podmand]) -> None:
     daemon = make_podmand(start=False)
     daemon.state_dir.mkdir(mode=0o555)  # root's: the rootless user cannot write it

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -52,14 +53,14 @@ def container(client: podman.PodmanClient, sandbox_id: str) -> Any:
 
 
 class Lines:
-    """The stdout lines of a running process, collected by a thread."""
+    """The stdout (or stderr) lines of a running process, collected by a thread."""
 
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
+    def __init__(self, proc: subprocess.Popen[str], stream: str = "stdout") -> None:
         self.lines: list[str] = []
         self._lock = threading.Lock()
-        assert proc.stdout is not None
-        stdout = proc.stdout
-        threading.Thread(target=self._read, args=(stdout,), daemon=True).start()
+        pipe = getattr(proc, stream)
+        assert pipe is not None
+        threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
 
     def _read(self, stream: Any) -> None:
         for line in stream:
@@ -86,15 +87,20 @@ def test_caps(driver: Podmand) -> None:
 
 
 def test_lifecycle_through_ctl(driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
-    """create --wait, list, get, watch, stop, start, delete, each checked against Podman."""
+    """create --wait (its steps on stderr), list (IMAGE, AGE, -q), get, describe, logs, watch,
+    stop, start, delete, each checked against Podman."""
     box_id = f"ctl-{uuid.uuid4().hex[:10]}"
     cleanup.append(box_id)
     watcher = subprocess.Popen(driver.command("ctl", "--json", "watch"), stdout=subprocess.PIPE, text=True)
     try:
         lines = Lines(watcher)
-        out = ok(ctl(driver, "create", "--wait", "--id", box_id, "--name", "web", "--workspace", "ops",
-                     "--env", "GREETING=hi", "--memory", "256Mi", "--", "sleep", "600"))
-        created = fields(out)
+        result = ctl(driver, "create", "--wait", "--id", box_id, "--name", "web", "--workspace", "ops",
+                     "--env", "GREETING=hi", "--memory", "256Mi", "--", "sleep", "600")
+        created = fields(ok(result))
+        steps = [line.split()[1] for line in result.stderr.splitlines()]
+        for step in ("Scheduled", "Pulled", "Ready=True"):  # Started may come after Ready, which ends the wait
+            assert step in steps, result.stderr
+        assert steps.index("Scheduled") < steps.index("Pulled") < steps.index("Ready=True")
         assert (created["id"], created["ready"], created["reason"]) == (box_id, "True", "ContainerRunning")
         assert created["runtime_identity"].startswith("podmand:")
         running = container(podman_client, box_id)
@@ -112,10 +118,32 @@ def test_lifecycle_through_ctl(driver: Podmand, podman_client: podman.PodmanClie
         watcher.terminate()
         watcher.wait(DEADLINE)
 
-    [row] = [line.split() for line in ok(ctl(driver, "list")).splitlines() if line.startswith(box_id)]
-    assert row[:4] == [box_id, "web", "ops", "True/ContainerRunning"]
+    table = ok(ctl(driver, "list")).splitlines()
+    assert table[0].split() == ["ID", "NAME", "WORKSPACE", "READY", "IMAGE", "AGE", "MESSAGE"]
+    [row] = [line.split() for line in table if line.startswith(box_id)]
+    assert row[:5] == [box_id, "web", "ops", "True/ContainerRunning", SANDBOX_IMAGE]
+    assert re.fullmatch(r"\d+s|\dm\d+s", row[5]), row
+    assert box_id in ok(ctl(driver, "list", "-q")).split()
+    assert all(" " not in line for line in ok(ctl(driver, "list", "-q")).splitlines())
     listed = json.loads(ok(ctl(driver, "--json", "list")))
     assert box_id in [b["id"] for b in listed]
+    assert listed == json.loads(ok(ctl(driver, "list", "-o", "json")))
+
+    described = ok(ctl(driver, "describe", box_id))
+    about = fields(described)
+    assert (about["Image"].strip(), about["Command"].strip()) == (SANDBOX_IMAGE, "sleep 600")
+    assert about["State"].strip() == "running" and about["Container ID"].strip() == running.id[:12]
+    assert about["Runtime identity"].strip() == created["runtime_identity"]
+    assert re.search(r"Ready +True +ContainerRunning", described), described
+    events = described.split("Events (Podman):", 1)[1].split()
+    assert "create" in events and "start" in events, described
+
+    # The stand-in supervisor logs to stderr; its "ready" line follows the container's start.
+    logged = wait_until(lambda: (r := ctl(driver, "logs", box_id)).returncode == 0
+                        and "openshell-sandbox: ready" in r.stderr and r, what="the supervisor's ready line")
+    assert "identity mode=oci" in logged.stderr
+    tail = ctl(driver, "logs", "--tail", "1", box_id)
+    assert ok(tail) == "" and tail.stderr.strip().splitlines() == ["openshell-sandbox: ready"]
 
     got = json.loads(ok(ctl(driver, "get", box_id, "--json")))
     assert (got["id"], got["name"], got["workspace"]) == (box_id, "web", "ops")
@@ -124,6 +152,10 @@ def test_lifecycle_through_ctl(driver: Podmand, podman_client: podman.PodmanClie
 
     ok(ctl(driver, "stop", box_id))
     assert container(podman_client, box_id).status == "exited"
+    stopped = ok(ctl(driver, "describe", box_id))
+    code = container(podman_client, box_id).attrs["State"]["ExitCode"]
+    assert fields(stopped)["State"].strip() == f"exited (exit code {code})"
+    assert re.search(rf"died +{code}\b", stopped), stopped
     started = fields(ok(ctl(driver, "start", box_id)))
     assert started["runtime_identity"].split("/")[0] == created["runtime_identity"].split("/")[0]
     assert started["runtime_identity"] != created["runtime_identity"]
@@ -217,5 +249,66 @@ def test_watch_ends_with_the_stream_error(make_podmand: Any, cleanup: list[str])
         if watcher.poll() is None:
             watcher.kill()
     assert watcher.returncode == 1, err
-    code = err.removeprefix("podmand ctl: ").split(":")[0]
-    assert err.startswith("podmand ctl: ") and code.isupper(), err
+    assert err.startswith("podmand ctl: ") and err.count("\n") == 1, err
+
+
+def test_watch_retry_survives_a_restart(make_podmand: Any, cleanup: list[str]) -> None:
+    """watch --retry: when podmand goes away it says so on stderr and reconnects; after a
+    restart on the same socket it streams again (a fresh snapshot, then live events)."""
+    daemon = make_podmand()
+    # Without the state dir in its environment: daemon.stop() signals every process that has it.
+    command = [a for a in daemon.command("ctl", "watch", "--retry") if not a.startswith("PODMAND_STATE_DIR=")]
+    watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = Lines(watcher), Lines(watcher, "stderr")
+        first = sandbox()
+        cleanup.append(first.id)
+        daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=first))
+        wait_until(lambda: out.having(first.id), what="ctl watch to print the sandbox")
+        daemon.stop()
+        wait_until(lambda: err.having("reconnecting in"), what="ctl watch to announce a reconnect")
+        assert watcher.poll() is None
+        daemon.start()  # its log still holds the first ready line: wait for the second
+        wait_until(lambda: daemon.logs().count("ready: serving") == 2, what="podmand to serve again")
+        second = sandbox()
+        cleanup.append(second.id)
+        daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=second))
+        wait_until(lambda: out.having(second.id), what="ctl watch to stream again after the restart")
+        assert all(line.startswith("podmand ctl: watch: ") for line in err.lines), err.lines
+        for box in (first, second):
+            daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id))
+    finally:
+        watcher.terminate()
+        watcher.wait(DEADLINE)
+
+
+def test_friendly_errors_for_wrong_sockets(make_podmand: Any, podman_socket: str) -> None:
+    """No podmand at the path, or Podman's own API socket: ctl and health say which, in words."""
+    daemon = make_podmand(start=False)
+    missing = str(daemon.workdir / "run" / "nobody.sock")
+    for tool in (["ctl", "list"], ["health"]):
+        gone = subprocess.run(daemon.command(*tool, "--socket", missing), capture_output=True, text=True,
+                              timeout=DEADLINE)
+        assert gone.returncode == 1 and gone.stdout == ""
+        assert gone.stderr.startswith(f"podmand {tool[0]}: no podmand is listening on {missing} ("), gone.stderr
+        assert "podmand serve" in gone.stderr
+        wrong = subprocess.run(daemon.command(*tool, "--socket", podman_socket), capture_output=True, text=True,
+                               timeout=DEADLINE)
+        assert wrong.returncode == 1
+        assert wrong.stderr.strip() == (f"podmand {tool[0]}: {podman_socket} is not a podmand driver socket "
+                                        "(it speaks HTTP/1.1: Podman's API socket?)"), wrong.stderr
+    usage = subprocess.run(daemon.command("ctl", "describe", "--bogus", "x"), capture_output=True, text=True,
+                           timeout=DEADLINE)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: podmand ctl describe "), usage.stderr
+
+
+def test_completion_and_version_from_the_pex(make_podmand: Any) -> None:
+    """The shipped pex prints a valid completion script and a version naming Podman's API."""
+    daemon = make_podmand(start=False)
+    script = subprocess.run(daemon.command("completion", "bash"), capture_output=True, text=True, timeout=DEADLINE)
+    assert script.returncode == 0 and "describe" in script.stdout and "--retry" in script.stdout
+    subprocess.run(["bash", "-n"], input=script.stdout, text=True, check=True)
+    version = subprocess.run(daemon.command("--version"), capture_output=True, text=True, timeout=DEADLINE)
+    lines = version.stdout.splitlines()
+    assert version.returncode == 0 and lines[0].startswith("podmand ") and lines[1].startswith("Python 3.")
+    assert re.fullmatch(r"Podman \S+ \(libpod API \S+, Docker API \S+\) at /\S+", lines[3]), lines

@@ -5,13 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pwd
 import re
-import shutil
 import signal
 import socket
 import subprocess
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +16,7 @@ import podman
 import pytest
 
 from tests.e2e.conftest import Podmand, wait_until
+from tests.e2e.freshuser import fresh_user
 
 
 def by_name(output: str) -> dict[str, dict[str, str]]:
@@ -38,6 +36,9 @@ def test_healthy_setup_has_no_fail(make_podmand: Callable[..., Podmand], podman_
     assert room and int(room.group(1)) >= 200, checks["subuids"]
     assert "overlay" in checks["storage"]["finding"]
     assert "Podman sees it at the same path" in checks["state dir"]["finding"]
+    assert checks["runtime dir"]["status"] == "OK", checks["runtime dir"]
+    assert checks["runtime dir"]["finding"].startswith("/run/user/")
+    assert checks["quadlet"]["status"] == ("WARN" if "Podman 4.3" in checks["podman version"]["finding"] else "OK")
     # The probe left nothing behind: no container, no file in the state dir.
     assert podman_client.containers.list(all=True, filters={"label": "io.podmand.doctor"}) == []
     assert list(daemon.state_dir.iterdir()) == []
@@ -68,38 +69,16 @@ def as_user(name: str, env: dict[str, str], *cmd: str) -> list[str]:
 @contextlib.contextmanager
 def broken_user() -> Iterator[tuple[str, dict[str, str]]]:
     """A throwaway user with no subuid range and a vfs storage.conf; removed afterwards."""
-    name = f"pdoc{uuid.uuid4().hex[:6]}"
-    subprocess.run(
-        ["useradd", "-m", "-K", "SUB_UID_COUNT=0", "-K", "SUB_GID_COUNT=0", name], check=True, capture_output=True
-    )
-    entry = pwd.getpwnam(name)
-    runtime = Path(f"/run/user/{entry.pw_uid}")
-    try:
+    with fresh_user("pdoc", subids=0) as user:
+        runtime = Path(f"/run/user/{user.uid}")
         runtime.mkdir(mode=0o700, exist_ok=True)
-        os.chown(runtime, entry.pw_uid, entry.pw_gid)
-        conf = Path(entry.pw_dir) / ".config" / "containers"
+        os.chown(runtime, user.uid, user.gid)
+        conf = Path(user.home) / ".config" / "containers"
         conf.mkdir(parents=True)
         (conf / "storage.conf").write_text('[storage]\ndriver = "vfs"\n')
         for d in (conf.parent, conf, conf / "storage.conf"):
-            os.chown(d, entry.pw_uid, entry.pw_gid)
-        env = {
-            "HOME": entry.pw_dir,
-            "USER": name,
-            "LOGNAME": name,
-            "PATH": "/usr/bin:/bin",
-            "LANG": "C.UTF-8",
-            "XDG_RUNTIME_DIR": str(runtime),
-        }
-        yield name, env
-    finally:
-        # Everything this user runs was started by this test: end it by pid, then remove the user.
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                with contextlib.suppress(OSError):
-                    if proc.stat().st_uid == entry.pw_uid:
-                        os.kill(int(proc.name), signal.SIGKILL)
-        subprocess.run(["userdel", "-r", name], capture_output=True)
-        shutil.rmtree(runtime, ignore_errors=True)
+            os.chown(d, user.uid, user.gid)
+        yield user.name, user.env({"XDG_RUNTIME_DIR": str(runtime)})
 
 
 def test_broken_setup_names_each_problem_and_fix(pex_file: Path, tmp_path: Path) -> None:
@@ -161,3 +140,28 @@ def test_broken_setup_names_each_problem_and_fix(pex_file: Path, tmp_path: Path)
         assert line in human.stdout
         if c["status"] != "OK":
             assert f"      fix: {c['fix']}" in human.stdout
+
+
+def test_fresh_user_without_a_podman_service_is_told_what_serve_does(pex_file: Path) -> None:
+    """No XDG_RUNTIME_DIR, no /run/user/<uid>, no Podman service, no store, no storage.conf:
+    the socket and storage findings say serve starts Podman itself, with overlay; the runtime
+    directory is Podman's /tmp fallback, with the linger fix. doctor itself makes no store."""
+    with fresh_user("pdoc") as user:
+        out = user.run([str(pex_file), "doctor", "--json"])
+        store_made = Path(user.home, ".local/share/containers/storage").exists()
+        running = user.pids_of("podman")
+    assert out.returncode == 0, out.stdout + out.stderr
+    checks = by_name(out.stdout)
+    fallback = f"/tmp/podman-run-{user.uid}"
+    sock = checks["podman socket"]
+    assert sock["status"] == "WARN", sock
+    assert f"serve will start Podman's API itself at {fallback}/podman/podman.sock" in sock["finding"]
+    runtime = checks["runtime dir"]
+    assert runtime["status"] == "WARN", runtime
+    assert f"Podman and podmand use {fallback}" in runtime["finding"]
+    assert f"loginctl enable-linger {user.name}" in runtime["fix"]
+    storage = checks["storage"]
+    assert storage["status"] == "WARN", storage
+    assert "would create a slow vfs store" in storage["finding"]
+    assert checks["driver socket"]["finding"].startswith(f"{fallback}/podmand/compute-driver.sock is usable")
+    assert not store_made and running == []

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import pwd
 import signal
+import socket
+import struct
 import subprocess
 from collections.abc import Callable
 
@@ -11,7 +14,7 @@ import podman
 
 from podmand._proto import compute_driver_pb2 as pb
 
-from .conftest import Podmand, containers_of, ready, sandbox, volumes_of, wait_until
+from .conftest import ROOT, Podmand, containers_of, ready, sandbox, volumes_of, wait_until
 
 
 def test_ready_line_names_socket(driver: Podmand) -> None:
@@ -81,3 +84,42 @@ def test_health_probes_run_by_podmand(make_podmand: Callable[..., Podmand], clea
     reasons = [ready(s).reason for s in watch.snapshots(box.id)]
     assert "ContainerRunning" not in reasons  # never Ready before the probe passed
     assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+
+
+def notification(sock: socket.socket) -> tuple[str, int]:
+    """The next sd_notify datagram and the PID the kernel says sent it."""
+    data, ancillary, _flags, _addr = sock.recvmsg(4096, socket.CMSG_SPACE(struct.calcsize("3i")))
+    pids = [struct.unpack("3i", cdata[:12])[0] for level, kind, cdata in ancillary
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS]
+    return data.decode(), pids[0]
+
+
+def test_systemd_readiness_comes_from_the_main_pid(make_podmand: Callable[..., Podmand]) -> None:
+    """As containers/systemd/podmand.service runs it (Type=notify, NotifyAccess=main): READY=1
+    once it serves, STOPPING=1 on SIGTERM, both sent by the process systemd started (the pex's
+    sh boot execs Python in place), so NotifyAccess=main accepts them."""
+    unit = (ROOT / "containers" / "systemd" / "podmand.service").read_text().splitlines()
+    assert "Type=notify" in unit and "NotifyAccess=main" in unit
+    daemon = make_podmand(start=False)
+    path = str(daemon.workdir / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        sock.bind(path)
+        os.chmod(path, 0o666)
+        sock.settimeout(60)
+        entry = pwd.getpwnam(daemon.user or "")
+        env = [f"{k}={v}" for k, v in {**daemon.env, "NOTIFY_SOCKET": path}.items()]
+        with open(daemon.log_path, "ab") as log:  # setpriv execs: the PID is the pex's, as under systemd
+            daemon.proc = subprocess.Popen(
+                ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups",
+                 "env", "-i", *env, str(daemon.pex), "serve"],
+                cwd="/", stdout=log, stderr=subprocess.STDOUT,
+            )
+        text, sender = notification(sock)
+        assert text.splitlines() == ["READY=1", f"STATUS=serving unix://{daemon.socket}"]
+        assert sender == daemon.proc.pid
+        assert "ready: serving" in daemon.logs()  # readiness is told after the socket serves
+
+        assert daemon.stop(signal.SIGTERM) == 0
+        text, sender = notification(sock)
+        assert text.splitlines()[0] == "STOPPING=1" and sender == daemon.proc.pid

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -33,19 +34,61 @@ def as_user(*args: str, check: bool = True, timeout: float = 300) -> subprocess.
 
 
 @pytest.fixture(scope="session")
-def sidecar_image(pex_file: Path) -> str:
-    """Build the Containerfile as the rootless user, from a copy of the context it can read."""
+def python_base() -> str:
+    """A local Python base without any registry (the README's debootstrap + podman import)."""
     subprocess.run(["bash", str(ROOT / "tests" / "images" / "pybase.sh")], check=True, capture_output=True)
+    return BASE
+
+
+def checkout_copy(pex: Path) -> Path:
+    """A readable stand-in for the checkout after ./build_pex.sh: its real .containerignore and
+    Containerfile, the pex, and a file in every top-level entry of the checkout plus the build's
+    other outputs and caches (none of which belongs in the build context)."""
     ctx = Path(tempfile.mkdtemp(prefix="podmand-ctx-"))
-    (ctx / "dist").mkdir()
-    (ctx / "containers").mkdir()
-    shutil.copy(pex_file, ctx / "dist" / "podmand.pex")
+    for entry in ROOT.iterdir():
+        target = ctx / entry.name
+        if entry.is_dir():
+            target.mkdir()
+            (target / "decoy").write_text("not for the build context\n")
+        else:
+            target.write_text("not for the build context\n")
+    for decoy in ("dist/podmand-0.1.0-x86_64.pex", "dist/podmand-0.1.0-aarch64.pex", "dist/SHA256SUMS",
+                  "podmand/__pycache__/server.cpython-311.pyc", ".git/HEAD", "build/lib/podmand/x.py"):
+        (ctx / decoy).parent.mkdir(parents=True, exist_ok=True)
+        (ctx / decoy).write_text("not for the build context\n")
+    shutil.copy(ROOT / ".containerignore", ctx / ".containerignore")
     shutil.copy(ROOT / "containers" / "Containerfile", ctx / "containers" / "Containerfile")
+    shutil.copy(pex, ctx / "dist" / "podmand.pex")
     subprocess.run(["chmod", "-R", "a+rX", str(ctx)], check=True)
-    as_user("podman", "build", "-q", "--format", "docker", "--network", "none", "--from", BASE,
-            "-f", str(ctx / "containers" / "Containerfile"), "-t", IMAGE, str(ctx))
-    shutil.rmtree(ctx)
+    return ctx
+
+
+@pytest.fixture(scope="session")
+def sidecar_image(pex_file: Path, python_base: str) -> str:
+    """The README's build, as the rootless user, in a copy of the checkout it can read."""
+    ctx = checkout_copy(pex_file)
+    try:
+        as_user("podman", "build", "-q", "--format", "docker", "--network", "none", "--from", python_base,
+                "-f", str(ctx / "containers" / "Containerfile"), "-t", IMAGE, str(ctx))
+    finally:
+        shutil.rmtree(ctx)
     return IMAGE
+
+
+def test_build_context_is_only_the_pex(python_base: str) -> None:
+    """.containerignore keeps everything but dist/podmand.pex out of the build context: a
+    Containerfile that copies the whole context gets the pex and nothing else."""
+    ctx = checkout_copy(Path(__file__))  # any file stands in for the pex here
+    listing = ctx / "containers" / "Containerfile.context"  # ignored itself, as containers/Containerfile is
+    listing.write_text("FROM scratch\nCOPY . /context\nRUN find /context -type f | sort\n")
+    os.chmod(listing, 0o644)
+    try:
+        out = as_user("podman", "build", "--network", "none", "--from", python_base, "--no-cache",
+                      "-f", str(listing), "-t", "localhost/podmand-context:test", str(ctx)).stdout
+    finally:
+        shutil.rmtree(ctx)
+        as_user("podman", "rmi", "-f", "localhost/podmand-context:test", check=False)
+    assert [line for line in out.splitlines() if line.startswith("/context")] == ["/context/dist/podmand.pex"], out
 
 
 @pytest.fixture
@@ -109,3 +152,28 @@ def test_mismounted_state_dir_refuses_with_fix(sidecar_image: str, shared: Path,
     assert "cannot see podmand's state directory /var/lib/podmand" in result.stderr
     assert "mount the host directory at the identical path" in result.stderr
     assert not (shared / "run" / "compute-driver.sock").exists()
+
+
+def test_readiness_reaches_systemd_through_podman(sidecar_image: str, shared: Path, podman_socket: str) -> None:
+    """containers/systemd/podmand.container says Notify=true, which Quadlet runs as
+    --sdnotify=container: podmand's READY=1 from inside reaches the unit's NOTIFY_SOCKET
+    through Podman, after podmand serves."""
+    unit = (ROOT / "containers" / "systemd" / "podmand.container").read_text().splitlines()
+    assert "Notify=true" in unit
+    name = "podmand-sidecar-notify"
+    state = shared / "state"
+    path = str(shared / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        os.chmod(path, 0o666)
+        sock.settimeout(60)
+        try:
+            as_user("env", f"NOTIFY_SOCKET={path}", "podman", "run", "-d", "--name", name, "--sdnotify=container",
+                    *SIDECAR_USER, "-v", f"{podman_socket}:/run/podman/podman.sock", "-v", f"{state}:{state}",
+                    "-e", f"PODMAND_STATE_DIR={state}", "-v", f"{shared / 'run'}:/run/podmand", IMAGE)
+            while (message := sock.recv(4096).decode()).startswith("MAINPID="):
+                continue  # Podman's own: conmon's pid
+            assert message == "READY=1"
+            assert "ready: serving" in as_user("podman", "logs", name).stderr
+        finally:
+            as_user("podman", "rm", "-f", "-t", "5", name, check=False)

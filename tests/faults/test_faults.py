@@ -395,12 +395,17 @@ def test_explicit_missing_podman_socket(launch: Callable[..., Podmand]) -> None:
     assert "Traceback" not in d.log
 
 
-def test_candidates_cover_every_known_location(tmp: Path) -> None:
-    """Without an explicit socket every candidate is listed, rootful last."""
-    env = {"XDG_RUNTIME_DIR": str(tmp / "xdg"), "HOME": str(tmp / "home")}
+@pytest.mark.parametrize("uid", [0, 4242])
+def test_candidates_cover_every_known_location(tmp: Path, uid: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an explicit socket every candidate is listed, rootful last; a user also
+    gets Podman's own fallback runtime directory (no logind)."""
+    monkeypatch.setattr(os, "geteuid", lambda: uid)
+    env = {"XDG_RUNTIME_DIR": str(tmp / "xdg"), "HOME": str(tmp / "home"), "TMPDIR": str(tmp / "t")}
+    fallback = [str(tmp / "t" / f"podman-run-{uid}" / "podman" / "podman.sock")] if uid else []
     assert discovery.candidates("", env) == [
         str(tmp / "xdg" / "podman" / "podman.sock"),
-        f"/run/user/{os.geteuid()}/podman/podman.sock",
+        f"/run/user/{uid}/podman/podman.sock",
+        *fallback,
         str(tmp / "home" / ".local" / "share" / "containers" / "podman" / "machine" / "podman.sock"),
         "/run/podman/podman.sock",
     ]

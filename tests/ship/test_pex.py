@@ -1,8 +1,10 @@
-"""The shipped files: one pex per architecture, for CPython 3.11-3.13, reproducible.
+"""The shipped files: one pex per architecture, for CPython 3.11-3.13, reproducible whoever
+builds them, and a build that needs nothing but python3.
 
 Only CPython 3.11 on x86_64 is at hand here, so for the other targets the pex's own
 metadata must prove that the right wheels are inside and that its interpreter
-selection admits them."""
+selection admits them. The files checked are dist/'s, which tests/run.sh builds first
+(PODMAND_DIST names another directory built with ./build_pex.sh --all)."""
 
 from __future__ import annotations
 
@@ -20,10 +22,12 @@ from pathlib import Path
 import pytest
 
 from podmand import __version__
+from tests.checkout import copy_checkout
 from tests.e2e.conftest import USER
 
 ROOT = Path(__file__).resolve().parents[2]
-DIST = ROOT / "dist"
+DIST = Path(os.environ.get("PODMAND_DIST", ROOT / "dist"))
+BUILD = ROOT / "build_pex.sh"
 ARCHES = ("x86_64", "aarch64")
 PYTHONS = ("311", "312", "313")
 NATIVE = ("grpcio", "msgspec")  # compiled per CPython version
@@ -103,7 +107,7 @@ def test_runs_read_only_with_cache_elsewhere() -> None:
             capture_output=True, text=True, timeout=120, check=False,
         )
         assert result.returncode == 0, result.stderr
-        assert result.stdout.strip() == f"podmand {__version__}"
+        assert result.stdout.splitlines()[0] == f"podmand {__version__}"  # then Python, libraries, Podman
         assert sorted(p.name for p in here.iterdir()) == ["podmand.pex"]
         assert any(cache.iterdir())
         assert not stat.S_IMODE(here.stat().st_mode) & 0o222
@@ -113,9 +117,79 @@ def test_runs_read_only_with_cache_elsewhere() -> None:
         shutil.rmtree(cache)
 
 
-def test_two_builds_are_identical(tmp_path: Path) -> None:
-    """Same checkout, same pins: the same bytes (SHA256SUMS of a second build matches)."""
-    out = tmp_path / "dist"
-    subprocess.run([str(ROOT / "build_pex.sh")], env={**os.environ, "DIST": str(out)}, check=True,
-                   capture_output=True, timeout=900)
-    assert (out / "SHA256SUMS").read_text() == (DIST / "SHA256SUMS").read_text()
+def boot_header(path: Path) -> str:
+    """The /bin/sh script in front of the pex's zip."""
+    with open(path, "rb") as fh:
+        data = fh.read(16384)
+    return data[: data.index(b"PK\x03\x04")].decode()
+
+
+def venv_key(python: str) -> str:
+    """pex's name for the venv it lays out for an interpreter (pex.variables.venv_dir, unconstrained)."""
+    contents: dict[str, object] = {"PEX_PYTHON_PATH": None, "interpreter": python, "pex_path": {}}
+    return hashlib.sha1(json.dumps(contents, sort_keys=True).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_boot_header_names_no_builder(arch: str) -> None:
+    """The header's fast path is keyed to Debian's /usr/bin/python3.11, never to the interpreter
+    that built the file (pex would write the builder's path's key; the build rewrites it)."""
+    head = boot_header(pex_path(arch))
+    found = re.findall(r'^INSTALLED_PEX="\$\{PEX_ROOT\}/venvs/\d+/[0-9a-f]{40}/([0-9a-f]{40})"$', head, re.M)
+    assert found == [venv_key("/usr/bin/python3.11")]
+    assert not re.search(r"/(root|home|tmp|opt|var)/|\.pyenv|/usr/local/", head), head
+
+
+def test_second_start_takes_the_fast_path() -> None:
+    """On this Debian host (PATH=/usr/bin:/bin, /usr/bin/python3.11 picked first) the first start
+    lays the pex out in PEX_ROOT and the second one execs that venv straight from /bin/sh: the
+    header's key is the one pex itself computes for the interpreter it runs under."""
+    cache = Path(tempfile.mkdtemp(prefix="podmand-pexroot-"))
+    try:
+        shutil.chown(cache, USER, USER)
+        picked = []
+        for _ in range(2):
+            result = subprocess.run(
+                ["runuser", "-u", USER, "--", "env", "-i", "PATH=/usr/bin:/bin", f"PEX_ROOT={cache}", "PEX_VERBOSE=1",
+                 str(pex_path(os.uname().machine)), "--version"],
+                capture_output=True, text=True, timeout=120, check=False,
+            )
+            assert result.returncode == 0, result.stderr[-2000:]
+            picked.append("used /bin/sh boot to select python" in result.stderr)
+        assert picked == [True, False]
+    finally:
+        shutil.rmtree(cache)
+
+
+def test_help_documents_the_knobs() -> None:
+    """--help names the flag and every environment knob; an unknown argument is refused with status 2."""
+    text = subprocess.run([str(BUILD), "--help"], capture_output=True, text=True, timeout=30, check=True).stdout
+    for knob in ("--all", "PYTHON=", "ARCHES=", "DIST="):
+        assert knob in text, knob
+    bad = subprocess.run([str(BUILD), "--bogus"], capture_output=True, text=True, timeout=30, check=False)
+    assert bad.returncode == 2 and "--bogus" in bad.stderr
+
+
+def test_a_fresh_user_with_the_system_python_builds_the_same_bytes() -> None:
+    """`./build_pex.sh --all` as an unprivileged user with Debian's own Python (PATH=/usr/bin:/bin,
+    a fresh HOME: no pex, no pip or pex cache, no build environment; a checkout owned by root):
+    it makes its pinned build environment, shows each step, and writes byte for byte the files in
+    dist/, which the test virtualenv's interpreter built (pyenv's when tests/run.sh runs from a
+    root shell, a different path): same checkout and pins, same bytes, whoever builds."""
+    base = Path(tempfile.mkdtemp(prefix="podmand-build-"))
+    try:
+        shutil.chown(base, USER, USER)
+        os.chmod(base, 0o755)
+        checkout = copy_checkout(base / "checkout")  # root's files, readable by all, as a fresh clone
+        result = subprocess.run(
+            ["runuser", "-u", USER, "--", "env", "-i", "PATH=/usr/bin:/bin", f"HOME={base}/home", f"DIST={base}/dist",
+             str(checkout / "build_pex.sh"), "--all"],
+            capture_output=True, text=True, timeout=900, check=False, cwd="/",
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        steps = re.findall(r"^build_pex: \[ *\d+s\] (\S+)", result.stderr, re.M)
+        assert steps[0] == "build" and "x86_64:" in steps and "aarch64:" in steps and "checksums:" in steps, steps
+        assert "making" in result.stderr.splitlines()[0]
+        assert (base / "dist" / "SHA256SUMS").read_text() == (DIST / "SHA256SUMS").read_text()
+    finally:
+        shutil.rmtree(base)

@@ -207,8 +207,8 @@ def test_cli_exits_2_naming_bad_variable() -> None:
     proc = subprocess.run([sys.executable, "-m", "podmand", "serve"], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
-    assert "OPENSHELL_STOP_TIMEOUT" in proc.stderr
-    assert proc.stderr.startswith("podmand: ")
+    assert proc.stderr == ("podmand: invalid setting stop_timeout (--stop-timeout / OPENSHELL_STOP_TIMEOUT): "
+                           "expected a whole number of seconds, got 'abc'\n")
 
 
 def test_upstream_flag_names_are_aliases() -> None:
@@ -341,3 +341,94 @@ def test_overflow_uid_in_allowed_peers_is_warned() -> None:
     [warning] = [w for w in config.startup_warnings(s, {}) if "65534" in w]
     assert "every uid outside" in warning
     assert not [w for w in config.startup_warnings(config.load(environ={"PODMAND_ALLOWED_PEER_UIDS": "1005"}), {})]
+
+
+# Each setting with a value it refuses (environment text, or a TOML value of the wrong
+# type for a setting where every string is valid) and what its message must say.
+BAD: dict[str, tuple[str | int, str]] = {
+    "socket": (5, "expected a string, got 5"),
+    "listen_tcp": ("0.0.0.0:50061", "must be a loopback host:port"),
+    "podman_socket": (5, "expected a string, got 5"),
+    "podman_wait": ("soon", "expected a number of seconds, got 'soon'"),
+    "podman_autostart": ("maybe", "expected true or false, got 'maybe'"),
+    "podman_down_grace": ("abc", "expected a number of seconds, got 'abc'"),
+    "sandbox_image": (1, "expected a string, got 1"),
+    "image_pull_policy": ("sometimes", "expected one of: always, missing, never, newer"),
+    "supervisor_image": (1, "expected a string, got 1"),
+    "grpc_endpoint": ("https://gw:17670", "needs TLS material"),
+    "gateway_port": ("http", "expected a whole number, got 'http'"),
+    "network_name": ("-bad", "must match"),
+    "host_gateway_ip": ("nope", "'nope' is not an IP address"),
+    "ssh_socket_path": ("run/ssh.sock", "must be an absolute path"),
+    "stop_timeout": ("abc", "expected a whole number of seconds, got 'abc'"),
+    "pids_limit": ("lots", "expected a whole number, got 'lots'"),
+    "tls_ca": ("missing", "is not a readable file"),
+    "tls_cert": ("missing", "is not a readable file"),
+    "tls_key": ("missing", "is not a readable file"),
+    "userns": ("bogus", "supported modes: auto, host, keep-id, nomap, private"),
+    "uidmap": ("0:1", "must be 'container_id:host_id:size'"),
+    "gidmap": ("0:1", "must be 'container_id:host_id:size'"),
+    "enable_bind_mounts": ("maybe", "expected true or false, got 'maybe'"),
+    "health_check_interval": ("1.5", "expected a whole number of seconds, got '1.5'"),
+    "allow_driver_config": ("maybe", "expected true or false, got 'maybe'"),
+    "admission_enabled": ("maybe", "expected true or false, got 'maybe'"),
+    "telemetry_enabled": ("maybe", "expected true or false, got 'maybe'"),
+    "state_dir": (1, "expected a string, got 1"),
+    "log_level": ("loud", "expected one of: debug, info, warning, error; got 'loud'"),
+    "log_format": ("xml", "expected one of: human, json; got 'xml'"),
+    "require_launch_auth": ("maybe", "expected true or false, got 'maybe'"),
+    "resync_interval": ("often", "expected a number of seconds, got 'often'"),
+    "gc_grace": ("inf", "expected a number of seconds, got inf"),
+    "watch_buffer": ("big", "expected a whole number, got 'big'"),
+    "allow_host_userns": ("maybe", "expected true or false, got 'maybe'"),
+    "allowed_peer_uids": ("1000,root", "expected a whole number, got 'root'"),
+}
+
+
+def test_every_setting_has_a_bad_value_case() -> None:
+    """A new setting must come with its bad-value message checked below."""
+    assert set(BAD) == {opt.field for opt in config.OPTIONS}
+
+
+@pytest.mark.parametrize("opt", config.OPTIONS, ids=lambda opt: opt.field)
+def test_bad_value_message_names_the_setting_and_what_it_takes(opt: config.Option, tmp_path: Path) -> None:
+    """Every refusal names the setting with its flag and variable and says what it takes in
+    words (valid values listed for choices), never msgspec's "Expected `int`, got `str`"."""
+    value, needle = BAD[opt.field]
+    env: dict[str, str] = {}
+    if opt.field in ("uidmap", "gidmap"):
+        env.update(OPENSHELL_PODMAN_USERNS="private", OPENSHELL_PODMAN_UIDMAP="0:1:1", OPENSHELL_PODMAN_GIDMAP="0:1:1")
+    if opt.field.startswith("tls_"):
+        env.update(tls_env(tmp_path))
+        value = str(tmp_path / "missing.pem")
+    if isinstance(value, str):
+        env[opt.env] = value
+    else:
+        env["PODMAND_CONFIG"] = write_toml(tmp_path, f"{opt.field} = {value}\n")
+    with pytest.raises(ConfigError) as exc:
+        load(args=None, environ=env)
+    text = str(exc.value)
+    assert text.startswith(f"invalid setting {opt.field} ({opt.flag} / {opt.env}): "), text
+    assert needle in text
+    assert "Expected `" not in text and "Invalid enum" not in text
+
+
+@pytest.mark.parametrize("opt", [o for o in config.OPTIONS if BAD[o.field][1].startswith("expected true")],
+                         ids=lambda opt: opt.field)
+def test_every_bool_flag_is_a_bare_switch_or_takes_a_value(opt: config.Option) -> None:
+    """``--flag`` alone means true and ``--flag=false`` false, for every boolean setting."""
+    assert getattr(load(args=flags(opt.flag), environ={opt.env: "false"}), opt.field) is True
+    assert getattr(load(args=flags(f"{opt.flag}=false"), environ={opt.env: "true"}), opt.field) is False
+    assert getattr(load(args=flags(opt.flag, "no"), environ={}), opt.field) is False
+
+
+def test_numbers_forgive_spaces_and_choices_any_case() -> None:
+    s = load(args=None, environ={"OPENSHELL_STOP_TIMEOUT": " 7 ", "PODMAND_LOG_FORMAT": "JSON"})
+    assert (s.stop_timeout, s.log_format) == (7, "json")
+
+
+def test_unknown_key_in_config_file_is_named(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, "stop_timeouts = 1\n")
+    with pytest.raises(ConfigError) as exc:
+        load(args=None, environ={"PODMAND_CONFIG": path})
+    assert str(exc.value).startswith(f"unknown setting 'stop_timeouts' in config file {path}")

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from podmand import doctor
+from podmand.autostart import StorageFacts
 from podmand.discovery import Attempt
-from podmand.doctor import (
+from podmand.doctor import PodmanInfo
+from podmand.doctorchecks import (
     Check,
     DriverSocketFact,
     ImageFact,
-    PodmanInfo,
     StateDirFact,
     check_cgroups,
     check_driver_socket,
     check_images,
+    check_new_store,
+    check_quadlet,
+    check_runtime_dir,
     check_socket,
     check_state_dir,
     check_storage,
@@ -27,6 +33,7 @@ from podmand.doctor import (
     check_version,
     parse_subids,
 )
+from podmand.rundir import RuntimeDir
 
 
 def test_no_subuid_range_fails_naming_usermod_and_migrate() -> None:
@@ -257,3 +264,90 @@ def test_json_output_has_every_field_and_fix() -> None:
 def test_exit_code_is_1_only_on_fail() -> None:
     assert doctor.exit_code(CHECKS) == 1
     assert doctor.exit_code([c for c in CHECKS if c.status != "FAIL"]) == 0
+
+
+def test_no_socket_warns_when_serve_would_start_podman_itself() -> None:
+    attempts = [Attempt("/run/user/7/podman/podman.sock", "does not exist")]
+    c = check_socket(attempts, will_start="/tmp/podman-run-7/podman/podman.sock")
+    assert c.status == "WARN"
+    assert "serve will start Podman's API itself at /tmp/podman-run-7/podman/podman.sock" in c.finding
+    assert "/run/user/7/podman/podman.sock: does not exist" in c.finding
+    off = check_socket(attempts, why_not="podmand did not start Podman's API: podman_autostart is off")
+    assert off.status == "FAIL"
+    assert off.finding.endswith("podman_autostart is off")
+    assert "Start Podman's API" in off.fix
+
+
+def test_runtime_dir_from_a_session_is_ok_and_root_uses_run() -> None:
+    assert check_runtime_dir(RuntimeDir("/run", "root"), "", "root").status == "OK"
+    c = check_runtime_dir(RuntimeDir("/run/user/1001", "XDG_RUNTIME_DIR"), "", "podmand")
+    assert (c.status, c.finding) == ("OK", "/run/user/1001 (from XDG_RUNTIME_DIR)")
+
+
+def test_an_unusable_xdg_runtime_dir_warns() -> None:
+    runtime = RuntimeDir("/run/user/1001", "/run/user", "XDG_RUNTIME_DIR=/run/user/0 is owned by uid 0, not 1001")
+    c = check_runtime_dir(runtime, "", "podmand")
+    assert c.status == "WARN"
+    assert c.finding.startswith("XDG_RUNTIME_DIR=/run/user/0 is owned by uid 0, not 1001: podmand uses /run/user/1001")
+    assert c.fix == "unset XDG_RUNTIME_DIR, or set it to /run/user/1001"
+
+
+def test_runtime_dir_fallback_under_tmp_warns_with_linger() -> None:
+    uid = os.geteuid()
+    fallback = RuntimeDir(f"/tmp/podman-run-{uid}", "fallback", f"/run/user/{uid} does not exist")
+    c = check_runtime_dir(fallback, "", "alice")
+    assert c.status == "WARN"
+    assert f"Podman and podmand use /tmp/podman-run-{uid}" in c.finding
+    assert f"/run/user/{uid} does not exist" in c.finding
+    assert "loginctl enable-linger alice" in c.fix
+    assert "without systemd" in c.fix
+    xdg_tmp = check_runtime_dir(RuntimeDir("/tmp/xdg", "XDG_RUNTIME_DIR"), "", "alice")
+    assert xdg_tmp.status == "WARN" and "is under /tmp" in xdg_tmp.finding
+
+
+def test_unsafe_runtime_dir_fallback_fails() -> None:
+    fallback = RuntimeDir("/tmp/podman-run-7", "fallback")
+    c = check_runtime_dir(fallback, "is a symlink", "alice")
+    assert c.status == "FAIL"
+    assert "/tmp/podman-run-7, which is a symlink: podmand refuses it" in c.finding
+    assert c.fix.startswith("remove /tmp/podman-run-7, or as root: loginctl enable-linger alice")
+
+
+def test_quadlet_needs_podman_4_4() -> None:
+    old = check_quadlet("4.3.1")
+    assert old.status == "WARN"
+    assert "no Quadlet (it came in 4.4)" in old.finding and "podmand.container" in old.finding
+    assert "podmand.service" in old.fix
+    assert check_quadlet("4.4.0").status == "OK"
+    assert check_quadlet("5.2.1").status == "OK"
+
+
+def test_tun_is_skipped_in_a_sidecar() -> None:
+    c = check_tun(False, False, rootless=True, sidecar=True)
+    assert c.status == "OK"
+    assert "skipped: podmand runs in a container without Podman" in c.finding
+    assert "matters on the host" in c.finding
+
+
+def test_a_sidecar_is_a_container_without_podman(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "CONTAINER_MARKERS", (str(tmp_path / ".containerenv"),))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert not doctor.in_sidecar()
+    (tmp_path / ".containerenv").write_text("")
+    assert doctor.in_sidecar()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "podman").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "podman").chmod(0o755)
+    assert not doctor.in_sidecar()  # Podman runs here: its /dev/net/tun matters
+
+
+def test_a_missing_store_without_a_driver_warns_about_vfs() -> None:
+    c = check_new_store(StorageFacts("/home/a/.local/share/containers/storage", False, ""), "no socket")
+    assert c.status == "WARN"
+    assert "would create a slow vfs store" in c.finding
+    assert "podmand's autostart creates it with overlay" in c.finding
+    assert 'driver = "overlay"' in c.fix
+    configured = check_new_store(StorageFacts("/s", False, "/etc/containers/storage.conf"), "no socket")
+    assert configured.status == "OK" and "/etc/containers/storage.conf names its driver" in configured.finding
+    existing = check_new_store(StorageFacts("/s", True, ""), "no Podman API socket answers")
+    assert existing.status == "WARN" and existing.finding.startswith("not checked: no Podman API socket answers")

@@ -1,0 +1,421 @@
+"""The decisions of ``podmand doctor``: each ``check_*`` is pure and takes the facts
+doctor.py gathers (files, the Podman API), so tests can inject them."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from . import autostart, hostpaths, rundir
+from .discovery import Attempt
+
+Status = Literal["OK", "WARN", "FAIL"]
+AUTO_SIZE = 1024  # podman's default --userns=auto size
+TUN = "/dev/net/tun"
+SUN_PATH_MAX = 108  # sizeof(sockaddr_un.sun_path), NUL included
+MIN_VERSION = (4, 3)
+QUADLET_VERSION = (4, 4)
+
+
+class Check(msgspec.Struct, frozen=True):
+    name: str
+    status: Status
+    finding: str
+    fix: str = ""
+
+
+def ok(name: str, finding: str) -> Check:
+    return Check(name, "OK", finding)
+
+
+def warn(name: str, finding: str, fix: str) -> Check:
+    return Check(name, "WARN", finding, fix)
+
+
+def fail(name: str, finding: str, fix: str) -> Check:
+    return Check(name, "FAIL", finding, fix)
+
+
+def not_checked(name: str, why: str) -> Check:
+    """A check that needs the Podman API when there is none: flagged, never silently passed."""
+    return warn(name, f"not checked: {why}", "fix the 'podman socket' finding first")
+
+
+def check_socket(attempts: list[Attempt], will_start: str = "", why_not: str = "") -> Check:
+    """OK names the socket in use (and what failed before it). With none answering: WARN when
+    serve would start Podman's API itself (``will_start``: its socket), else FAIL listing every
+    path tried and ``why_not`` (why serve would not start one)."""
+    for i, attempt in enumerate(attempts):
+        if not attempt.problem:
+            tried = "; ".join(f"{a.path}: {a.problem}" for a in attempts[:i])
+            return ok("podman socket", f"{attempt.path} answers" + (f" (tried first: {tried})" if tried else ""))
+    tried = "; ".join(f"{a.path}: {a.problem}" for a in attempts)
+    start_it = (
+        "start one with 'podman system service --time=0 unix://<path>' (or 'systemctl --user enable --now "
+        "podman.socket') as the user podmand runs as, and set OPENSHELL_PODMAN_SOCKET to it; see "
+        "\"Start Podman's API\" in the README"
+    )
+    if will_start:
+        return warn(
+            "podman socket",
+            f"no Podman API socket answers (tried {tried}); serve will start Podman's API itself at "
+            f"{will_start} and stop it at exit (podman_autostart); the checks below that need Podman are skipped",
+            "nothing for podmand serve; for other Podman clients, or to check the rest now: " + start_it,
+        )
+    because = f"; {why_not}" if why_not else ""
+    return fail("podman socket", f"no Podman API socket answers; tried {tried}{because}", start_it)
+
+
+def check_runtime_dir(runtime: rundir.RuntimeDir, problem: str, user: str) -> Check:
+    """Podman's sockets and run state live here; without logind there is no /run/user/<uid>."""
+    name = "runtime dir"
+    if runtime.source == "root":
+        return ok(name, "/run (rootful)")
+    uid = os.geteuid()
+    linger = (
+        f"as root: loginctl enable-linger {user} (systemd-logind then keeps /run/user/{uid} even without a "
+        f"login session), and set XDG_RUNTIME_DIR=/run/user/{uid}; without systemd, create /run/user/{uid} "
+        f"(mode 0700, owned by {user}) from a boot script and set XDG_RUNTIME_DIR to it"
+    )
+    skipped = f" ({runtime.note})" if runtime.note else ""
+    if runtime.source != "fallback":
+        if runtime.under_tmp:
+            return warn(
+                name,
+                f"{runtime.path} (from {runtime.source}) is under /tmp: temp cleaners may delete Podman's "
+                "sockets and run state, and it is not cleared at reboot on hosts where /tmp is on disk",
+                linger,
+            )
+        if runtime.note.startswith("XDG_RUNTIME_DIR="):
+            return warn(
+                name,
+                f"{runtime.note}: podmand uses {runtime.path} instead, but podman commands run in this "
+                "environment use XDG_RUNTIME_DIR as it is (and fail, or look elsewhere)",
+                f"unset XDG_RUNTIME_DIR, or set it to {runtime.path}",
+            )
+        return ok(name, f"{runtime.path} (from {runtime.source})")
+    if problem:
+        return fail(
+            name,
+            f"no usable XDG_RUNTIME_DIR or /run/user/{uid}, so Podman and podmand would use "
+            f"{runtime.path}, which {problem}: podmand refuses it{skipped}",
+            f"remove {runtime.path}, or {linger}",
+        )
+    return warn(
+        name,
+        f"no runtime directory from a login session{skipped}: Podman and podmand use {runtime.path} "
+        "(Podman's fallback under the temp directory), which works but may be cleaned away",
+        linger,
+    )
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if not match:
+        return None
+    return tuple(int(g or 0) for g in match.groups())
+
+
+def check_version(version: str, rootless: bool) -> Check:
+    """podmand is built and tested against 4.3.1 (Debian 12); older lacks API podmand uses."""
+    mode = "rootless" if rootless else "rootful"
+    parsed = parse_version(version)
+    if parsed is None:
+        return warn("podman version", f"cannot parse Podman version {version!r} ({mode})", "check 'podman version'")
+    if parsed[:2] < MIN_VERSION:
+        return warn(
+            "podman version",
+            f"Podman {version} ({mode}) is older than 4.3, the oldest podmand is tested with",
+            "upgrade Podman to 4.3 or newer (Debian 12 ships 4.3.1)",
+        )
+    note = ""
+    if parsed[:2] == (4, 3):
+        note = (
+            "; 4.3 quirks handled by podmand: userns=auto sent with AutoUserNs, healthchecks run by podmand, "
+            "exits taken from /wait rather than lagging events"
+        )
+    return ok("podman version", f"Podman {version}, {mode}{note}")
+
+
+def check_quadlet(version: str) -> Check:
+    """Quadlet (``.container`` units) came with Podman 4.4; older Podman silently makes no unit."""
+    parsed = parse_version(version)
+    if parsed is not None and parsed[:2] < QUADLET_VERSION:
+        return warn(
+            "quadlet",
+            f"Podman {version} has no Quadlet (it came in 4.4): containers/systemd/podmand.container "
+            "would produce no unit, silently",
+            "run the pex as a systemd user service instead: containers/systemd/podmand.service "
+            "(README, \"On a rootless desktop\")",
+        )
+    return ok("quadlet", f"Podman {version} supports Quadlet (.container units)")
+
+
+def check_cgroups(version: str, rootless: bool, controllers: list[str] | None, source: str) -> Check:
+    """Rootless limits need cgroup v2 with cpu, memory and pids delegated to the user."""
+    if version != "v2":
+        if not rootless:
+            return ok("cgroups", f"cgroup {version or 'v1'}: rootful Podman enforces resource limits")
+        return warn(
+            "cgroups",
+            f"cgroup {version or 'v1'}: memory, CPU and pids limits are not enforced for rootless containers "
+            "(Podman ignores them with a warning)",
+            "switch the host to cgroup v2: add systemd.unified_cgroup_hierarchy=1 to the kernel command line "
+            "(GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub) and reboot; or run podmand rootful",
+        )
+    if not rootless:
+        return ok("cgroups", "cgroup v2, rootful Podman enforces resource limits")
+    delegate_fix = (
+        "as root: write /etc/systemd/system/user@.service.d/delegate.conf containing "
+        "'[Service]' and 'Delegate=cpu cpuset io memory pids', run 'systemctl daemon-reload', then log in again"
+    )
+    if controllers is None:
+        return warn("cgroups", "cgroup v2, but cannot tell which controllers are delegated to this user", delegate_fix)
+    missing = [c for c in ("cpu", "memory", "pids") if c not in controllers]
+    if missing:
+        return warn(
+            "cgroups",
+            f"cgroup v2, but {', '.join(missing)} not delegated to this user ({source} lists "
+            f"{' '.join(controllers) or 'nothing'}): those limits are not enforced rootless",
+            delegate_fix,
+        )
+    return ok("cgroups", f"cgroup v2 with cpu, memory and pids delegated ({source})")
+
+
+def parse_subids(text: str, name: str, uid: int | None) -> int:
+    """Total count of the ``name:start:count`` lines naming the user (by name or uid)."""
+    keys = {name} | ({str(uid)} if uid is not None else set())
+    total = 0
+    for line in text.splitlines():
+        parts = line.strip().split(":")
+        if len(parts) == 3 and parts[0] in keys and parts[2].isdigit():
+            total += int(parts[2])
+    return total
+
+
+def auto_size(userns: str) -> int:
+    """The IDs each userns=auto sandbox takes: ``size=`` in the setting, else podman's default."""
+    base, _, params = userns.partition(":")
+    if base == "auto":
+        for item in params.split(","):
+            key, _, value = item.partition("=")
+            if key.strip() == "size" and value.strip().isdigit() and int(value) > 0:
+                return int(value)
+    return AUTO_SIZE
+
+
+def check_subids(
+    user: str, rootless: bool, subuids: int, subgids: int, userns: str, podman_mapped: int | None = None
+) -> Check:
+    """Rootless Podman maps images' uids through subuids; userns=auto carves each sandbox from them."""
+    base = userns.partition(":")[0]
+    size = auto_size(userns)
+    if not rootless:
+        if base != "auto":
+            return ok("subuids", f"rootful Podman with userns={base}: no subordinate range needed")
+        if min(subuids, subgids) == 0:
+            return fail(
+                "subuids",
+                "rootful userns=auto needs a range for user 'containers' in /etc/subuid and /etc/subgid; "
+                f"found {subuids} subuids, {subgids} subgids",
+                "as root: add 'containers:2147483647:2147483648' to /etc/subuid and /etc/subgid",
+            )
+        return ok(
+            "subuids",
+            f"user 'containers': {subuids} subuids, {subgids} subgids: room for "
+            f"{min(subuids, subgids) // size} userns=auto sandboxes ({size} IDs each)",
+        )
+    files = min(subuids, subgids)
+    count = podman_mapped if podman_mapped is not None else files
+    note = ""
+    if podman_mapped is not None and podman_mapped != files:
+        note = (
+            f" (this machine's /etc/subuid and /etc/subgid give {subuids}/{subgids}: podmand may run in a "
+            "container whose files are not the host's; Podman's own view is used)"
+        )
+    if count == 0:
+        return fail(
+            "subuids",
+            f"user {user!r} has no subordinate uid/gid range ({subuids} in /etc/subuid, {subgids} in /etc/subgid)"
+            f"{note}: rootless Podman can map only one uid, and userns=auto needs them",
+            f"as root: usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user} (a range no other "
+            f"user has), then as {user}: podman system migrate",
+        )
+    fits = count // size
+    if base == "auto" and fits == 0:
+        return fail(
+            "subuids",
+            f"user {user!r} has {count} subordinate IDs, fewer than the {size} each userns=auto sandbox takes{note}",
+            f"as root: usermod --add-subuids <start>-<end> --add-subgids <start>-<end> {user} with at least "
+            f"{size * 64} IDs, then as {user}: podman system migrate",
+        )
+    return ok(
+        "subuids",
+        f"user {user!r}: {subuids} subuids, {subgids} subgids: room for {fits} userns=auto sandboxes "
+        f"({size} IDs each; userns={userns}){note}",
+    )
+
+
+def check_tun(exists: bool, usable: bool, rootless: bool, sidecar: bool = False) -> Check:
+    """slirp4netns and pasta open /dev/net/tun as the rootless user, where Podman runs."""
+    if sidecar:
+        return ok(
+            "tun",
+            f"skipped: podmand runs in a container without Podman; {TUN} matters on the host, where Podman "
+            "runs (run 'podmand doctor' there)",
+        )
+    if not rootless:
+        return ok("tun", f"{TUN} not needed: rootful Podman uses bridge networks")
+    if not exists:
+        return fail(
+            "tun",
+            f"{TUN} does not exist: rootless networking (slirp4netns/pasta) needs it",
+            "as root: modprobe tun (or mknod /dev/net/tun c 10 200), then chmod 0666 /dev/net/tun",
+        )
+    if not usable:
+        return fail(
+            "tun",
+            f"{TUN} is not readable and writable by this user: rootless networking (slirp4netns/pasta) fails "
+            "with 'open(\"/dev/net/tun\"): Permission denied'",
+            "as root: chmod 0666 /dev/net/tun (devtmpfs forgets it at reboot: repeat it from a boot script "
+            "or udev rule), or load the tun module if it is missing",
+        )
+    return ok("tun", f"{TUN} is readable and writable")
+
+
+def check_storage(driver: str, graph_root: str = "") -> Check:
+    """vfs copies the whole image for every container: seconds per create, gigabytes of disk."""
+    where = f" ({graph_root})" if graph_root else ""
+    if driver == "vfs":
+        return warn(
+            "storage",
+            f"storage driver vfs{where}: slow, copies the image per container",
+            'write ~/.config/containers/storage.conf with [storage] driver = "overlay" (as the Podman user); '
+            "if the store was created with vfs it keeps vfs: run 'podman system reset' (deletes that "
+            "user's images and containers) and restart the Podman service",
+        )
+    if not driver:
+        return warn("storage", "Podman did not report its storage driver", "check 'podman info'")
+    return ok("storage", f"storage driver {driver}{where}")
+
+
+def check_new_store(facts: autostart.StorageFacts, why: str) -> Check:
+    """Without Podman's API: a store that does not exist yet gets its driver at first use,
+    and rootless Podman 4.3 with no storage.conf picks vfs."""
+    if facts.store_exists:
+        return not_checked("storage", f"{why} (the store {facts.store} exists)")
+    if facts.driver_source:
+        return ok("storage", f"no Podman store yet ({facts.store}); {facts.driver_source} names its driver")
+    return warn(
+        "storage",
+        f"no Podman store yet ({facts.store}) and no storage.conf names a driver: a first 'podman' command "
+        "would create a slow vfs store (which keeps vfs); podmand's autostart creates it with overlay",
+        "let podmand serve start Podman's API first (podman_autostart), or before any podman command write "
+        '~/.config/containers/storage.conf with [storage] driver = "overlay"',
+    )
+
+
+@dataclass(frozen=True)
+class ImageFact:
+    role: str  # "supervisor" or "sandbox"
+    ref: str
+    present: bool
+    error: str = ""  # the API error when presence could not be checked
+
+
+def check_images(images: list[ImageFact]) -> Check:
+    """podmand pulls missing images on first use; a missing one means a slow or failing first create."""
+    missing = [i for i in images if not i.present]
+    if not missing:
+        return ok("images", "; ".join(f"{i.role} image {i.ref} present" for i in images))
+    hints = []
+    for i in missing:
+        if i.ref.startswith("localhost/"):
+            hints.append(f"{i.ref} cannot be pulled: build or load it into this Podman store (podman load / build)")
+        else:
+            hints.append(f"podman pull {i.ref}")
+    found = "; ".join(
+        f"{i.role} image {i.ref} " + (f"not checked: {i.error}" if i.error else "missing") for i in missing
+    )
+    return warn("images", f"{found} (podmand pulls on first use)", "as the Podman user: " + "; ".join(hints))
+
+
+@dataclass(frozen=True)
+class StateDirFact:
+    path: str
+    problem: str = ""  # why this user cannot use the directory ("" when writable)
+    created: bool = False
+    podman: bool = True  # a Podman API answered, so visibility could be checked
+    image: str = ""  # image of the probe container ("" when no usable image is local)
+    create_error: str | None = None  # None: the probe container was created
+    hidden: bool = False  # the create error says Podman cannot find the probe file at its path
+
+
+def check_state_dir(fact: StateDirFact) -> Check:
+    """Token files are bind-mounted by path: the Podman service must see the same directory."""
+    name, path = "state dir", fact.path
+    if fact.problem:
+        return fail(
+            name,
+            f"{path}: {fact.problem}",
+            "make the directory writable by the user podmand runs as, or set PODMAND_STATE_DIR (--state-dir) "
+            "to one that is",
+        )
+    created = " (created)" if fact.created else ""
+    if not fact.podman:
+        return not_checked(name, f"{path} is writable{created}, but no Podman API answered to see it")
+    if not fact.image:
+        return warn(
+            name,
+            f"{path} is writable{created}; not checked that Podman sees it: no local image for the probe container",
+            "pull or load the sandbox or supervisor image (see 'images'), then run doctor again",
+        )
+    if fact.create_error is not None:
+        if fact.hidden:
+            return fail(
+                name,
+                f"Podman cannot see {path}: creating a container bind-mounting a file in it failed: "
+                f"{fact.create_error}",
+                hostpaths.fix(Path(path)),
+            )
+        return warn(
+            name,
+            f"{path} is writable{created}; the probe container could not be created: {fact.create_error}",
+            "check the Podman service's log; then run doctor again",
+        )
+    return ok(name, f"{path} is writable{created} and Podman sees it at the same path")
+
+
+@dataclass(frozen=True)
+class DriverSocketFact:
+    path: str
+    parent_problem: str = ""  # "" when the parent exists and is ours, or can be created
+    occupant: Literal["none", "stale", "listening", "not a socket", "not ours"] = "none"
+
+
+def check_driver_socket(fact: DriverSocketFact) -> Check:
+    """serve refuses a socket path it cannot own; sun_path caps it at 107 bytes."""
+    name, path = "driver socket", fact.path
+    length = len(os.fsencode(path))
+    choose = "set OPENSHELL_COMPUTE_DRIVER_SOCKET (--socket) to a path in a directory of this user's"
+    if length >= SUN_PATH_MAX:
+        return fail(name, f"{path} is {length} bytes; a Unix socket path must be under {SUN_PATH_MAX}", choose)
+    if fact.parent_problem:
+        return fail(name, f"{path}: {fact.parent_problem}", choose)
+    if fact.occupant == "listening":
+        return warn(
+            name,
+            f"something already serves on {path} (a running podmand?); a second serve would refuse to start",
+            "stop the other server, or give this one another OPENSHELL_COMPUTE_DRIVER_SOCKET",
+        )
+    if fact.occupant in ("not a socket", "not ours"):
+        return fail(
+            name, f"{path} exists and is {fact.occupant}: serve refuses to replace it", f"remove it, or {choose}"
+        )
+    stale = " (a stale socket there will be replaced)" if fact.occupant == "stale" else ""
+    return ok(name, f"{path} is usable{stale}")
