@@ -74,15 +74,17 @@ def names_driver(text: str) -> bool:
     return isinstance(storage, dict) and bool(storage.get("driver"))
 
 
-def default_store(environ: Mapping[str, str], home: str) -> str:
+def default_store(environ: Mapping[str, str], home: str, uid: int) -> str:
+    if uid == 0:  # rootful Podman's graph root
+        return "/var/lib/containers/storage"
     data_home = environ.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
     return os.path.join(data_home, "containers", "storage")
 
 
-def storage_facts(environ: Mapping[str, str] | None = None) -> StorageFacts:
+def storage_facts(environ: Mapping[str, str] | None = None, uid: int | None = None) -> StorageFacts:
     env = os.environ if environ is None else environ
     home = env.get("HOME") or os.path.expanduser("~")
-    store = default_store(env, home)
+    store = default_store(env, home, os.geteuid() if uid is None else uid)
     source = "STORAGE_DRIVER" if env.get("STORAGE_DRIVER") else ""
     for path in storage_confs(env, home):
         if source:

@@ -54,19 +54,20 @@ def test_storage_facts_from_a_home(tmp_path: Path) -> None:
     """The store and the user's storage.conf are found through HOME / XDG_* (the system files are
     this host's: the test host has none naming a driver, as a stock Debian 12)."""
     env = {"HOME": str(tmp_path), "CONTAINERS_STORAGE_CONF": str(tmp_path / ".config/containers/storage.conf")}
-    facts = autostart.storage_facts(env)
+    facts = autostart.storage_facts(env, 1000)
     assert facts == StorageFacts(str(tmp_path / ".local/share/containers/storage"), False, "")
     conf = tmp_path / ".config" / "containers" / "storage.conf"
     conf.parent.mkdir(parents=True)
     conf.write_text('[storage]\ndriver = "overlay"\n')
-    assert autostart.storage_facts(env).driver_source == str(conf)
+    assert autostart.storage_facts(env, 1000).driver_source == str(conf)
     (tmp_path / ".local/share/containers/storage").mkdir(parents=True)
-    assert autostart.storage_facts(env).store_exists
-    assert autostart.storage_facts({**env, "XDG_DATA_HOME": str(tmp_path / "d")}).store == str(
+    assert autostart.storage_facts(env, 1000).store_exists
+    assert autostart.storage_facts({**env, "XDG_DATA_HOME": str(tmp_path / "d")}, 1000).store == str(
         tmp_path / "d/containers/storage"
     )
     assert autostart.storage_facts({"HOME": str(tmp_path / "x"), "STORAGE_DRIVER": "vfs",
-                                    "CONTAINERS_STORAGE_CONF": "/nonexistent"}).driver_source == "STORAGE_DRIVER"
+                                    "CONTAINERS_STORAGE_CONF": "/nonexistent"}, 1000).driver_source == "STORAGE_DRIVER"
+    assert autostart.storage_facts(env, 0).store == "/var/lib/containers/storage"  # rootful: not under HOME
 
 
 def test_service_command_and_environment() -> None:
