@@ -81,6 +81,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     watch_buffer: int = 1024
     allow_host_userns: bool = False
     allowed_peer_uids: list[int] = msgspec.field(default_factory=list)
+    # (operator settings: add new fields above this line)
 
     @property
     def tls_enabled(self) -> bool:
@@ -250,6 +251,7 @@ OPTIONS: tuple[Option, ...] = (
         "--allowed-peer-uid",
         "uids besides podmand's own and root that may connect to the driver socket (repeatable)",
     ),
+    # (operator settings: add new options above this line)
 )
 _LIST_FIELDS = {"uidmap", "gidmap", "allowed_peer_uids"}
 _BOOL_FIELDS = {
@@ -531,6 +533,7 @@ def validate(s: Settings) -> None:
             raise ConfigError(f"invalid resource admission label key {key!r}")
         if value != "${workspace}" and not _LABEL_VALUE.match(value):
             raise ConfigError(f"invalid resource admission label value {value!r} for {key!r}")
+    # (operator settings: add one call to your own validator above this line)
 
 
 def _scheme(url: str) -> str:
