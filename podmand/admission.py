@@ -223,9 +223,9 @@ async def admit_mounts(
     volumes = []
     for i, mount in enumerate(mounts):
         where = f"{base}[{i}].source"
+        if mount.kind in ("bind", "image") and pol.enabled:
+            raise FailedPrecondition(f"{base}[{i}]: {HOST_MOUNT_REFUSED}")
         if mount.kind == "bind":
-            if pol.enabled:
-                raise FailedPrecondition(f"{base}[{i}]: {HOST_MOUNT_REFUSED}")
             check_host_path(where, mount.source, own)
         elif mount.kind == "volume":
             volumes.append((where, mount.source))

@@ -81,6 +81,18 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     watch_buffer: int = 1024
     allow_host_userns: bool = False
     allowed_peer_uids: list[int] = msgspec.field(default_factory=list)
+    registry_auth_file: str = ""
+    pull_inactivity_timeout: float = 600.0
+    https_proxy: str | None = None  # None: unset (upstream refuses a set but empty value)
+    no_proxy: str | None = None
+    proxy_auth_file: str | None = None
+    proxy_auth_allow_insecure: bool = False
+    proxy_connect_by_hostname: bool = False
+    proxy_ca_bundle: str | None = None
+    default_cpu_limit: str = "2"
+    default_memory_limit: str = "4Gi"
+    cdi_spec_dirs: list[str] = msgspec.field(default_factory=lambda: ["/etc/cdi", "/var/run/cdi"])
+    selinux: Literal["auto", "on", "off"] = "auto"
     # (operator settings: add new fields above this line)
 
     @property
@@ -251,9 +263,81 @@ OPTIONS: tuple[Option, ...] = (
         "--allowed-peer-uid",
         "uids besides podmand's own and root that may connect to the driver socket (repeatable)",
     ),
+    Option(
+        "registry_auth_file",
+        "PODMAND_REGISTRY_AUTH_FILE",
+        "--registry-auth-file",
+        "auth.json (Podman's format) with pull credentials, read on each pull, sent as X-Registry-Auth",
+    ),
+    Option(
+        "pull_inactivity_timeout",
+        "PODMAND_PULL_INACTIVITY_TIMEOUT",
+        "--pull-inactivity-timeout",
+        "seconds a pull may go without a progress line from Podman before it is abandoned (0: never)",
+    ),
+    Option(
+        "https_proxy",
+        "OPENSHELL_SANDBOX_HTTPS_PROXY",
+        "--sandbox-https-proxy",
+        "corporate forward proxy http://host:port, given to each sandbox's supervisor on its command line",
+    ),
+    Option(
+        "no_proxy",
+        "OPENSHELL_SANDBOX_NO_PROXY",
+        "--sandbox-no-proxy",
+        "comma-separated destinations the supervisor dials directly, not through https_proxy",
+    ),
+    Option(
+        "proxy_auth_file",
+        "OPENSHELL_SANDBOX_PROXY_AUTH_FILE",
+        "--sandbox-proxy-auth-file",
+        "file holding the proxy's user:pass, copied root-only into each sandbox",
+    ),
+    Option(
+        "proxy_auth_allow_insecure",
+        "OPENSHELL_SANDBOX_PROXY_AUTH_ALLOW_INSECURE",
+        "--sandbox-proxy-auth-allow-insecure",
+        "accept that proxy_auth_file's credential travels as cleartext Basic auth to the http:// proxy",
+    ),
+    Option(
+        "proxy_connect_by_hostname",
+        "OPENSHELL_SANDBOX_PROXY_CONNECT_BY_HOSTNAME",
+        "--sandbox-proxy-connect-by-hostname",
+        "CONNECT through the proxy by hostname instead of the validated IP",
+    ),
+    Option(
+        "proxy_ca_bundle",
+        "OPENSHELL_SANDBOX_PROXY_CA_BUNDLE",
+        "--sandbox-proxy-ca-bundle",
+        "PEM CA bundle of a TLS-intercepting proxy, mounted read-only into each sandbox",
+    ),
+    Option(
+        "default_cpu_limit",
+        "PODMAND_DEFAULT_CPU_LIMIT",
+        "--default-cpu-limit",
+        "CPU limit of a sandbox whose template sets none (a CPU quantity, or unlimited)",
+    ),
+    Option(
+        "default_memory_limit",
+        "PODMAND_DEFAULT_MEMORY_LIMIT",
+        "--default-memory-limit",
+        "memory limit of a sandbox whose template sets none (a memory quantity, or unlimited)",
+    ),
+    Option(
+        "cdi_spec_dirs",
+        "PODMAND_CDI_SPEC_DIRS",
+        "--cdi-spec-dir",
+        "directories of CDI spec files to find GPUs in (repeatable; the ones Podman reads)",
+    ),
+    Option(
+        "selinux",
+        "PODMAND_SELINUX",
+        "--selinux",
+        "label podmand's own bind mounts for SELinux (z/Z): auto (when Podman reports SELinux), on or off",
+    ),
     # (operator settings: add new options above this line)
 )
-_LIST_FIELDS = {"uidmap", "gidmap", "allowed_peer_uids"}
+_LIST_FIELDS = {"uidmap", "gidmap", "allowed_peer_uids", "cdi_spec_dirs"}
 _BOOL_FIELDS = {
     "podman_autostart",
     "enable_bind_mounts",
@@ -262,9 +346,12 @@ _BOOL_FIELDS = {
     "telemetry_enabled",
     "require_launch_auth",
     "allow_host_userns",
+    "proxy_auth_allow_insecure",
+    "proxy_connect_by_hostname",
 }
 # Settings counted in seconds, so their errors can say so.
-_SECONDS = {"podman_wait", "podman_down_grace", "stop_timeout", "health_check_interval", "resync_interval", "gc_grace"}
+_SECONDS = {"podman_wait", "podman_down_grace", "stop_timeout", "health_check_interval", "resync_interval", "gc_grace",
+            "pull_inactivity_timeout"}
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _FALSE = {"0", "false", "no", "off"}
 _TRUE = {"1", "true", "yes", "on"}
@@ -533,6 +620,17 @@ def validate(s: Settings) -> None:
             raise ConfigError(f"invalid resource admission label key {key!r}")
         if value != "${workspace}" and not _LABEL_VALUE.match(value):
             raise ConfigError(f"invalid resource admission label value {value!r} for {key!r}")
+    from . import pullprogress, registryauth  # they use ConfigError: imported here, not at the top
+
+    registryauth.check_settings(s)
+    pullprogress.check_settings(s)
+    from . import proxy  # it uses ConfigError: imported here, not at the top
+
+    proxy.validate(s)
+    from . import cdi, resources  # they use ConfigError: imported here, not at the top
+
+    resources.check_settings(s)
+    cdi.check_settings(s)
     # (operator settings: add one call to your own validator above this line)
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from . import autostart, config, hostpaths, rundir
+from . import autostart, cdi, config, hostpaths, rundir, selinux
 from .discovery import Attempt, candidates, podman_socket_in, probe
 from .doctorchecks import (
     TUN,
@@ -30,10 +30,12 @@ from .doctorchecks import (
     StateDirFact,
     check_cgroups,
     check_driver_socket,
+    check_gpus,
     check_images,
     check_new_store,
     check_quadlet,
     check_runtime_dir,
+    check_selinux,
     check_socket,
     check_state_dir,
     check_storage,
@@ -65,6 +67,7 @@ class IdMappings(msgspec.Struct):
 
 class _Security(msgspec.Struct):
     rootless: bool = False
+    selinuxEnabled: bool | None = None
 
 
 class _Host(msgspec.Struct):
@@ -261,6 +264,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
         checks.append(check_quadlet(info.version.version) if info else not_checked("quadlet", why))
         cg_version, controllers, source = cgroup_facts(info, uid)
         checks.append(check_cgroups(cg_version, rootless, controllers, source))
+        checks.append(check_gpus(settings.cdi_spec_dirs, cdi.scan(settings.cdi_spec_dirs)))
         if rootless:
             user = user_name(uid)
             subuids = parse_subids(read_text("/etc/subuid"), user, uid)
@@ -279,6 +283,8 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             checks.append(check_new_store(autostart.storage_facts(), why))
         else:
             checks.append(not_checked("storage", why))
+        podman_says = info.host.security.selinuxEnabled if info is not None else None
+        checks.append(check_selinux(settings.selinux, *selinux.detect(podman_says)))
         probe_image = ""
         if client is not None and info is not None:
             roles = [("supervisor", settings.supervisor_image), ("sandbox", settings.sandbox_image)]
@@ -324,8 +330,8 @@ def add_parser(sub: Any) -> None:
         "doctor",
         help="check this host for what podmand needs, and say how to fix what is missing",
         description="Check the Podman socket, runtime directory, version, Quadlet support, cgroups, subordinate "
-        "IDs, /dev/net/tun, storage driver, images, state directory and driver socket. Takes serve's settings. "
-        "Exit 1 when a check FAILs.",
+        "IDs, GPUs (CDI), /dev/net/tun, storage driver, SELinux, images, state directory and driver socket. "
+        "Takes serve's settings. Exit 1 when a check FAILs.",
     )
     p.add_argument("--json", action="store_true", help="print a JSON list of {name, status, finding, fix}")
     config.add_arguments(p)

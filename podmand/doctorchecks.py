@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from . import autostart, hostpaths, rundir
+from . import autostart, cdi, hostpaths, rundir, selinux
 from .discovery import Attempt
 
 Status = Literal["OK", "WARN", "FAIL"]
@@ -163,8 +163,8 @@ def check_cgroups(version: str, rootless: bool, controllers: list[str] | None, s
             return ok("cgroups", f"cgroup {version or 'v1'}: rootful Podman enforces resource limits")
         return warn(
             "cgroups",
-            f"cgroup {version or 'v1'}: memory, CPU and pids limits are not enforced for rootless containers "
-            "(Podman ignores them with a warning)",
+            f"cgroup {version or 'v1'}: memory, CPU and pids limits, and CPU and memory requests, are not "
+            "enforced for rootless containers (Podman ignores them with a warning)",
             "switch the host to cgroup v2: add systemd.unified_cgroup_hierarchy=1 to the kernel command line "
             "(GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub) and reboot; or run podmand rootful",
         )
@@ -185,6 +185,28 @@ def check_cgroups(version: str, rootless: bool, controllers: list[str] | None, s
             delegate_fix,
         )
     return ok("cgroups", f"cgroup v2 with cpu, memory and pids delegated ({source})")
+
+
+def check_gpus(dirs: list[str], inventory: cdi.Inventory) -> Check:
+    """The CDI devices a GPU request can get (cdi.py), and spec files that could not be read."""
+    where = ", ".join(dirs) or "no directories (cdi_spec_dirs is empty)"
+    family = cdi.default_family(inventory.gpus) if cdi.selectable(inventory.gpus) else []
+    if family:
+        found = f"gpu.count is served round-robin from {', '.join(family)}"
+    elif inventory.gpus:
+        found = f"only {', '.join(inventory.gpus)}: a plain gpu request is refused, driver_config.cdi_devices works"
+    else:
+        found = "no NVIDIA GPU: gpu requests are refused unless driver_config.cdi_devices names devices"
+    others = [d for d in inventory.devices if d not in inventory.gpus]
+    listed = f" (other CDI devices: {', '.join(others)})" if others else ""
+    finding = f"{len(inventory.devices)} CDI device(s) in {where}: {found}{listed}"
+    if inventory.problems:
+        return warn(
+            "gpus",
+            f"{finding}; unreadable spec files, skipped: {'; '.join(inventory.problems)}",
+            "fix or remove those files (nvidia-ctk cdi generate writes them); Podman reads the same directories",
+        )
+    return ok("gpus", finding)
 
 
 def parse_subids(text: str, name: str, uid: int | None) -> int:
@@ -419,3 +441,20 @@ def check_driver_socket(fact: DriverSocketFact) -> Check:
         )
     stale = " (a stale socket there will be replaced)" if fact.occupant == "stale" else ""
     return ok(name, f"{path} is usable{stale}")
+
+
+def check_selinux(setting: str, enabled: bool, source: str) -> Check:
+    """What SELinux is, and whether podmand's bind mounts carry labels (selinux.py)."""
+    state = f"SELinux is {'enabled' if enabled else 'not enabled'} (from {source})"
+    if setting == "off" and enabled:
+        return warn(
+            "selinux",
+            f"{state} but selinux = off: podmand's bind mounts carry no label, so the supervisor "
+            "cannot read its binary, token or TLS files on an enforcing host",
+            "set selinux = auto (--selinux=auto / PODMAND_SELINUX=auto)",
+        )
+    if selinux.relabel(setting, enabled):
+        extra = "" if enabled else ", which Podman ignores here"
+        return ok("selinux", f"{state}; selinux = {setting}: podmand labels its bind mounts (Z for per-sandbox "
+                             f"files, z for the shared supervisor binary){extra}")
+    return ok("selinux", f"{state}; selinux = {setting}: podmand adds no labels")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import admission, fence, identity, imagefiles, names, state, tokens
+from . import admission, cdi, fence, identity, imagefiles, names, proxy, registryauth, selinux, state, tokens
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
 from .credentials import BadCredential, CredentialSigner
@@ -39,7 +39,7 @@ from .podman import (
 )
 from .pullprogress import HEARTBEAT as PULL_HEARTBEAT
 from .pullprogress import REASON as PULLING
-from .pullprogress import PullProgress
+from .pullprogress import Inactivity, PullProgress, PullStalled
 from .spec import (
     Plan,
     Provision,
@@ -139,6 +139,8 @@ class Driver:
         self._unwatched: dict[str, bool] = {}
         self._fence: dict[str, pb.DriverFenceEvidence] = {}
         self._accounts: dict[str, tuple[str, ...]] = {}  # image ID -> (/etc/passwd, /etc/group)
+        self.gpus = cdi.GpuSelector(tuple(settings.cdi_spec_dirs))
+        self._selinux: bool | None = None  # label own bind mounts; decided on the first create
         self._probes: dict[str, asyncio.Task[None]] = {}
         self._waiters: dict[str, asyncio.Task[None]] = {}
         self._announced: set[tuple[str, str]] = set()
@@ -271,7 +273,11 @@ class Driver:
 
     async def validate(self, sandbox: pb.DriverSandbox | None) -> Plan:
         plan = validate(sandbox, self.settings)
+        if plan.gpu_count:  # peek: only a create takes devices
+            self.gpus.peek(plan.gpu_count)
         await admission.admit_mounts(self.podman, self.settings, str(self.state_dir), plan.workspace, plan.mounts)
+        if self.settings.image_pull_policy == "never":
+            await self._check_mount_images(plan)
         try:
             image = await self.podman.inspect_image(plan.image)
         except PodmanError as exc:
@@ -292,6 +298,33 @@ class Driver:
             except FailedPrecondition as exc:
                 raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {exc.message}") from exc
         return plan
+
+    async def _check_mount_images(self, plan: Plan) -> None:
+        """Under pull policy 'never', each image mount's image must be here already."""
+        for i, m in enumerate(plan.mounts):
+            if m.kind != "image":
+                continue
+            try:
+                await self.podman.inspect_image(m.source)
+            except PodmanError as exc:
+                if exc.status != 404:
+                    raise
+                raise FailedPrecondition(
+                    f"sandbox.spec.template.driver_config.mounts[{i}].source: image {m.source!r} is not present "
+                    "and the pull policy is 'never'"
+                ) from exc
+
+    def _assign_gpus(self, plan: Plan) -> Plan:
+        """Take ``gpu_count`` devices from the CDI inventory as it is now (round-robin); the
+        plan that comes back names them and asks for no more."""
+        if not plan.gpu_count:
+            return plan
+        try:
+            devices = self.gpus.take(plan.gpu_count)
+        except FailedPrecondition as exc:
+            raise ProvisionFailed("GpuUnavailable", exc.message) from exc
+        log.info("sandbox %s: assigned GPU(s) %s", plan.sandbox_id, ", ".join(devices))
+        return dataclasses.replace(plan, cdi_devices=tuple(devices), gpu_count=0)
 
     def _resolve_from(self, plan: Plan, image_id: str, image_user: str) -> Resolved:
         passwd, group = self._accounts[image_id]
@@ -424,11 +457,22 @@ class Driver:
         self.publish(platform_event(pending.plan.sandbox_id, reason, message, warning=True))
 
     async def _pull(self, ref: str, policy: str, reason: str, sandbox_id: str = "") -> ImageInspect:
-        """Pull per policy and pin the image (its ID, user and environment)."""
+        """Pull per policy (with the operator's registry credentials, abandoned when
+        Podman goes silent) and pin the image (its ID, user and environment)."""
         if policy != "never":
+            auth_file = self.settings.registry_auth_file
             try:
-                await self._pull_reporting(ref, policy, sandbox_id)
+                cred = registryauth.for_image(auth_file, ref)
+            except registryauth.AuthFileError as exc:
+                raise ProvisionFailed(reason, f"pulling image {ref!r}: {exc}") from None
+            try:
+                await self._pull_reporting(ref, policy, sandbox_id, cred.header() if cred else "")
+            except PullStalled as exc:
+                raise ProvisionFailed(reason, str(exc)) from None
             except PodmanError as exc:
+                if registryauth.is_auth_failure(exc.message):
+                    why = registryauth.failure_message(ref, cred, auth_file, exc.message)
+                    raise ProvisionFailed(reason, why) from None
                 raise ProvisionFailed(reason, f"pulling image {ref!r} failed: {exc.message}") from exc
         try:
             info = await self.podman.inspect_image(ref)
@@ -440,36 +484,59 @@ class Driver:
             raise ProvisionFailed(reason, f"inspecting image {ref!r} returned no immutable image ID")
         return info
 
-    async def _pull_reporting(self, ref: str, policy: str, sandbox_id: str) -> None:
+    async def _pull_reporting(
+        self, ref: str, policy: str, sandbox_id: str, auth: str = "", clock: Callable[[], float] = time.monotonic
+    ) -> None:
         """Consume the pull stream, publishing rate-limited ``Pulling`` events (and a
-        heartbeat while Podman is silent) for ``sandbox_id``; see pullprogress."""
-        progress = PullProgress(ref, time.monotonic())
+        heartbeat while Podman is silent) for ``sandbox_id``; see pullprogress. Raises
+        PullStalled (the stream closed, which stops Podman's pull) after
+        ``pull_inactivity_timeout`` seconds without a line."""
+        progress = PullProgress(ref, clock())
+        quiet = Inactivity(self.settings.pull_inactivity_timeout, clock())
 
         def report(meta: dict[str, str] | None) -> None:
             if meta is not None and sandbox_id:
                 self.publish(platform_event(sandbox_id, PULLING, progress.message(), metadata=meta))
 
-        lines = aiter(self.podman.pull_image(ref, policy))
-        next_line: asyncio.Task[Any] | None = None
-        try:
-            while True:
-                next_line = next_line or asyncio.ensure_future(anext(lines))
-                done, _ = await asyncio.wait({next_line}, timeout=PULL_HEARTBEAT)
-                if not done:
-                    report(progress.heartbeat(time.monotonic()))
-                    continue
-                try:
-                    line = next_line.result()
-                except StopAsyncIteration:
+        async with contextlib.aclosing(self.podman.pull_image(ref, policy, auth)) as lines:
+            next_line: asyncio.Task[Any] | None = None
+            try:
+                while True:
+                    next_line = next_line or asyncio.ensure_future(anext(lines))
+                    left = quiet.remaining(clock())
+                    wait = PULL_HEARTBEAT if left is None else max(0.0, min(PULL_HEARTBEAT, left))
+                    done, _ = await asyncio.wait({next_line}, timeout=wait)
+                    if not done:
+                        if quiet.expired(clock()):
+                            raise PullStalled(quiet.message(ref))
+                        report(progress.heartbeat(clock()))
+                        continue
+                    try:
+                        line = next_line.result()
+                    except StopAsyncIteration:
+                        next_line = None
+                        return
                     next_line = None
-                    return
-                next_line = None
-                report(progress.feed(line.stream, time.monotonic()))
-        finally:
-            if next_line is not None:
-                next_line.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, PodmanError, PodmanUnavailable):
-                    await next_line
+                    quiet.touch(clock())
+                    report(progress.feed(line.stream, clock()))
+            finally:
+                if next_line is not None:
+                    next_line.cancel()
+                    ended = (asyncio.CancelledError, StopAsyncIteration, PodmanError, PodmanUnavailable)
+                    with contextlib.suppress(*ended):
+                        await next_line
+
+    async def _relabel(self) -> bool:
+        """Whether podmand's own bind mounts get SELinux labels (selinux.py); with
+        ``selinux = auto``, Podman is asked once."""
+        if self._selinux is None:
+            setting, enabled = self.settings.selinux, False
+            if setting == "auto":
+                enabled, source = selinux.detect((await self.podman.info()).host.security.selinuxEnabled)
+                log.info("SELinux is %s (from %s)", "enabled" if enabled else "not enabled", source)
+            self._selinux = selinux.relabel(setting, enabled)
+            log.info("podmand's own bind mounts %s SELinux labels", "carry" if self._selinux else "carry no")
+        return self._selinux
 
     async def _provision_once(self, pending: Pending) -> None:
         plan, s = pending.plan, self.settings
@@ -485,10 +552,19 @@ class Driver:
             raise ProvisionFailed("SupervisorImageUnavailable", exc.message) from exc
         self._set_pending(pending, "Starting", f"Pulling image {plan.image}")
         image = await self._pull(plan.image, s.image_pull_policy, "ImagePullFailed", plan.sandbox_id)
+        mount_images = {  # driver_config image mounts: pulled with the sandbox's policy, pinned by ID
+            m.source: (await self._pull(m.source, s.image_pull_policy, "ImagePullFailed", plan.sandbox_id)).id
+            for m in plan.mounts
+            if m.kind == "image"
+        }
         try:
             workload = await self._resolve_identity(plan, image.id, image.config.user)
         except FailedPrecondition as exc:
             raise ProvisionFailed("WorkloadIdentityInvalid", exc.message) from exc
+        try:  # read again for each container: a rotated credential applies from the next one
+            self.files.write_proxy(plan.sandbox_id, *proxy.read_files(s))
+        except proxy.ProxyFileError as exc:
+            raise ProvisionFailed("UpstreamProxyInvalid", str(exc)) from exc
         self.publish(
             platform_event(
                 plan.sandbox_id,
@@ -502,6 +578,7 @@ class Driver:
             )
         )
         self._set_pending(pending, "ContainerStarting", "Creating the sandbox container")
+        plan = pending.plan = self._assign_gpus(plan)  # a retry keeps the devices
         async with self._network_lock(plan.workspace):
             network = await self._ensure_network(plan.workspace)
             prov = Provision(
@@ -513,6 +590,8 @@ class Driver:
                 secrets_dir=str(self.files.dir(plan.sandbox_id)),
                 instance=pending.instance,
                 identity=workload,
+                selinux=await self._relabel(),
+                mount_images=mount_images,
             )
             spec = container_spec(plan, s, prov)
             container_id = await self._create_container(plan, spec)

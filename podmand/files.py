@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from . import names
+from . import names, proxy
 
 DIR_MODE = 0o711
 
@@ -63,6 +63,12 @@ class SandboxFiles:
             self.write(sandbox_id, "sandbox.jwt", token.strip().encode() + b"\n")
         for name, src in tls.items():
             self.write(sandbox_id, name, src.read_bytes())
+
+    def write_proxy(self, sandbox_id: str, auth: bytes | None, ca_bundle: bytes | None) -> None:
+        """The corporate proxy's credential and CA bundle, copied per sandbox and mounted like the token."""
+        for name, data in ((proxy.AUTH_FILE, auth), (proxy.CA_FILE, ca_bundle)):
+            if data is not None:
+                self.write(sandbox_id, name, data)
 
     def write(self, sandbox_id: str, name: str, data: bytes) -> None:
         """Replace one root-only file (launch bundle, driver credential) atomically."""

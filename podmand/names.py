@@ -106,6 +106,22 @@ STEP_PULLING = "pulling_image"
 STEP_STARTING = "starting_sandbox"
 
 
+# An OCI image reference as Podman parses it: [domain[:port]/]path[:tag][@digest],
+# or a bare image ID. Checked up front so a typo is INVALID_ARGUMENT, not a failed pull.
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_RE = re.compile(
+    rf"(?:(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    rf"(?::[0-9]+)?)/)?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+_IMAGE_ID_RE = re.compile(r"(?:sha256:)?[0-9a-f]{64}")
+
+
+def is_image_reference(image: str) -> bool:
+    return len(image) <= 1024 and bool(_IMAGE_RE.fullmatch(image) or _IMAGE_ID_RE.fullmatch(image))
+
+
 def runtime_identity(instance: str, generation: str) -> str:
     """Opaque to the gateway: a stable part (the sandbox's container instance)
     and a part that changes with every start."""

@@ -33,17 +33,21 @@ def admission_policy(settings: Settings) -> str:
 # The sandbox's own credential is minted, mounted and vouched for by AuthenticateSandbox:
 # tests/e2e/test_conformance.py::test_token_sources.
 SANDBOX_AUTHENTICATION = True
-# Nothing discovers GPUs, so podmand cannot pick devices for a plain gpu.count (refused,
-# FAILED_PRECONDITION); explicit CDI device IDs in driver_config are not a count selection.
-GPU_COUNT_SELECTION = False
-# No default GPU either: a gpu request without driver_config.cdi_devices is refused.
-GPU_DEFAULT_SELECTION = False
+# GPU bits follow the CDI inventory as it is at each call (cdi.py; re-read at each create too):
+# with selectable NVIDIA devices podmand picks them for a plain gpu.count or a gpu request with
+# no count (tests/e2e/test_resources.py::test_gpu_count_assigns_cdi_devices); with none, both
+# are refused (FAILED_PRECONDITION), so both bits are false. Explicit driver_config.cdi_devices
+# work either way and are not a selection.
 # podmand reports container state, not the supervisor's readiness.
 RUNTIME_READINESS = False
 
 
-def capabilities(settings: Settings, *, limits_enforced: bool) -> pb.GetCapabilitiesResponse:
-    """``limits_enforced``: Podman applies CPU and memory limits (not rootless cgroup v1)."""
+def capabilities(
+    settings: Settings, *, limits_enforced: bool, gpus_selectable: bool = False
+) -> pb.GetCapabilitiesResponse:
+    """``limits_enforced``: Podman applies CPU and memory limits (not rootless cgroup v1, where
+    it drops them and the requests too: there is no bit for requests, so none is claimed);
+    ``gpus_selectable``: the CDI inventory has devices for a plain GPU request."""
     return pb.GetCapabilitiesResponse(
         driver_name="podman",
         driver_version=__version__,
@@ -55,7 +59,7 @@ def capabilities(settings: Settings, *, limits_enforced: bool) -> pb.GetCapabili
             cpu=pb.CpuResourceCapabilities(limit_supported=limits_enforced),
             memory=pb.MemoryResourceCapabilities(limit_supported=limits_enforced),
             gpu=pb.GpuResourceCapabilities(
-                default_selection_supported=GPU_DEFAULT_SELECTION, count_selection_supported=GPU_COUNT_SELECTION
+                default_selection_supported=gpus_selectable, count_selection_supported=gpus_selectable
             ),
         ),
         rootfs_tar_staging_dir="",
@@ -69,6 +73,18 @@ def capabilities(settings: Settings, *, limits_enforced: bool) -> pb.GetCapabili
         ),
         resource_admission_policy=admission_policy(settings),
     )
+
+
+def with_gpus(response: pb.GetCapabilitiesResponse, selectable: bool) -> pb.GetCapabilitiesResponse:
+    """``response`` with its GPU bits set from the current inventory (everything else as built)."""
+    gpu = response.resource_capabilities.gpu
+    if (gpu.default_selection_supported, gpu.count_selection_supported) == (selectable, selectable):
+        return response
+    current = pb.GetCapabilitiesResponse()
+    current.CopyFrom(response)
+    current.resource_capabilities.gpu.default_selection_supported = selectable
+    current.resource_capabilities.gpu.count_selection_supported = selectable
+    return current
 
 
 def check_gateway(request: pb.GetCapabilitiesRequest, ours: ext.PeerMetadata) -> None:

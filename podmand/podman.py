@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import re
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,6 +186,7 @@ class PullLine(msgspec.Struct):
 
 class HostSecurity(msgspec.Struct):
     rootless: bool = False
+    selinuxEnabled: bool | None = None  # None: this Podman does not say
 
 
 class HostInfo(msgspec.Struct):
@@ -294,8 +295,11 @@ async def _iter_body(reader: asyncio.StreamReader, status: int, headers: Mapping
             yield data
 
 
-def _build_request(method: str, path: str, body: bytes | None, content_type: str) -> bytes:
+def _build_request(
+    method: str, path: str, body: bytes | None, content_type: str, headers: Mapping[str, str] | None = None
+) -> bytes:
     lines = [f"{method} {path} HTTP/1.1", "Host: d", "User-Agent: podmand"]
+    lines += [f"{key}: {value}" for key, value in (headers or {}).items()]
     if body is not None:
         lines += [f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
     elif method in ("POST", "PUT"):
@@ -405,21 +409,33 @@ class PodmanClient:
 
     @contextlib.asynccontextmanager
     async def stream(
-        self, method: str, path: str, *, query: Mapping[str, Any] | None = None, json: Any = None
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Open a dedicated connection and yield an iterator of body lines."""
-        async with self._chunks(method, path, query=query, json=json) as chunks:
+        async with self._chunks(method, path, query=query, json=json, headers=headers) as chunks:
             yield _lines(chunks)
 
     @contextlib.asynccontextmanager
     async def _chunks(
-        self, method: str, path: str, *, query: Mapping[str, Any] | None = None, json: Any = None
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Open a dedicated connection and yield an iterator of body chunks."""
         body = msgspec.json.encode(json) if json is not None else None
         conn = await self._connect()
         try:
-            conn.writer.write(_build_request(method, _path(path, query), body, "application/json"))
+            conn.writer.write(_build_request(method, _path(path, query), body, "application/json", headers))
             await conn.writer.drain()
             status, headers = await _read_head(conn.reader)
             if status >= 400:
@@ -498,9 +514,13 @@ class PodmanClient:
         resp = await self.call("GET", f"/images/{quote(ref)}/json")
         return msgspec.json.decode(resp.body, type=ImageInspect)
 
-    async def pull_image(self, ref: str, policy: str) -> AsyncIterator[PullLine]:
-        """Pull, yielding progress lines; raises PodmanError on a failed pull."""
-        async with self.stream("POST", "/images/pull", query={"reference": ref, "policy": policy}) as lines:
+    async def pull_image(self, ref: str, policy: str, auth: str = "") -> AsyncGenerator[PullLine, None]:
+        """Pull, yielding progress lines; raises PodmanError on a failed pull. ``auth``:
+        an X-Registry-Auth value (registryauth), sent with this request only.
+        No deadline here: the caller abandons a silent pull by closing the iterator."""
+        headers = {"X-Registry-Auth": auth} if auth else None
+        query = {"reference": ref, "policy": policy}
+        async with self.stream("POST", "/images/pull", query=query, headers=headers) as lines:
             async for line in lines:
                 item = msgspec.json.decode(line, type=PullLine)
                 if item.error:

@@ -9,13 +9,19 @@ only set when a line states sizes (``12.3MiB / 45.6MiB``), which 4.3.1 never doe
 Events are rate-limited: one per completed blob, otherwise at most one per
 ``interval`` seconds, plus a heartbeat (see :data:`HEARTBEAT`) while a pull is
 silent, so a client waiting on the stream can tell a slow pull from a stuck one.
+
+A pull silent for ``pull_inactivity_timeout`` seconds is abandoned (:class:`Inactivity`):
+a registry that accepts and never answers must not hang a create forever. Closing
+the stream is what stops it: libpod cancels a pull whose client went away.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 from . import names
+from .config import ConfigError, Settings, _describe
 
 REASON = "Pulling"
 HEARTBEAT = 10.0  # seconds without a line before "still pulling" is published again
@@ -30,6 +36,41 @@ _BLOB = re.compile(r"Copying blob (?:sha256:)?([0-9a-f]{6,64})(.*)")
 _SIZES = re.compile(r"([\d.]+)\s*([KMGT]i?B|B)\s*/\s*([\d.]+)\s*([KMGT]i?B|B)")
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+SETTING = "pull_inactivity_timeout"
+
+
+def check_settings(s: Settings) -> None:
+    value = s.pull_inactivity_timeout
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"invalid setting {_describe(SETTING)}: must be a number of seconds, zero (never) or more")
+
+
+class PullStalled(Exception):
+    """Podman sent nothing for the whole inactivity timeout."""
+
+
+class Inactivity:
+    """When a pull has been silent too long; pure (time is passed in). A timeout of 0 never fires."""
+
+    def __init__(self, timeout: float, now: float) -> None:
+        self.timeout = timeout
+        self.last = now
+
+    def touch(self, now: float) -> None:
+        self.last = now
+
+    def remaining(self, now: float) -> float | None:
+        """Seconds left before the pull is abandoned (None: never)."""
+        return None if self.timeout <= 0 else self.last + self.timeout - now
+
+    def expired(self, now: float) -> bool:
+        left = self.remaining(now)
+        return left is not None and left <= 0
+
+    def message(self, image: str) -> str:
+        return f"no progress from Podman for {self.timeout:g} s pulling {image!r} ({SETTING})"
 
 
 def _bytes(number: str, unit: str) -> int:

@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 
 import grpc
 
-from . import logs
+from . import cdi, logs
 from ._proto import compute_driver_pb2 as pb
 from .driver import Driver
 from .errors import DriverError
-from .negotiation import check_gateway
+from .negotiation import check_gateway, with_gpus
 from .podman import PodmanError, PodmanUnavailable
 from .watcher import End, Hub
 
@@ -77,7 +77,7 @@ class ComputeDriverServicer:
     async def GetCapabilities(self, request: pb.GetCapabilitiesRequest, context: Any) -> pb.GetCapabilitiesResponse:
         async def call() -> pb.GetCapabilitiesResponse:
             check_gateway(request, self.capabilities.extension)
-            return self.capabilities
+            return with_gpus(self.capabilities, cdi.selectable(self.driver.gpus.inventory().gpus))
 
         return await self._run("GetCapabilities", "", context, call)
 

@@ -10,30 +10,26 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import math
 import posixpath
 import re
-from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2
-
-from . import admission, names, tokens
+from . import cdi, drivercfg, names, proxy, selinux, tokens
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
+from .drivercfg import Mount
 from .errors import DriverError, FailedPrecondition, InvalidArgument
 from .identity import Resolved
+from .names import is_image_reference
+from .resources import Resources, resources
 
 # Patterns are used with fullmatch: "$" alone would let "abc\n" through.
 _ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_CPU_RE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(m?)")
-_MEM_RE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E)?")
 _SOCKET_RE = re.compile(r"/[A-Za-z0-9._/-]+")
 MAX_ID = names.MAX_ID
 MAX_ENV_KEY = 256
-MAX_QUANTITY = 64  # characters of a resource quantity
 MAX_LABEL_KEY = 253
 MAX_LABEL_VALUE = 4096
 MAX_LABELS_TOTAL = 64 * 1024  # bytes of all template labels: they travel in every Podman event
@@ -66,29 +62,6 @@ _SHARED_PARENTS = frozenset(
         "/var/run/netns",
     }
 )
-_MEM_UNITS = {
-    "": 1,
-    "k": 10**3,
-    "K": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-CPU_PERIOD = 100_000
-MIN_CPU_QUOTA = 1_000  # the kernel refuses a CFS quota below 1 ms
-MAX_CPUS = 1024  # host-independent bound: a quota Podman and the kernel accept
-MIN_MEMORY = 6 * 2**20  # Podman refuses less than 6 MiB
-MAX_MEMORY = 2**50  # 1 PiB: far below int64, far above any host
-DEFAULT_CPU_QUOTA = 2 * CPU_PERIOD
-DEFAULT_MEMORY = 4 * 2**30
 CAP_ADD = ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYSLOG", "DAC_READ_SEARCH", "SETPCAP"]
 # Upstream also drops KILL; podmand keeps it: the supervisor (root) forwards the
 # stop signal to a workload running as another uid, which needs CAP_KILL, or
@@ -97,15 +70,6 @@ CAP_DROP = ["DAC_OVERRIDE", "FSETID", "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", 
 STOP_SIGNAL = 15  # the only signal the supervisor (PID 1) handles
 DEFAULT_COMMAND = ["/bin/bash", "-l"]
 MAX_TOKEN_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True)
-class Mount:
-    kind: str  # bind | volume | tmpfs
-    target: str
-    source: str = ""
-    read_only: bool = True
-    options: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,11 +87,11 @@ class Plan:
     tty: bool
     await_attach: bool
     ssh_socket_path: str
-    cpu_quota: int
-    memory_bytes: int
+    resources: Resources
     userns: str
     mounts: tuple[Mount, ...] = ()
     cdi_devices: tuple[str, ...] = ()
+    gpu_count: int = 0  # GPUs podmand assigns from its CDI inventory at create (none given explicitly)
     driver_config_used: bool = False
     spec_hash: str = ""
     intent: str = ""
@@ -157,22 +121,6 @@ def _shown(value: str) -> str:
     return repr(value) if len(value) <= MAX_ID else f"({len(value)} characters)"
 
 
-# An OCI image reference as Podman parses it: [domain[:port]/]path[:tag][@digest],
-# or a bare image ID. Checked up front so a typo is INVALID_ARGUMENT, not a failed pull.
-_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE_RE = re.compile(
-    rf"(?:(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
-    rf"(?::[0-9]+)?)/)?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
-    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
-)
-_IMAGE_ID_RE = re.compile(r"(?:sha256:)?[0-9a-f]{64}")
-
-
-def is_image_reference(image: str) -> bool:
-    return len(image) <= 1024 and bool(_IMAGE_RE.fullmatch(image) or _IMAGE_ID_RE.fullmatch(image))
-
-
 def check_name(where: str, value: str, *, required: bool) -> None:
     """Ids, names and workspaces: they become file names, container and volume
     names and label filters, so the whole value must match."""
@@ -184,54 +132,6 @@ def check_name(where: str, value: str, *, required: bool) -> None:
         raise InvalidArgument(
             f"{where}: {_shown(value)} must be 1-{MAX_ID} characters of [a-zA-Z0-9._-] starting with a letter or digit"
         )
-
-
-def parse_cpu(where: str, text: str) -> int:
-    """A Kubernetes CPU quantity as a CFS quota in microseconds per 100 ms."""
-    match = _CPU_RE.fullmatch(text.strip()) if len(text) <= MAX_QUANTITY else None
-    if not match:
-        raise InvalidArgument(f"{where}: {_shown(text)} is not a CPU quantity (e.g. 500m, 2, 1.5)")
-    cores = Decimal(match.group(1)) / (1000 if match.group(2) else 1)
-    if cores > MAX_CPUS:
-        raise InvalidArgument(f"{where}: {text!r} is above the maximum of {MAX_CPUS} CPUs")
-    quota = int(cores * CPU_PERIOD)
-    if quota < MIN_CPU_QUOTA:
-        raise InvalidArgument(f"{where}: {text!r} is below the minimum of 10m")
-    return quota
-
-
-def parse_memory(where: str, text: str) -> int:
-    """A Kubernetes memory quantity in bytes."""
-    match = _MEM_RE.fullmatch(text.strip()) if len(text) <= MAX_QUANTITY else None
-    if not match:
-        raise InvalidArgument(f"{where}: {_shown(text)} is not a memory quantity (e.g. 512Mi, 4Gi, 1.5G)")
-    try:
-        value = int(Decimal(match.group(1)) * _MEM_UNITS[match.group(2) or ""])
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
-        raise InvalidArgument(f"{where}: {text!r} is not a memory quantity") from exc
-    if value < MIN_MEMORY:
-        raise InvalidArgument(f"{where}: {text!r} is below the minimum of 6Mi")
-    if value > MAX_MEMORY:
-        raise InvalidArgument(f"{where}: {text!r} is above the maximum of 1Pi")
-    return value
-
-
-def _resources(tpl: pb.DriverSandboxTemplate) -> tuple[int, int]:
-    res = tpl.resources
-    base = "sandbox.spec.template.resources"
-    cpu = parse_cpu(f"{base}.cpu_limit", res.cpu_limit) if res.cpu_limit else DEFAULT_CPU_QUOTA
-    mem = parse_memory(f"{base}.memory_limit", res.memory_limit) if res.memory_limit else DEFAULT_MEMORY
-    if res.cpu_request:
-        req = parse_cpu(f"{base}.cpu_request", res.cpu_request)
-        if res.cpu_limit and req > cpu:
-            raise InvalidArgument(f"{base}.cpu_request: {res.cpu_request!r} exceeds cpu_limit {res.cpu_limit!r}")
-    if res.memory_request:
-        req = parse_memory(f"{base}.memory_request", res.memory_request)
-        if res.memory_limit and req > mem:
-            raise InvalidArgument(
-                f"{base}.memory_request: {res.memory_request!r} exceeds memory_limit {res.memory_limit!r}"
-            )
-    return cpu, mem
 
 
 def _env(where: str, env: Any) -> dict[str, str]:
@@ -285,132 +185,15 @@ def check_socket_path(where: str, path: str, error: type[DriverError] = InvalidA
     return path
 
 
-def _check_finite(where: str, value: struct_pb2.Value) -> None:
-    """NaN and Infinity are not JSON; protobuf's JSON conversion raises on them."""
-    kind = value.WhichOneof("kind")
-    if kind == "number_value" and not math.isfinite(value.number_value):
-        raise InvalidArgument(f"{where}: must be a finite number, not {value.number_value}")
-    if kind == "struct_value":
-        for key, item in value.struct_value.fields.items():
-            _check_finite(f"{where}.{key}", item)
-    elif kind == "list_value":
-        for i, item in enumerate(value.list_value.values):
-            _check_finite(f"{where}[{i}]", item)
-
-
-def normalize_target(where: str, target: str) -> str:
-    if not isinstance(target, str) or not target.startswith("/") or target != target.strip() or _CONTROL.search(target):
-        raise InvalidArgument(f"{where}: mount target must be an absolute path")
-    parts = [p for p in target.split("/") if p]
-    if any(p in (".", "..") for p in parts) or not parts:
-        raise InvalidArgument(f"{where}: mount target {target!r} must be normalised and not '/'")
-    norm = "/" + "/".join(parts)
-    for root in names.RESERVED_ROOTS:
-        if norm == root or norm.startswith(root + "/") or root.startswith(norm + "/"):
-            raise InvalidArgument(f"{where}: mount target {norm!r} conflicts with reserved OpenShell path {root!r}")
-    return norm
-
-
-def _driver_config(sandbox: pb.DriverSandbox, settings: Settings) -> tuple[tuple[Mount, ...], tuple[str, ...], bool]:
-    tpl = sandbox.spec.template
-    if not tpl.HasField("driver_config") or not tpl.driver_config.fields:
-        return (), (), False
-    where = "sandbox.spec.template.driver_config"
-    if not settings.allow_driver_config:
-        raise FailedPrecondition(
-            f"{where}: caller driver config is disabled; a gateway administrator must enable allow_driver_config"
-        )
-    for key, value in tpl.driver_config.fields.items():
-        _check_finite(f"{where}.{key}", value)
-    try:
-        cfg = json_format.MessageToDict(tpl.driver_config)
-    except ValueError as exc:  # e.g. a Value with no kind set
-        raise InvalidArgument(f"{where}: not valid JSON: {exc}") from exc
-    unknown = set(cfg) - {"cdi_devices", "mounts"}
-    if unknown:
-        raise InvalidArgument(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    devices = cfg.get("cdi_devices", [])
-    if not isinstance(devices, list) or not all(isinstance(d, str) and d.strip() for d in devices):
-        raise InvalidArgument(f"{where}.cdi_devices: must be a list of non-empty strings")
-    if len(set(devices)) != len(devices):
-        raise InvalidArgument(f"{where}.cdi_devices: contains duplicate device IDs")
-    mounts: list[Mount] = []
-    seen: set[str] = set()
-    raw_mounts = cfg.get("mounts", [])
-    if not isinstance(raw_mounts, list):
-        raise InvalidArgument(f"{where}.mounts: must be a list")
-    for i, m in enumerate(raw_mounts):
-        mw = f"{where}.mounts[{i}]"
-        if not isinstance(m, dict):
-            raise InvalidArgument(f"{mw}: must be an object")
-        kind = m.get("type")
-        allowed = {
-            "bind": {"source", "target", "read_only"},
-            "volume": {"source", "target", "read_only"},
-            "tmpfs": {"target", "size_bytes", "mode"},
-        }
-        if kind not in allowed:
-            raise InvalidArgument(f"{mw}.type: must be bind, volume or tmpfs")
-        extra = set(m) - allowed[kind] - {"type"}
-        if extra:
-            raise InvalidArgument(f"{mw}: unknown field(s) {', '.join(sorted(extra))}")
-        target = normalize_target(f"{mw}.target", m.get("target", ""))
-        if target in seen:
-            raise InvalidArgument(f"{mw}.target: duplicate mount target {target!r}")
-        seen.add(target)
-        read_only = m.get("read_only", True)
-        if not isinstance(read_only, bool):
-            raise InvalidArgument(f"{mw}.read_only: must be a boolean")
-        if kind == "bind":
-            if admission.policy(settings).enabled:
-                raise FailedPrecondition(f"{mw}: {admission.HOST_MOUNT_REFUSED}")
-            if not settings.enable_bind_mounts:
-                raise FailedPrecondition(f"{mw}: bind mounts require enable_bind_mounts (OPENSHELL_ENABLE_BIND_MOUNTS)")
-            source = m.get("source", "")
-            if not isinstance(source, str) or not posixpath.isabs(source) or _CONTROL.search(source):
-                raise InvalidArgument(f"{mw}.source: bind source must be an absolute host path")
-            mounts.append(Mount("bind", target, source, read_only))
-        elif kind == "volume":
-            source = m.get("source", "")
-            if not isinstance(source, str) or len(source) > 255 or not names.ID_RE.fullmatch(source):
-                raise InvalidArgument(f"{mw}.source: must be a Podman volume name")
-            mounts.append(Mount("volume", target, source, read_only))
-        else:
-            opts = ["rw", "nosuid", "nodev"]
-            size, mode = m.get("size_bytes"), m.get("mode")
-            if size is not None:
-                if not isinstance(size, (int, float)) or size != int(size) or not 0 < size <= MAX_MEMORY:
-                    raise InvalidArgument(f"{mw}.size_bytes: must be a positive integer of at most 1Pi")
-                opts.append(f"size={int(size)}")
-            if mode is not None:
-                if not isinstance(mode, (int, float)) or mode != int(mode) or not 0 <= mode <= 0o7777:
-                    raise InvalidArgument(f"{mw}.mode: must be an integer permission mode")
-                opts.append(f"mode={int(mode):o}")
-            mounts.append(Mount("tmpfs", target, "", False, tuple(opts)))
-    return tuple(mounts), tuple(devices), True
-
-
-def _gpu(sandbox: pb.DriverSandbox, devices: tuple[str, ...]) -> tuple[str, ...]:
-    spec = sandbox.spec
-    if not spec.resource_requirements.HasField("gpu"):
-        if devices:
-            raise InvalidArgument("sandbox.spec.template.driver_config.cdi_devices: requires a gpu request")
-        return ()
-    gpu = spec.resource_requirements.gpu
-    count = gpu.count if gpu.HasField("count") else 1
-    if count == 0:
-        raise InvalidArgument("sandbox.spec.resource_requirements.gpu.count: must be greater than 0")
+def _gpu(sandbox: pb.DriverSandbox, devices: tuple[str, ...]) -> tuple[tuple[str, ...], int]:
+    """(explicit CDI devices, how many GPUs podmand assigns itself at create)."""
+    requirements = sandbox.spec.resource_requirements
+    gpu = requirements.gpu if requirements.HasField("gpu") else None
+    count = cdi.requested_count(gpu, "sandbox.spec.resource_requirements.gpu.count")
     if devices:
-        if len(devices) != count:
-            raise InvalidArgument(
-                f"sandbox.spec.resource_requirements.gpu.count: gpu count ({count}) must match "
-                f"driver_config.cdi_devices length ({len(devices)})"
-            )
-        return devices
-    raise FailedPrecondition(
-        "sandbox.spec.resource_requirements.gpu: no NVIDIA CDI GPU devices were discovered; "
-        "set driver_config.cdi_devices explicitly"
-    )
+        cdi.check_explicit(devices, count, "sandbox.spec.template.driver_config.cdi_devices")
+        return devices, 0
+    return (), count or 0
 
 
 def _userns(tpl: pb.DriverSandboxTemplate, settings: Settings) -> str:
@@ -513,9 +296,9 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
     _check_text("sandbox.spec.workload_identity.user", spec.workload_identity.user)
     _check_text("sandbox.spec.workload_identity.group", spec.workload_identity.group)
     userns = _userns(tpl, settings)
-    cpu, mem = _resources(tpl)
-    mounts, devices, used = _driver_config(sandbox, settings)
-    devices = _gpu(sandbox, devices)
+    limits = resources(tpl.resources, settings)
+    mounts, devices, used = drivercfg.parse(tpl, settings, userns=userns, control_paths=(ssh_socket,))
+    devices, gpu_count = _gpu(sandbox, devices)
     spec_hash, intent = encode_intent(sandbox)
     return Plan(
         sandbox_id=sandbox.id,
@@ -529,11 +312,11 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
         tty=spec.tty,
         await_attach=spec.await_main_process_attachment,
         ssh_socket_path=ssh_socket,
-        cpu_quota=cpu,
-        memory_bytes=mem,
+        resources=limits,
         userns=userns,
         mounts=mounts,
         cdi_devices=devices,
+        gpu_count=gpu_count,
         driver_config_used=used,
         spec_hash=spec_hash,
         intent=intent,
@@ -575,6 +358,8 @@ class Provision:
     secrets_dir: str
     instance: str
     identity: Resolved
+    selinux: bool = False  # label podmand's own bind mounts for SELinux (see selinux.py)
+    mount_images: dict[str, str] = field(default_factory=dict)  # image mount reference -> pulled image ID
 
 
 def identity_label(identity: Resolved) -> str:
@@ -751,9 +536,18 @@ def _idmap(entries: list[str]) -> list[dict[str, int]]:
     return out
 
 
-def _secret_mount(destination: str, source: str) -> dict[str, Any]:
-    """A root-only file: Podman's "U" chowns it to the container's root in every userns mode."""
-    return {"destination": destination, "type": "bind", "source": source, "options": ["bind", "ro", "U"]}
+def _secret_mount(destination: str, source: str, *, relabel: bool) -> dict[str, Any]:
+    """A root-only per-sandbox file: Podman's "U" chowns it to the container's root in every
+    userns mode; with SELinux, "Z" gives it a label private to this sandbox's container."""
+    options = ["bind", "ro", "U", *([selinux.PRIVATE] if relabel else [])]
+    return {"destination": destination, "type": "bind", "source": source, "options": options}
+
+
+def _proxy_mounts(settings: Settings, secrets: str, *, relabel: bool) -> list[dict[str, Any]]:
+    """The corporate proxy's credential and CA bundle: per-sandbox copies, root-only like the token."""
+    files = [(settings.proxy_auth_file, proxy.AUTH_PATH, proxy.AUTH_FILE),
+             (settings.proxy_ca_bundle, proxy.CA_BUNDLE_PATH, proxy.CA_FILE)]
+    return [_secret_mount(inside, f"{secrets}/{name}", relabel=relabel) for wanted, inside, name in files if wanted]
 
 
 def health_probe(ssh_socket_path: str) -> list[str]:
@@ -768,42 +562,32 @@ def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str,
     secrets = prov.secrets_dir
     mounts: list[dict[str, Any]] = [
         {"destination": names.NETNS_DIR, "type": "tmpfs", "source": "tmpfs", "options": ["rw", "nosuid", "nodev"]},
-        {
+        {  # one file for every sandbox of this supervisor image: a shared SELinux label
             "destination": names.SUPERVISOR_BIN,
             "type": "bind",
             "source": prov.supervisor_path,
-            "options": ["bind", "ro"],
+            "options": ["bind", "ro", *([selinux.SHARED] if prov.selinux else [])],
         },
         # One token source (see sandbox_env).
-        _secret_mount(names.TOKEN_PATH, f"{secrets}/sandbox.jwt")
+        _secret_mount(names.TOKEN_PATH, f"{secrets}/sandbox.jwt", relabel=prov.selinux)
         if plan.has_token
-        else _secret_mount(names.CREDENTIAL_PATH, f"{secrets}/driver.credential"),
+        else _secret_mount(names.CREDENTIAL_PATH, f"{secrets}/driver.credential", relabel=prov.selinux),
     ]
-    if settings.tls_enabled:
-        mounts += [_secret_mount(f"{names.TLS_DIR}/{f}", f"{secrets}/{f}") for f in ("ca.crt", "tls.crt", "tls.key")]
+    if settings.tls_enabled:  # per-sandbox copies, so private like the token
+        mounts += [
+            _secret_mount(f"{names.TLS_DIR}/{f}", f"{secrets}/{f}", relabel=prov.selinux)
+            for f in ("ca.crt", "tls.crt", "tls.key")
+        ]
+    mounts += _proxy_mounts(settings, secrets, relabel=prov.selinux)
     volumes: list[dict[str, Any]] = [{"Name": plan.volume_name, "Dest": names.WORKSPACE_PATH, "Options": ["rw"]}]
-    for m in plan.mounts:
-        if m.kind == "bind":
-            mounts.append(
-                {
-                    "destination": m.target,
-                    "type": "bind",
-                    "source": m.source,
-                    "options": ["rbind", "ro" if m.read_only else "rw"],
-                }
-            )
-        elif m.kind == "tmpfs":
-            mounts.append({"destination": m.target, "type": "tmpfs", "source": "tmpfs", "options": list(m.options)})
-        else:
-            volumes.append({"Name": m.source, "Dest": m.target, "Options": ["ro" if m.read_only else "rw"]})
+    caller = drivercfg.libpod_mounts(plan.mounts, prov.mount_images)
+    mounts += caller.mounts
+    volumes += caller.volumes
     hosts = ["host.openshell.internal"]
     if settings.host_gateway_ip:
         hosts.insert(0, "host.containers.internal")
     hostadd = [f"{h}:{settings.host_gateway_ip or 'host-gateway'}" for h in hosts]
-    limits: dict[str, Any] = {
-        "cpu": {"quota": plan.cpu_quota, "period": CPU_PERIOD},
-        "memory": {"limit": plan.memory_bytes},
-    }
+    limits: dict[str, Any] = plan.resources.libpod()
     if settings.pids_limit:
         limits["pids"] = {"limit": settings.pids_limit}
     spec: dict[str, Any] = {
@@ -812,7 +596,7 @@ def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str,
         "image": prov.image_id,
         "labels": container_labels(plan, prov.instance, prov.identity),
         "entrypoint": [names.SUPERVISOR_BIN],
-        "command": ["--workdir", names.WORKSPACE_PATH],
+        "command": ["--workdir", names.WORKSPACE_PATH, *proxy.supervisor_args(settings)],
         "user": "0:0",
         "cap_add": CAP_ADD,
         "cap_drop": CAP_DROP,
@@ -822,6 +606,7 @@ def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str,
         "unsetenv": unsafe_image_env(prov.image_env),
         "mounts": mounts,
         "volumes": volumes,
+        **({"image_volumes": caller.image_volumes} if caller.image_volumes else {}),
         "netns": {"nsmode": "bridge"},
         "Networks": {prov.network: {}},
         "hostadd": hostadd,

@@ -47,8 +47,11 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # (inside the rootless netns); without it "podman run --network <net>" fails
 # with "netavark: No such file or directory (os error 2)".
 # debootstrap: tests/images/pybase.sh builds the sidecar's Python base with it.
+# docker-registry, apache2-utils (htpasswd), openssl: tests/e2e/test_registry.py runs
+# a private registry with password auth (its own, on loopback, only for the test).
 PACKAGES=(podman runc netavark aardvark-dns uidmap slirp4netns catatonit
-          busybox-static curl iptables gcc libc6-dev python3.11 debootstrap zsh)
+          busybox-static curl iptables gcc libc6-dev python3.11 debootstrap zsh
+          docker-registry apache2-utils openssl)
 
 say()  { printf 'setup-podman: %s\n' "$*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
@@ -95,7 +98,13 @@ ensure_packages() {
     say "installing: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # Packages such as docker-registry would start their own daemon (on :5000, all
+    # interfaces) at install: Debian's policy-rc.d protocol forbids that, and the
+    # file is ours only when it was not there before.
+    local policy=/usr/sbin/policy-rc.d ours=""
+    if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod 0755 "$policy"; ours=1; fi
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || { [ -z "$ours" ] || rm -f "$policy"; return 1; }
+    [ -z "$ours" ] || rm -f "$policy"
     [ -x /usr/bin/python3.11 ] || fail "/usr/bin/python3.11 still missing"
 }
 

@@ -93,8 +93,10 @@ def test_allowed_peer_uid_is_served(make_podmand: Callable[..., Podmand]) -> Non
     assert f"uid {NOBODY}" not in daemon.logs()
 
 
-def test_capability_bits(driver: Podmand) -> None:
-    """Only what is proven: no GPU count or default selection (nothing discovers GPUs)."""
+def test_capability_bits(make_podmand: Callable[..., Podmand]) -> None:
+    """Only what is proven: with no CDI devices, no GPU count or default selection (with
+    devices: tests/e2e/test_resources.py)."""
+    driver = make_podmand({"PODMAND_CDI_SPEC_DIRS": "/nonexistent/podmand-e2e-cdi"})
     caps = driver.stub.GetCapabilities(pb.GetCapabilitiesRequest(gateway=gateway_metadata()))
     gpu = caps.resource_capabilities.gpu
     assert (gpu.count_selection_supported, gpu.default_selection_supported) == (False, False)

@@ -31,6 +31,13 @@ SUPERVISOR = "/opt/openshell/bin/openshell-sandbox"
 TOKEN = "header.s3cr3t-payload.signature"
 TLS_DIR = "/etc/openshell/tls/client"
 TOKEN_FILE = "/etc/openshell/auth/sandbox.jwt"
+PROXY_AUTH = "/etc/openshell/auth/upstream-proxy"
+PROXY_CA = "/etc/openshell/tls/proxy/ca-bundle.pem"
+PROXY_SECRET = "proxyuser:pr0xy-s3cret"
+PROXY_ARGS = ("--workdir", "/sandbox", "--upstream-proxy", "http://proxy.corp:3128")
+PROXY_INVALID = "invalid upstream corporate proxy configuration: "
+CLEARTEXT = ("--upstream-proxy-auth-file sends the credential as cleartext Basic auth over the plain-TCP proxy "
+             "connection; refusing without --upstream-proxy-auth-allow-insecure")
 # the main process records what it is and sees, then exits 0
 PROBE = ("cat /proc/$$/status > /tmp/probe.status; cat /proc/$$/environ > /tmp/probe.environ; "
          "pwd > /tmp/probe.cwd; readlink /proc/$$/fd/0 > /tmp/probe.stdin")
@@ -552,6 +559,50 @@ VIOLATIONS = [
          setup=write("/run/openshell/sock/.keep", "")),
     case("ssh-path-empty", {"OPENSHELL_SSH_SOCKET_PATH": ""},
          "SSH server failed during startup\n  \u2570\u2500\u25b6 No such file or directory (os error 2)"),
+    # the operator's corporate proxy, argv only, fail-closed (contract 2)
+    case("proxy-blank", None, PROXY_INVALID + "--upstream-proxy must not be empty when set",
+         args=("--workdir", "/sandbox", "--upstream-proxy", " ")),
+    case("proxy-socks", None, PROXY_INVALID + "--upstream-proxy is invalid: unsupported proxy scheme 'socks5': "
+         "only http:// forward proxies are supported by the sandbox supervisor",
+         args=("--workdir", "/sandbox", "--upstream-proxy=socks5://proxy.corp:1080")),
+    case("proxy-no-port", None, "--upstream-proxy is invalid: proxy URL must include an explicit proxy port",
+         args=("--workdir", "/sandbox", "--upstream-proxy=http://proxy.corp")),
+    case("proxy-inline-credentials", None,
+         "--upstream-proxy is invalid: proxy URL must not embed credentials; supply them via the proxy auth file",
+         args=("--workdir", "/sandbox", "--upstream-proxy=http://u:p@proxy.corp:3128")),
+    case("proxy-path", None, "--upstream-proxy is invalid: proxy URL must not contain a path",
+         args=("--workdir", "/sandbox", "--upstream-proxy=http://proxy.corp:3128/x")),
+    case("no-proxy-blank", None, PROXY_INVALID + "--upstream-no-proxy must not be empty when set",
+         args=(*PROXY_ARGS, "--upstream-no-proxy=")),
+    case("no-proxy-without-proxy", None,
+         PROXY_INVALID + "--upstream-no-proxy is set but no upstream proxy is configured",
+         args=("--workdir", "/sandbox", "--upstream-no-proxy=internal.corp")),
+    case("ca-without-proxy", None,
+         PROXY_INVALID + "--upstream-proxy-ca-bundle is set but no upstream proxy is configured",
+         args=("--workdir", "/sandbox", f"--upstream-proxy-ca-bundle={PROXY_CA}")),
+    case("auth-without-acknowledgement", None, PROXY_INVALID + CLEARTEXT,
+         args=(*PROXY_ARGS, f"--upstream-proxy-auth-file={PROXY_AUTH}")),
+    case("acknowledgement-without-auth", None, PROXY_INVALID + "--upstream-proxy-auth-allow-insecure is set but "
+         "no --upstream-proxy-auth-file is configured", args=(*PROXY_ARGS, "--upstream-proxy-auth-allow-insecure")),
+    case("auth-file-missing", None, PROXY_INVALID + "failed to open proxy auth file '/etc/openshell/auth/nope': "
+         "No such file or directory (os error 2)", args=(*PROXY_ARGS, "--upstream-proxy-auth-allow-insecure",
+                                                         "--upstream-proxy-auth-file=/etc/openshell/auth/nope")),
+    case("auth-file-directory", None, "proxy auth file '/etc/openshell/auth' is not a regular file",
+         args=(*PROXY_ARGS, "--upstream-proxy-auth-allow-insecure", "--upstream-proxy-auth-file=/etc/openshell/auth")),
+    case("auth-file-too-big", None, f"proxy auth file '{PROXY_AUTH}' exceeds the 4096-byte limit",
+         args=(*PROXY_ARGS, "--upstream-proxy-auth-allow-insecure", f"--upstream-proxy-auth-file={PROXY_AUTH}"),
+         setup=write(PROXY_AUTH, "u:" + "p" * 4095)),
+    case("auth-credential-malformed", None, PROXY_INVALID + f"invalid credential in upstream proxy auth file "
+         f"'{PROXY_AUTH}': credential must use the user:pass form (missing ':')",
+         args=(*PROXY_ARGS, "--upstream-proxy-auth-allow-insecure", f"--upstream-proxy-auth-file={PROXY_AUTH}"),
+         setup=write(PROXY_AUTH, "proxyuser\n")),
+    case("auth-credential-control", None, "credential contains control characters",
+         args=(*PROXY_ARGS, "--upstream-proxy-auth-allow-insecure", f"--upstream-proxy-auth-file={PROXY_AUTH}"),
+         setup=write(PROXY_AUTH, "proxy\ruser:x\n")),
+    case("ca-bundle-missing", None, f"--upstream-proxy-ca-bundle '{PROXY_CA}' could not be read: No such file",
+         args=(*PROXY_ARGS, f"--upstream-proxy-ca-bundle={PROXY_CA}")),
+    case("ca-bundle-not-pem", None, f"--upstream-proxy-ca-bundle '{PROXY_CA}' contains no PEM certificate blocks",
+         args=(*PROXY_ARGS, f"--upstream-proxy-ca-bundle={PROXY_CA}"), setup=write(PROXY_CA, "hello\n")),
     # upstream's order: the first failing stage wins
     case("order-clap-before-spec", {"OPENSHELL_MAIN_PROCESS_SPEC": "", "OPENSHELL_PROXY_UID": "x"},
          "error: invalid value 'x'", code=2),
@@ -781,8 +832,9 @@ def test_stdin_is_held_open(box: Box) -> None:
 
 @pytest.mark.parametrize(("env", "args", "log"), [
     pytest.param({}, ("--workdir=/sandbox", "--upstream-proxy", "http://proxy:3128", "--upstream-no-proxy=.corp",
-                      "--upstream-proxy-auth-file", "/p", "--upstream-proxy-auth-allow-insecure",
-                      "--upstream-proxy-connect-by-hostname"), "ready", id="proxy-flags"),
+                      "--upstream-proxy-connect-by-hostname"),
+                 "upstream proxy proxy:3128 no_proxy=.corp auth_file=- allow_insecure=false connect_target=hostname",
+                 id="proxy-flags"),
     pytest.param({"OPENSHELL_PROXY_UID": "+1337", "OPENSHELL_PROXY_GID": "0"}, ("--workdir", "/sandbox"), "ready",
                  id="proxy-ids"),
     pytest.param({"OPENSHELL_MAIN_PROCESS_SPEC": b64(spec(["/bin/sh", "-c", PROBE]).encode())},
@@ -819,6 +871,21 @@ def test_accepted(box: Box, env: Env, args: tuple[str, ...], log: str) -> None:
     assert log in run.stderr
     assert box.path("/tmp/probe.status").exists()
     assert TOKEN not in run.stderr
+
+
+def test_corporate_proxy_flags_accepted_and_logged(box: Box) -> None:
+    """Every proxy flag a driver passes is checked and logged (never the credential); the
+    sandbox's own HTTPS_PROXY and NO_PROXY change nothing the supervisor uses."""
+    write(PROXY_AUTH, f"  {PROXY_SECRET}\n")(box)
+    write(PROXY_CA, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")(box)
+    run = box.run({"HTTPS_PROXY": "http://evil:1", "NO_PROXY": "*"},
+                  (*PROXY_ARGS, "--upstream-no-proxy=-x.corp,10.0.0.0/8", f"--upstream-proxy-auth-file={PROXY_AUTH}",
+                   "--upstream-proxy-auth-allow-insecure", "--upstream-proxy-connect-by-hostname",
+                   f"--upstream-proxy-ca-bundle={PROXY_CA}"))
+    assert run.proc.returncode == 0, run.stderr
+    assert (f"upstream proxy proxy.corp:3128 no_proxy=-x.corp,10.0.0.0/8 auth_file={PROXY_AUTH} "
+            f"allow_insecure=true connect_target=hostname ca_bundle={PROXY_CA}") in run.stderr
+    assert PROXY_SECRET not in run.stderr and "evil" not in run.stderr
 
 
 def test_process_only_mode_needs_no_network_caps(box: Box) -> None:

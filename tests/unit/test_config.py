@@ -382,6 +382,18 @@ BAD: dict[str, tuple[str | int, str]] = {
     "watch_buffer": ("big", "expected a whole number, got 'big'"),
     "allow_host_userns": ("maybe", "expected true or false, got 'maybe'"),
     "allowed_peer_uids": ("1000,root", "expected a whole number, got 'root'"),
+    "registry_auth_file": ("auth.json", "must be an absolute path"),
+    "pull_inactivity_timeout": ("-5", "must be a number of seconds, zero (never) or more"),
+    "default_cpu_limit": ("lots", "'lots' is not a CPU quantity (e.g. 500m, 2, 1.5); or 'unlimited'"),
+    "default_memory_limit": ("1k", "'1k' is below the minimum of 6Mi; or 'unlimited'"),
+    "cdi_spec_dirs": ("/etc/cdi,cdi", "'cdi' is not an absolute path"),
+    "selinux": ("enforcing", "expected one of: auto, on, off; got 'enforcing'"),
+    "https_proxy": ("socks5://proxy:1080", "https_proxy unsupported proxy scheme 'socks5'"),
+    "no_proxy": (".corp", "no_proxy is set but no https_proxy is configured"),
+    "proxy_auth_file": ("/etc/proxy-auth", "proxy_auth_file is set but no https_proxy is configured"),
+    "proxy_auth_allow_insecure": ("maybe", "expected true or false, got 'maybe'"),
+    "proxy_connect_by_hostname": ("maybe", "expected true or false, got 'maybe'"),
+    "proxy_ca_bundle": ("/etc/ca.pem", "proxy_ca_bundle is set but no https_proxy is configured"),
 }
 
 
@@ -413,13 +425,22 @@ def test_bad_value_message_names_the_setting_and_what_it_takes(opt: config.Optio
     assert "Expected `" not in text and "Invalid enum" not in text
 
 
-@pytest.mark.parametrize("opt", [o for o in config.OPTIONS if BAD[o.field][1].startswith("expected true")],
+@pytest.mark.parametrize("opt", [o for o in config.OPTIONS if BAD[o.field][1].startswith("expected true")
+                                 and o.field != "proxy_auth_allow_insecure"],  # tests/unit/test_proxy.py
                          ids=lambda opt: opt.field)
 def test_every_bool_flag_is_a_bare_switch_or_takes_a_value(opt: config.Option) -> None:
     """``--flag`` alone means true and ``--flag=false`` false, for every boolean setting."""
-    assert getattr(load(args=flags(opt.flag), environ={opt.env: "false"}), opt.field) is True
-    assert getattr(load(args=flags(f"{opt.flag}=false"), environ={opt.env: "true"}), opt.field) is False
-    assert getattr(load(args=flags(opt.flag, "no"), environ={}), opt.field) is False
+    base = bool_context(opt.field)
+    assert getattr(load(args=flags(opt.flag), environ={**base, opt.env: "false"}), opt.field) is True
+    assert getattr(load(args=flags(f"{opt.flag}=false"), environ={**base, opt.env: "true"}), opt.field) is False
+    assert getattr(load(args=flags(opt.flag, "no"), environ=base), opt.field) is False
+
+
+def bool_context(field: str) -> dict[str, str]:
+    """The other settings a boolean needs before it may be true (the proxy's, as upstream)."""
+    if not field.startswith("proxy_"):
+        return {}
+    return {"OPENSHELL_SANDBOX_HTTPS_PROXY": "http://proxy.corp:3128"}
 
 
 def test_numbers_forgive_spaces_and_choices_any_case() -> None:

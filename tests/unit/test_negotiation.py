@@ -5,14 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
-from podmand import negotiation, spec
+from podmand import negotiation
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import extension_pb2 as ext
 from podmand.config import Settings
-from podmand.errors import DriverError, FailedPrecondition
+from podmand.errors import FailedPrecondition
 
 CONTRACT = "openshell.compute.contract"
 DEFAULT_POLICY = (
@@ -55,21 +54,20 @@ def test_capabilities_fields() -> None:
     assert caps.resource_capabilities.gpu.default_selection_supported is False
 
 
-@pytest.mark.parametrize("allow_driver_config", [False, True])
-def test_gpu_bits_false_because_a_plain_request_is_refused(allow_driver_config: bool) -> None:
-    """Nothing discovers GPUs: a plain gpu.count, or a gpu request with no count, is refused
-    (even with driver_config allowed), so neither count nor default selection is advertised."""
-    settings = Settings(allow_driver_config=allow_driver_config)
-    caps = negotiation.capabilities(settings, limits_enforced=True)
-    assert caps.resource_capabilities.gpu.count_selection_supported is False
-    assert caps.resource_capabilities.gpu.default_selection_supported is False
-    for gpu in (pb.GpuResourceRequirements(count=1), pb.GpuResourceRequirements()):
-        box = pb.DriverSandbox(id="sb1", name="box", workspace="ws",
-                               spec=pb.DriverSandboxSpec(resource_requirements=pb.ResourceRequirements(gpu=gpu)))
-        with pytest.raises(DriverError) as exc:
-            spec.validate(box, settings)
-        assert exc.value.code == grpc.StatusCode.FAILED_PRECONDITION
-        assert "no NVIDIA CDI GPU devices were discovered" in exc.value.message
+@pytest.mark.parametrize("selectable", [False, True])
+def test_gpu_bits_are_what_the_inventory_can_serve(selectable: bool) -> None:
+    """Both GPU bits say whether a plain gpu request (with or without a count) can be served
+    from the CDI inventory; with_gpus changes only them, on a copy (the built response and
+    its admission string stay as they are)."""
+    built = negotiation.capabilities(Settings(), limits_enforced=True)
+    assert built.resource_capabilities.gpu.count_selection_supported is False
+    current = negotiation.with_gpus(built, selectable)
+    gpu = current.resource_capabilities.gpu
+    assert (gpu.count_selection_supported, gpu.default_selection_supported) == (selectable, selectable)
+    assert negotiation.capabilities(Settings(), limits_enforced=True, gpus_selectable=selectable) == current
+    assert built.resource_capabilities.gpu.count_selection_supported is False
+    e2e = (Path(__file__).parents[1] / "e2e" / "test_resources.py").read_text()
+    assert "def test_gpu_count_assigns_cdi_devices(" in e2e
 
 
 def test_sandbox_authentication_bit_has_its_proof() -> None:

@@ -5,7 +5,7 @@ silent (so a client's inactivity timeout never cuts a live pull)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from types import SimpleNamespace
 from typing import Any
 
@@ -63,22 +63,42 @@ def test_heartbeat_before_any_layer() -> None:
 
 
 class FakePodman:
-    def __init__(self, lines: list[str], stall_after: int | None = None, error: str = "") -> None:
+    def __init__(self, lines: list[str], stall_after: int | None = None, error: str = "",
+                 clock: FakeClock | None = None, step: float = 0.0) -> None:
         self.lines, self.stall_after, self.error = lines, stall_after, error
+        self.clock, self.step = clock, step
         self.resume = asyncio.Event()
+        self.auth: list[str] = []
+        self.closed = False
 
-    async def pull_image(self, ref: str, policy: str) -> AsyncIterator[PullLine]:
-        for i, line in enumerate(self.lines):
-            if i == self.stall_after:
-                await self.resume.wait()
-            yield PullLine(stream=line)
-        if self.error:
-            raise PodmanError(500, self.error)
+    async def pull_image(self, ref: str, policy: str, auth: str = "") -> AsyncGenerator[PullLine, None]:
+        self.auth.append(auth)
+        try:
+            for i, line in enumerate(self.lines):
+                if i == self.stall_after:
+                    await self.resume.wait()
+                if self.clock is not None:  # the line takes `step` (fake) seconds to come
+                    self.clock.now += self.step
+                    await asyncio.sleep(0.001)  # and arrives after the driver's wait began
+                yield PullLine(stream=line)
+            if self.error:
+                raise PodmanError(500, self.error)
+        finally:
+            self.closed = True
 
 
-def fake_driver(podman: FakePodman) -> tuple[Any, list[Any]]:
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_driver(podman: FakePodman, inactivity: float = 600.0) -> tuple[Any, list[Any]]:
     published: list[Any] = []
-    return SimpleNamespace(podman=podman, publish=published.append), published
+    settings = SimpleNamespace(pull_inactivity_timeout=inactivity)
+    return SimpleNamespace(podman=podman, publish=published.append, settings=settings), published
 
 
 def pulling(published: list[Any]) -> list[dict[str, str]]:
@@ -119,3 +139,68 @@ def test_failed_pull_raises_after_its_progress() -> None:
     with pytest.raises(PodmanError, match="manifest unknown"):
         asyncio.run(driver.Driver._pull_reporting(fake, "img", "always", "sb-1"))
     assert len(pulling(published)) == 1
+
+
+# ---------------------------------------------------------------- inactivity deadline
+
+
+def test_inactivity_counts_from_the_last_line() -> None:
+    quiet = pullprogress.Inactivity(30.0, now=100.0)
+    assert quiet.remaining(120.0) == 10.0 and not quiet.expired(129.9)
+    quiet.touch(125.0)
+    assert not quiet.expired(150.0) and quiet.expired(155.0)
+    assert quiet.message("img:1") == "no progress from Podman for 30 s pulling 'img:1' (pull_inactivity_timeout)"
+
+
+def test_inactivity_zero_never_expires() -> None:
+    quiet = pullprogress.Inactivity(0.0, now=0.0)
+    assert quiet.remaining(1e9) is None and not quiet.expired(1e9)
+
+
+def test_slow_but_steady_pull_is_never_cut() -> None:
+    """Lines 0.9 timeouts apart, for nine timeouts in all (fake clock): the deadline is
+    about silence, not about how long a pull takes."""
+    clock = FakeClock()
+    blobs = [f"Copying blob sha256:{str(i) * 64}\n" for i in range(1, 5)]
+    podman = FakePodman(RECORDED[:3] + blobs + RECORDED[3:], clock=clock, step=9.0)
+    fake, published = fake_driver(podman, inactivity=10.0)
+    asyncio.run(driver.Driver._pull_reporting(fake, "img", "always", "sb-1", clock=clock))
+    assert clock.now - 1000.0 == 90.0 and podman.closed
+    last = pulling(published)[-1]
+    assert (last[pullprogress.KEY_BLOBS_DONE], last[pullprogress.KEY_BLOBS_SEEN]) == ("5", "5")
+
+
+def test_silent_pull_is_abandoned_and_its_stream_closed() -> None:
+    podman = FakePodman(RECORDED, stall_after=3)
+    fake, published = fake_driver(podman, inactivity=0.05)
+    with pytest.raises(pullprogress.PullStalled, match=r"no progress from Podman for 0.05 s pulling 'img'"):
+        asyncio.run(driver.Driver._pull_reporting(fake, "img", "always", "sb-1"))
+    assert podman.closed  # the connection is gone: libpod cancels the pull
+    assert len(pulling(published)) == 1  # the first blob's event, nothing after the stall
+
+
+def test_zero_inactivity_timeout_waits_as_long_as_it_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(driver, "PULL_HEARTBEAT", 0.01)
+    podman = FakePodman(RECORDED, stall_after=3)
+    fake, published = fake_driver(podman, inactivity=0.0)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(driver.Driver._pull_reporting(fake, "img", "always", "sb-1"))
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(pulling(published)) < 6:  # five heartbeats of silence, still pulling
+            await asyncio.sleep(0.001)
+            assert not task.done() and asyncio.get_running_loop().time() < deadline, "pull was cut"
+        podman.resume.set()
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(main())
+    assert pulling(published)[-1][pullprogress.KEY_BLOBS_DONE] == "1"
+
+
+def test_settings_check_refuses_negative_and_infinite() -> None:
+    from podmand.config import ConfigError, Settings
+
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match=r"pull_inactivity_timeout \(--pull-inactivity-timeout"):
+            pullprogress.check_settings(Settings(pull_inactivity_timeout=bad))
+    pullprogress.check_settings(Settings(pull_inactivity_timeout=0.0))

@@ -13,6 +13,7 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.errors import FailedPrecondition, InvalidArgument
 from podmand.identity import Resolved
+from podmand.resources import Resources
 from tests.jwt import make_token
 
 TOKEN = make_token("abc123")
@@ -48,8 +49,7 @@ def test_minimal_request_gets_defaults() -> None:
     plan = spec.validate(make_sandbox(), Settings())
     assert (plan.sandbox_id, plan.name, plan.workspace) == ("abc123", "demo", "ws")
     assert plan.image == Settings().sandbox_image
-    assert plan.cpu_quota == 2 * spec.CPU_PERIOD
-    assert plan.memory_bytes == 4 * 2**30
+    assert plan.resources == Resources(cpu_quota=200_000, memory_limit=4 * 2**30)
     assert plan.userns == "auto"
     assert plan.container_name == "openshell-ws--demo-abc123"
     assert plan.has_token is False
@@ -156,15 +156,57 @@ def test_request_above_limit_is_invalid(resources: dict[str, str], field: str) -
     assert "exceeds" in exc.value.message
 
 
-def test_resources_and_request_without_limit() -> None:
-    """Limits are converted; a request alone does not cap the default limit."""
-    res = pb.DriverResourceRequirements(cpu_limit="1500m", cpu_request="1", memory_limit="512Mi")
-    plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(resources=res)), Settings())
-    assert plan.cpu_quota == 150_000
-    assert plan.memory_bytes == 512 * 2**20
-    res = pb.DriverResourceRequirements(memory_request="8Gi")
-    plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(resources=res)), Settings())
-    assert plan.memory_bytes == spec.DEFAULT_MEMORY
+def _resources_of(settings: Settings, **res: str) -> dict[str, Any]:
+    """The libpod resource_limits of a sandbox whose template asks for ``res``."""
+    template = pb.DriverSandboxTemplate(resources=pb.DriverResourceRequirements(**res))
+    return build(spec.validate(make_sandbox(template=template), settings), settings)["resource_limits"]
+
+
+def test_limits_and_requests_reach_the_container_spec() -> None:
+    """Limits become quota and memory limit; requests become CPU shares (the kubelet's
+    millicores * 1024 / 1000) and a memory reservation."""
+    limits = _resources_of(Settings(), cpu_limit="1500m", cpu_request="250m", memory_limit="512Mi",
+                           memory_request="256Mi")
+    assert limits["cpu"] == {"quota": 150_000, "period": 100_000, "shares": 256}
+    assert limits["memory"] == {"limit": 512 * 2**20, "reservation": 256 * 2**20}
+    assert limits["pids"] == {"limit": 2048}
+    defaults = _resources_of(Settings())
+    assert defaults["cpu"] == {"quota": 200_000, "period": 100_000}
+    assert defaults["memory"] == {"limit": 4 * 2**30}
+
+
+def test_default_limits_come_from_the_settings() -> None:
+    """default_cpu_limit / default_memory_limit apply when the template has no limit; "unlimited"
+    (or "0") sends no quota and no memory limit, and then any request is accepted."""
+    assert _resources_of(Settings(default_cpu_limit="500m", default_memory_limit="1Gi")) == {
+        "cpu": {"quota": 50_000, "period": 100_000},
+        "memory": {"limit": 2**30},
+        "pids": {"limit": 2048},
+    }
+    unlimited = Settings(default_cpu_limit="unlimited", default_memory_limit="0", pids_limit=0)
+    assert _resources_of(unlimited) == {}
+    assert _resources_of(unlimited, cpu_request="64", memory_request="64Gi") == {
+        "cpu": {"shares": 65_536},
+        "memory": {"reservation": 64 * 2**30},
+    }
+    assert _resources_of(unlimited, cpu_limit="1", memory_limit="1Gi")["memory"] == {"limit": 2**30}
+
+
+@pytest.mark.parametrize(
+    ("res", "field", "needle"),
+    [
+        ({"memory_request": "8Gi"}, "memory_request", "exceeds the default memory_limit '4Gi'"),
+        ({"cpu_request": "3"}, "cpu_request", "exceeds the default cpu_limit '2'"),
+    ],
+)
+def test_request_above_the_default_limit_is_invalid(res: dict[str, str], field: str, needle: str) -> None:
+    """As Kubernetes refuses a request above a defaulted limit: it names the request, the
+    default and the setting, and says how to ask for more."""
+    template = pb.DriverSandboxTemplate(resources=pb.DriverResourceRequirements(**res))
+    with pytest.raises(InvalidArgument) as exc:
+        spec.validate(make_sandbox(template=template), Settings())
+    assert exc.value.message.startswith(f"sandbox.spec.template.resources.{field}:")
+    assert needle in exc.value.message and f"default_{field.split('_')[0]}_limit" in exc.value.message
 
 
 def test_token_with_surrounding_whitespace_is_accepted() -> None:
@@ -312,45 +354,26 @@ def test_gpu_count_must_match_cdi_devices() -> None:
     assert exc.value.message.startswith("sandbox.spec.resource_requirements.gpu.count:")
 
 
-# ---------------------------------------------------------------- quantities
+@pytest.mark.parametrize(("gpu", "count"), [(None, 0), (pb.GpuResourceRequirements(), 1),
+                                            (pb.GpuResourceRequirements(count=3), 3)])
+def test_plain_gpu_request_is_left_to_create(gpu: pb.GpuResourceRequirements | None, count: int) -> None:
+    """Validation allocates nothing: a gpu request without cdi_devices becomes a count that the
+    driver serves from its CDI inventory at create (no count: one GPU); no devices yet."""
+    requirements = pb.ResourceRequirements(gpu=gpu) if gpu is not None else pb.ResourceRequirements()
+    plan = spec.validate(make_sandbox(resource_requirements=requirements), Settings())
+    assert (plan.gpu_count, plan.cdi_devices) == (count, ())
+    assert "devices" not in build(plan, Settings())
 
 
-@pytest.mark.parametrize(
-    ("text", "quota"),
-    [("500m", 50_000), ("2", 200_000), ("0.5", 50_000), ("1.5", 150_000), ("10m", 1_000), (".25", 25_000)],
-)
-def test_parse_cpu(text: str, quota: int) -> None:
-    """Kubernetes CPU quantities become a CFS quota per 100 ms period."""
-    assert spec.parse_cpu("f", text) == quota
-
-
-@pytest.mark.parametrize(("text", "needle"), [("5m", "minimum"), ("abc", "not a CPU quantity"),
-                                              ("-1", "not a CPU quantity"), ("1.5m2", "not a CPU quantity")])
-def test_parse_cpu_rejects(text: str, needle: str) -> None:
-    """Unparseable or sub-millisecond quotas are rejected, naming the field."""
+@pytest.mark.parametrize("device", ["/dev/nvidia0", "nvidia.com/gpu", "nvidia.com/gpu=0,1", "nvidia.com/gpu=-0"])
+def test_explicit_cdi_devices_must_be_cdi_names(device: str) -> None:
+    """Upstream's check: a host path or a malformed selector is not a CDI device."""
+    sandbox = with_driver_config({"cdi_devices": [device]})
+    sandbox.spec.resource_requirements.gpu.count = 1
     with pytest.raises(InvalidArgument) as exc:
-        spec.parse_cpu("res.cpu", text)
-    assert exc.value.message.startswith("res.cpu:")
-    assert needle in exc.value.message
-
-
-@pytest.mark.parametrize(
-    ("text", "size"),
-    [("512Mi", 512 * 2**20), ("1.5Gi", int(1.5 * 2**30)), ("1G", 10**9), ("6Mi", 6 * 2**20), ("8388608", 2**23)],
-)
-def test_parse_memory(text: str, size: int) -> None:
-    """Binary and decimal suffixes follow Kubernetes semantics."""
-    assert spec.parse_memory("f", text) == size
-
-
-@pytest.mark.parametrize(("text", "needle"), [("1k", "minimum"), ("x", "not a memory quantity"),
-                                              ("1GB", "not a memory quantity"), ("1gi", "not a memory quantity")])
-def test_parse_memory_rejects(text: str, needle: str) -> None:
-    """Unknown units and sizes Podman would refuse are rejected, naming the field."""
-    with pytest.raises(InvalidArgument) as exc:
-        spec.parse_memory("res.mem", text)
-    assert exc.value.message.startswith("res.mem:")
-    assert needle in exc.value.message
+        spec.validate(sandbox, Settings(allow_driver_config=True))
+    assert exc.value.message.startswith("sandbox.spec.template.driver_config.cdi_devices: must contain CDI "
+                                        "qualified names (<vendor>/<class>=<name>)")
 
 
 # ---------------------------------------------------------------- intent
@@ -663,6 +686,21 @@ def test_huge_tmpfs_size_is_invalid() -> None:
     assert exc.value.message.startswith("sandbox.spec.template.driver_config.mounts[0].size_bytes:")
 
 
+def test_image_mounts_become_image_volumes_pinned_by_id() -> None:
+    """An image mount reaches Podman as an image volume naming the ID provisioning pulled;
+    a sandbox without one sends no image_volumes at all."""
+    sandbox = with_driver_config({"mounts": [{"type": "image", "source": "localhost/data:1", "target": "/data"}]})
+    sandbox.spec.template.user_namespaces = False
+    settings = Settings(allow_driver_config=True, admission_enabled=False, allow_host_userns=True)
+    plan = spec.validate(sandbox, settings)
+    prov = spec.Provision(image_id="sha256:feed", image_user="", image_env=(), network="openshell-ws",
+                          supervisor_path="/cache/openshell-sandbox", secrets_dir=SECRETS_DIR, instance="inst1",
+                          identity=IDENTITY, mount_images={"localhost/data:1": "0123abcd"})
+    built = spec.container_spec(plan, settings, prov)
+    assert built["image_volumes"] == [{"Source": "0123abcd", "Destination": "/data", "ReadWrite": False}]
+    assert "image_volumes" not in build(spec.validate(make_sandbox(), Settings()), Settings())
+
+
 @pytest.mark.parametrize(
     ("field", "text", "needle"),
     [
@@ -689,8 +727,8 @@ def test_quantities_are_bounded(field: str, text: str, needle: str) -> None:
 def test_largest_quantities_are_accepted() -> None:
     res = pb.DriverResourceRequirements(cpu_limit="1024", memory_limit="1Pi")
     plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(resources=res)), Settings())
-    assert (plan.cpu_quota, plan.memory_bytes) == (1024 * spec.CPU_PERIOD, 2**50)
-    assert plan.cpu_quota < 2**63
+    assert (plan.resources.cpu_quota, plan.resources.memory_limit) == (1024 * 100_000, 2**50)
+    assert plan.resources.cpu_quota < 2**63
 
 
 @pytest.mark.parametrize(

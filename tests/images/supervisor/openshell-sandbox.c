@@ -18,6 +18,7 @@
  *   identity: OCI / Resolved / None ............................ items 8, 9
  *   network namespace prerequisites: root, caps, ip, nsenter ... items 20, 22
  *   policy TCP endpoints versus runtime capabilities ........... item 13
+ *   the operator's corporate proxy (argv only), fail-closed .... item 2
  *   sidecar topology hazards ................................... item 18
  *   account files, identity validation, workspace ownership .... items 9, 10
  *   runtime PID limit .......................................... item 23
@@ -25,7 +26,8 @@
  *   the SSH socket (bound, never served) ....................... items 12, 25
  *   PID 1: reap, forward SIGTERM once, exit with the main status items 1, 24
  *
- * Nothing is contacted: no gateway, no namespace, no proxy. What the gateway's
+ * Nothing is contacted: no gateway, no namespace, no proxy (the corporate proxy's
+ * settings are checked and logged, never dialled). What the gateway's
  * policy would say comes from test knobs in the environment:
  *   STANDIN_POLICY_TCP=1            the policy has `protocol: tcp` endpoints
  *   STANDIN_POLICY_RUN_AS_USER=x    process.run_as_user (unset: omitted)
@@ -49,7 +51,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ctype.h>
 #include <dirent.h>
+#include <arpa/inet.h>
 #include <grp.h>
 #include <math.h>
 #include <sys/ioctl.h>
@@ -397,6 +401,9 @@ static char *read_text(const char *path, size_t *len, char **err)
 struct opts {
     const char *workdir;
     bool network, process, network_init;
+    /* the corporate proxy (item 2); --upstream-proxy-ca-bundle is a newer supervisor's flag */
+    const char *proxy, *no_proxy, *proxy_auth_file, *proxy_ca_bundle;
+    bool proxy_auth_allow_insecure, proxy_connect_by_hostname;
     char **command;                      /* trailing positional argv, or NULL */
 };
 
@@ -410,6 +417,7 @@ static struct longopt longopts[] = {
     { "upstream-proxy-auth-file", "UPSTREAM_PROXY_AUTH_FILE", false },
     { "upstream-proxy-auth-allow-insecure", NULL, false },
     { "upstream-proxy-connect-by-hostname", NULL, false },
+    { "upstream-proxy-ca-bundle", "UPSTREAM_PROXY_CA_BUNDLE", false },
 };
 
 static _Noreturn void print_help(void)
@@ -424,6 +432,7 @@ static _Noreturn void print_help(void)
          "      --upstream-proxy-auth-file <UPSTREAM_PROXY_AUTH_FILE>\n"
          "      --upstream-proxy-auth-allow-insecure\n"
          "      --upstream-proxy-connect-by-hostname\n"
+         "      --upstream-proxy-ca-bundle <UPSTREAM_PROXY_CA_BUNDLE>\n"
          "  -h, --help                     Print help\n"
          "  -V, --version                  Print version");
     exit(0);
@@ -489,6 +498,12 @@ static int parse_long(int argc, char **argv, int i, struct opts *o)
     if (lo->seen) die_clap(true, "the argument '%s' cannot be used multiple times", label);
     lo->seen = true;
     if (streq(lo->name, "workdir")) o->workdir = value;
+    if (streq(lo->name, "upstream-proxy")) o->proxy = value;
+    if (streq(lo->name, "upstream-no-proxy")) o->no_proxy = value;
+    if (streq(lo->name, "upstream-proxy-auth-file")) o->proxy_auth_file = value;
+    if (streq(lo->name, "upstream-proxy-ca-bundle")) o->proxy_ca_bundle = value;
+    if (streq(lo->name, "upstream-proxy-auth-allow-insecure")) o->proxy_auth_allow_insecure = true;
+    if (streq(lo->name, "upstream-proxy-connect-by-hostname")) o->proxy_connect_by_hostname = true;
     if (streq(lo->name, "mode") && (err = parse_mode(value, o)))
         die_clap(false, "invalid value '%s' for '%s': %s", value, label, err);
     return i;
@@ -2342,6 +2357,152 @@ static _Noreturn void network_only(void)
     exit(0);
 }
 
+/* ===================================================== corporate proxy (item 2) */
+
+/* The proxy URL as upstream's parse_upstream_proxy_url takes it (exactly
+ * http://host:port); NULL or UpstreamProxyUrlError's text. */
+static const char *proxy_url_problem(const char *raw, char **host_out, char **port_out)
+{
+    char *url = rust_trim(raw), *sep = strstr(url, "://"), *rest, *authority, *at, *host, *port = "";
+    size_t n, i;
+    if (!*url) return "proxy URL is empty";
+    if (!sep) return "proxy URL must include an explicit scheme, e.g. http://proxy.corp.com:3128";
+    for (i = 0; url + i < sep; i++)
+        if (!(isalpha((unsigned char)url[i]) || (i && (isdigit((unsigned char)url[i]) || strchr("+-.", url[i])))))
+            return "not a valid proxy URL: relative URL without a base";
+    if (sep == url) return "not a valid proxy URL: relative URL without a base";
+    rest = sep + 3;
+    n = strcspn(rest, "/?#");
+    authority = xstrndup(rest, n);
+    at = strrchr(authority, '@');
+    host = at ? at + 1 : authority;
+    if (*host == '[') {
+        char *close = strchr(host, ']');
+        if (close) { port = close[1] == ':' ? close + 2 : ""; close[1] = '\0'; }
+    } else if (strchr(host, ':')) {
+        port = strchr(host, ':') + 1;
+        port[-1] = '\0';
+    }
+    if (!*host) return "not a valid proxy URL: empty host";
+    if (*host == '[') {
+        unsigned char a6[16];
+        size_t hl = strlen(host);
+        if (hl < 2 || host[hl - 1] != ']' || inet_pton(AF_INET6, xstrndup(host + 1, hl - 2), a6) != 1)
+            return "not a valid proxy URL: invalid IPv6 address";
+    } else {
+        for (i = 0; host[i]; i++)
+            if ((unsigned char)host[i] <= ' ' || strchr("#%/:<>?@[\\]^|\x7f", host[i]))
+                return "not a valid proxy URL: invalid domain character";
+    }
+    if (*port && (strspn(port, "0123456789") != strlen(port) || strlen(port) > 5 || atol(port) > 65535))
+        return "not a valid proxy URL: invalid port number";
+    for (i = 0; url + i < sep; i++) url[i] = (char)tolower((unsigned char)url[i]);
+    if (strncmp(url, "http://", 7) != 0)
+        return fmt("unsupported proxy scheme '%.*s': only http:// forward proxies are supported by the sandbox "
+                   "supervisor", (int)(sep - url), url);
+    if (at && at != authority) return "proxy URL must not embed credentials; supply them via the proxy auth file";
+    rest += n;
+    if (*rest == '/' && rest[1] && rest[1] != '?' && rest[1] != '#')
+        return "proxy URL must not contain a path; use scheme://host:port only";
+    if (strchr(rest, '?') && (!strchr(rest, '#') || strchr(rest, '?') < strchr(rest, '#')))
+        return "proxy URL must not contain a query; use scheme://host:port only";
+    if (strchr(rest, '#')) return "proxy URL must not contain a fragment; use scheme://host:port only";
+    if (!*port) return "proxy URL must include an explicit proxy port, e.g. http://proxy.corp.com:3128";
+    if (atol(port) == 0) return "proxy URL port must not be 0";
+    *host_out = host;
+    *port_out = port;
+    return NULL;
+}
+
+/* parse_upstream_proxy_credential: NULL or its text (never the credential). */
+static const char *credential_problem(const char *raw)
+{
+    char *cred = rust_trim(raw), *colon;
+    const char *p = cred;
+    if (!*cred) return "credential is empty";
+    while (*p) if (uni_control(utf8_next(&p))) return "credential contains control characters";
+    if (!(colon = strchr(cred, ':'))) return "credential must use the user:pass form (missing ':')";
+    if (colon == cred) return "credential must use the user:pass form (empty user)";
+    return NULL;
+}
+
+static _Noreturn void proxy_invalid(const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    die("invalid upstream corporate proxy configuration: %s", vfmt(f, ap));
+}
+
+/* read_upstream_proxy_credential_file: a regular file of at most 4096 bytes, opened
+ * without blocking on a FIFO; the credential itself is never printed. */
+static void check_auth_file(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    char data[4097];
+    ssize_t n;
+    const char *problem;
+    if (fd < 0) proxy_invalid("failed to open proxy auth file '%s': %s", path, os_err(errno));
+    if (fstat(fd, &st) != 0) proxy_invalid("failed to stat proxy auth file '%s': %s", path, os_err(errno));
+    if (!S_ISREG(st.st_mode)) proxy_invalid("proxy auth file '%s' is not a regular file", path);
+    if (st.st_size > 4096) proxy_invalid("proxy auth file '%s' exceeds the 4096-byte limit", path);
+    n = read(fd, data, sizeof data - 1);
+    close(fd);
+    if (n < 0) proxy_invalid("failed to read proxy auth file '%s': %s", path, os_err(errno));
+    data[n] = '\0';
+    if ((size_t)n != strlen(data) || !is_utf8(data))
+        proxy_invalid("failed to read proxy auth file '%s': stream did not contain valid UTF-8", path);
+    if ((problem = credential_problem(data)))
+        proxy_invalid("invalid credential in upstream proxy auth file '%s': %s", path, problem);
+}
+
+static void check_ca_bundle(const char *path)
+{
+    size_t len;
+    char *err, *pem = read_text(path, &len, &err);
+    if (!pem) proxy_invalid("--upstream-proxy-ca-bundle '%s' could not be read: %s", path, err);
+    if (!strstr(pem, "-----BEGIN CERTIFICATE-----"))
+        proxy_invalid("--upstream-proxy-ca-bundle '%s' contains no PEM certificate blocks", path);
+}
+
+/* UpstreamProxyConfig::from_args: fail closed on anything present but unusable, and
+ * never consult HTTPS_PROXY and friends (the sandbox's own). Logged without the
+ * credential, so the tests can see what the driver passed. */
+static void proxy_stage(const struct opts *o)
+{
+    const char *aux[][2] = {
+        { "--upstream-proxy-auth-file", o->proxy_auth_file },
+        { "--upstream-proxy-auth-allow-insecure", o->proxy_auth_allow_insecure ? "true" : NULL },
+        { "--upstream-proxy-connect-by-hostname", o->proxy_connect_by_hostname ? "true" : NULL },
+        { "--upstream-no-proxy", o->no_proxy },
+        { "--upstream-proxy-ca-bundle", o->proxy_ca_bundle },
+    };
+    const char *problem;
+    char *host = NULL, *port = NULL;
+    size_t i;
+    if (o->proxy && !*rust_trim(o->proxy)) proxy_invalid("--upstream-proxy must not be empty when set");
+    if (o->proxy && (problem = proxy_url_problem(o->proxy, &host, &port)))
+        proxy_invalid("--upstream-proxy is invalid: %s", problem);
+    for (i = 0; i < sizeof aux / sizeof *aux; i++)
+        if (aux[i][1] && !*rust_trim(aux[i][1])) proxy_invalid("%s must not be empty when set", aux[i][0]);
+    if (!o->proxy) {
+        for (i = 0; i < sizeof aux / sizeof *aux; i++)
+            if (aux[i][1]) proxy_invalid("%s is set but no upstream proxy is configured", aux[i][0]);
+        return;
+    }
+    if (o->proxy_auth_allow_insecure && !o->proxy_auth_file)
+        proxy_invalid("--upstream-proxy-auth-allow-insecure is set but no --upstream-proxy-auth-file is configured");
+    if (o->proxy_auth_file && !o->proxy_auth_allow_insecure)
+        proxy_invalid("--upstream-proxy-auth-file sends the credential as cleartext Basic auth over the plain-TCP "
+                      "proxy connection; refusing without --upstream-proxy-auth-allow-insecure");
+    if (o->proxy_auth_file) check_auth_file(o->proxy_auth_file);
+    if (o->proxy_ca_bundle) check_ca_bundle(o->proxy_ca_bundle);
+    say("upstream proxy %s:%s no_proxy=%s auth_file=%s allow_insecure=%s connect_target=%s ca_bundle=%s",
+        host, port, o->no_proxy ? o->no_proxy : "-", o->proxy_auth_file ? o->proxy_auth_file : "-",
+        o->proxy_auth_allow_insecure ? "true" : "false", o->proxy_connect_by_hostname ? "hostname" : "validated-ip",
+        o->proxy_ca_bundle ? o->proxy_ca_bundle : "-");
+}
+
 /* ========================================================== startup */
 
 static bool env_is(const char *name, const char *value) { return streq(env_var(name), value); }
@@ -2415,6 +2576,7 @@ int main(int argc, char **argv)
     have_netns = o.network && !sidecar_nftables;
     if (have_netns) netns_stage();
     tcp_stage(&p, have_netns, sidecar_nftables);
+    if (o.network) proxy_stage(&o);                           /* the network side's proxy start-up */
     if (o.network && sidecar_nftables) sidecar_network();
     if (!o.process) network_only();
     run_process(&o, &m, &id, &p, full, sidecar_nftables);

@@ -1,0 +1,140 @@
+"""The corporate proxy through the pex and real rootless Podman: the supervisor gets it
+on its command line only, the credential only as a root-only file, and bad settings
+stop podmand at start with upstream's message.
+
+The stand-in supervisor checks and logs the proxy flags but never dials the proxy (it
+opens no network namespace), so the proxy here is only a URL: nothing would connect
+to a real one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+
+import podman
+
+from podmand._proto import compute_driver_pb2 as pb
+from tests.e2e.conftest import USER, Podmand, containers_of, run_in, sandbox, volumes_of
+from tests.wait import wait_until
+
+SECRET = "corp-user:Pr0xy-S3cret-e2e"
+PEM = "-----BEGIN CERTIFICATE-----\nMIIBe2e\n-----END CERTIFICATE-----\n"
+PROXY_URL = "http://proxy.corp.example:3128"
+AUTH_PATH = "/etc/openshell/auth/upstream-proxy"
+CA_PATH = "/etc/openshell/tls/proxy/ca-bundle.pem"
+FLAGS = [
+    f"--upstream-proxy={PROXY_URL}",
+    "--upstream-no-proxy=-x.corp,10.0.0.0/8",
+    f"--upstream-proxy-auth-file={AUTH_PATH}",
+    "--upstream-proxy-auth-allow-insecure",
+    "--upstream-proxy-connect-by-hostname",
+    f"--upstream-proxy-ca-bundle={CA_PATH}",
+]
+
+
+def proxied(make_podmand: Callable[..., Podmand], **extra: str) -> Podmand:
+    """A podmand (not started) with every proxy setting; its files belong to podmand's user."""
+    daemon: Podmand = make_podmand(start=False)
+    auth, ca = daemon.workdir / "proxy-auth", daemon.workdir / "proxy-ca.pem"
+    auth.write_text(f"{SECRET}\n")
+    ca.write_text(PEM)
+    for path in (auth, ca):
+        shutil.chown(path, USER, USER)
+        path.chmod(0o600)
+    daemon.env.update({
+        "OPENSHELL_SANDBOX_HTTPS_PROXY": PROXY_URL,
+        "OPENSHELL_SANDBOX_NO_PROXY": "-x.corp,10.0.0.0/8",
+        "OPENSHELL_SANDBOX_PROXY_AUTH_FILE": str(auth),
+        "OPENSHELL_SANDBOX_PROXY_AUTH_ALLOW_INSECURE": "true",
+        "OPENSHELL_SANDBOX_PROXY_CONNECT_BY_HOSTNAME": "true",
+        "OPENSHELL_SANDBOX_PROXY_CA_BUNDLE": str(ca),
+        **extra,
+    })
+    return daemon
+
+
+def test_supervisor_gets_the_proxy_and_the_secret_stays_in_its_file(
+        make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
+    """The sandbox reaches Ready with the operator's proxy on the supervisor's argv, untouched by
+    the sandbox's own HTTPS_PROXY/NO_PROXY; the credential is a root-only file inside and appears
+    nowhere in Podman's view of the container, its volume, or either log."""
+    daemon = proxied(make_podmand).start()
+    watch = daemon.watch()
+    box = sandbox(environment={"HTTPS_PROXY": "http://evil.example:1", "https_proxy": "http://evil.example:2",
+                               "NO_PROXY": "*"})
+    cleanup.append(box.id)
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    watch.wait_reason(box.id, "ContainerRunning")
+    [container] = containers_of(podman_client, box.id)
+
+    def logs() -> str:
+        return b"".join(container.logs(stdout=True, stderr=True)).decode(errors="replace")
+
+    wait_until(lambda: "openshell-sandbox: ready" in logs(), 30, "the stand-in's ready line", logs)
+    assert ("upstream proxy proxy.corp.example:3128 no_proxy=-x.corp,10.0.0.0/8 "
+            f"auth_file={AUTH_PATH} allow_insecure=true connect_target=hostname ca_bundle={CA_PATH}") in logs()
+    attrs = container.attrs
+    assert attrs["Config"]["Cmd"] == ["--workdir", "/sandbox", *FLAGS]
+    env = dict(item.split("=", 1) for item in attrs["Config"]["Env"])
+    assert not {"HTTPS_PROXY", "https_proxy", "NO_PROXY"} & set(env)  # kept from the supervisor
+    mounts = {m["Destination"]: m for m in attrs["Mounts"]}
+    assert mounts[AUTH_PATH]["RW"] is False and mounts[CA_PATH]["RW"] is False
+
+    # inside: the credential (trimmed, one newline) readable by root only; the CA bundle as given
+    assert run_in(container, ["cat", AUTH_PATH]) == (0, f"{SECRET}\n", "")
+    assert run_in(container, ["stat", "-c", "%u %a", AUTH_PATH])[1].split() == ["0", "400"]
+    code, _, err = run_in(container, ["cat", AUTH_PATH], user="1000")
+    assert code != 0 and "Permission denied" in err
+    assert run_in(container, ["cat", CA_PATH])[1] == PEM
+
+    # nowhere else: inspect (env, labels, args), the volume's labels, podmand's and the container's logs
+    seen = json.dumps(attrs) + json.dumps([v.attrs for v in volumes_of(podman_client, box.id)])
+    for where, text in (("inspect", seen), ("podmand's log", daemon.logs()), ("container log", logs())):
+        assert SECRET not in text and "Pr0xy-S3cret" not in text, where
+    assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+
+
+def test_bad_proxy_settings_stop_podmand_with_upstreams_message(make_podmand: Callable[..., Podmand]) -> None:
+    """Refused at start, exit status 2, one line naming the setting with upstream's reason."""
+    cases = {
+        "proxy_auth_file (--sandbox-proxy-auth-file / OPENSHELL_SANDBOX_PROXY_AUTH_FILE): proxy_auth_file sends "
+        "the credential as cleartext Basic auth over the plain-TCP connection to the http:// proxy; set "
+        "proxy_auth_allow_insecure = true to accept that exposure, or remove proxy_auth_file":
+            {"OPENSHELL_SANDBOX_PROXY_AUTH_ALLOW_INSECURE": "false"},
+        "https_proxy (--sandbox-https-proxy / OPENSHELL_SANDBOX_HTTPS_PROXY): https_proxy must not embed "
+        "credentials in the URL; supply them via proxy_auth_file so they are not stored in config or container "
+        "metadata": {"OPENSHELL_SANDBOX_HTTPS_PROXY": "http://corp-user:Pr0xy-S3cret-e2e@proxy.corp.example:3128"},
+    }
+    for message, bad in cases.items():
+        daemon = proxied(make_podmand, **bad)
+        result = subprocess.run(daemon.command("serve"), capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"invalid setting {message}" in result.stderr, result.stderr
+        assert "Pr0xy-S3cret" not in result.stdout + result.stderr
+
+
+def test_credential_is_read_again_for_each_sandbox(
+        make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
+    """A rotated credential reaches the next sandbox without a restart; one broken after start
+    fails the next sandbox with UpstreamProxyInvalid, naming the file but never its content."""
+    daemon = proxied(make_podmand).start()
+    auth = daemon.workdir / "proxy-auth"
+    watch = daemon.watch()
+    auth.write_text("corp-user:R0tated-S3cret\n")
+    rotated, broken = sandbox(), sandbox()
+    cleanup += [rotated.id, broken.id]
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=rotated))
+    watch.wait_reason(rotated.id, "ContainerRunning")
+    [container] = containers_of(podman_client, rotated.id)
+    assert run_in(container, ["cat", AUTH_PATH])[1] == "corp-user:R0tated-S3cret\n"
+    auth.write_text("Br0ken-S3cret-without-a-colon\n")
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=broken))
+    snap = watch.wait_reason(broken.id, "UpstreamProxyInvalid")
+    [cond] = [c for c in snap.status.conditions if c.type == "Ready"]
+    assert cond.message == f"proxy_auth_file '{auth}': credential must use the user:pass form (missing ':')"
+    assert "Br0ken" not in daemon.logs()
+    for box in (rotated, broken):
+        assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
