@@ -32,6 +32,7 @@ from typing import Any
 import podman
 import pytest
 
+from podmand import pullprogress
 from podmand._proto import compute_driver_pb2 as pb
 from tests.e2e.conftest import SANDBOX_IMAGE, USER, Podmand, containers_of, ready, sandbox
 from tests.wait import wait_until
@@ -168,6 +169,16 @@ def test_private_registry_pull_with_rotation(
     [container] = containers_of(podman_client, box.id)
     assert container.attrs["Image"] == image.id
     assert image.id == podman_client.images.get(SANDBOX_IMAGE).id  # the same image, through the registry
+    # The real pull was reported as it went: Pulling events with the gateway's progress keys
+    # and podmand's layer counts for this image, then Pulled.
+    events = watch.platform_events(box.id)
+    pulling = [e for e in events if e.reason == "Pulling" and e.metadata.get(pullprogress.KEY_IMAGE) == good]
+    assert pulling, [(e.reason, dict(e.metadata)) for e in events]
+    last = pulling[-1].metadata
+    assert last["openshell.progress.active_step"] and int(last[pullprogress.KEY_BLOBS_SEEN]) >= 1
+    assert int(last[pullprogress.KEY_BLOBS_DONE]) <= int(last[pullprogress.KEY_BLOBS_SEEN])
+    reasons = [e.reason for e in events]
+    assert "Pulled" in reasons and reasons.index("Pulled") > reasons.index("Pulling")
 
     registry.auth_file("auth.json", "wrong-" + PASSWORD[::-1])  # rotated in place, wrongly
     bad = sandbox(image=rotated)
