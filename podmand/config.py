@@ -93,6 +93,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_memory_limit: str = "4Gi"
     cdi_spec_dirs: list[str] = msgspec.field(default_factory=lambda: ["/etc/cdi", "/var/run/cdi"])
     selinux: Literal["auto", "on", "off"] = "auto"
+    rootfs_staging_dir: str = ""  # "": <state_dir>/rootfs-staging (resolved at start: rootfs.prepare_staging)
+    rootfs_max_bytes: int = 8 * 2**30  # 0: rootfs tar sources unsupported (advertised as 0)
     # (operator settings: add new fields above this line)
 
     @property
@@ -334,6 +336,18 @@ OPTIONS: tuple[Option, ...] = (
         "PODMAND_SELINUX",
         "--selinux",
         "label podmand's own bind mounts for SELinux (z/Z): auto (when Podman reports SELinux), on or off",
+    ),
+    Option(
+        "rootfs_staging_dir",
+        "PODMAND_ROOTFS_STAGING_DIR",
+        "--rootfs-staging-dir",
+        "directory the gateway stages rootfs tars in, advertised to it (default <state_dir>/rootfs-staging, made 0700)",
+    ),
+    Option(
+        "rootfs_max_bytes",
+        "PODMAND_ROOTFS_MAX_BYTES",
+        "--rootfs-max-bytes",
+        "largest rootfs tar podmand imports, in bytes (0: rootfs tar sources are not supported)",
     ),
     # (operator settings: add new options above this line)
 )
@@ -631,6 +645,9 @@ def validate(s: Settings) -> None:
 
     resources.check_settings(s)
     cdi.check_settings(s)
+    from . import rootfs  # it uses ConfigError: imported here, not at the top
+
+    rootfs.check_settings(s)
     # (operator settings: add one call to your own validator above this line)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import admission, cdi, fence, identity, imagefiles, names, proxy, registryauth, selinux, state, tokens
+from . import admission, cdi, fence, identity, imagefiles, names, proxy, registryauth, rootfs, selinux, state, tokens
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
 from .credentials import BadCredential, CredentialSigner
@@ -63,6 +63,7 @@ Publish = Callable[[pb.WatchSandboxesEvent], None]
 # The stop marker of a sandbox stopped before it had a container.
 STOPPED_EARLY = "-"
 STOPPED_EARLY_MESSAGE = "Sandbox was stopped before its container started"
+ROOTFS_FAILED = "RootfsImportFailed"
 
 
 class ProvisionFailed(Exception):
@@ -278,6 +279,9 @@ class Driver:
         await admission.admit_mounts(self.podman, self.settings, str(self.state_dir), plan.workspace, plan.mounts)
         if self.settings.image_pull_policy == "never":
             await self._check_mount_images(plan)
+        if plan.rootfs_tar:
+            self._check_rootfs(plan)
+            return plan
         try:
             image = await self.podman.inspect_image(plan.image)
         except PodmanError as exc:
@@ -298,6 +302,15 @@ class Driver:
             except FailedPrecondition as exc:
                 raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {exc.message}") from exc
         return plan
+
+    def _check_rootfs(self, plan: Plan) -> None:
+        """The staged tar as it is now, and the identity: a rootfs tar declares no USER."""
+        rootfs.check_staged(plan.rootfs_tar, self.settings)
+        try:
+            limit = userns_id_limit(self.settings, plan.userns)
+            identity.check_declaration(plan.workload_user, plan.workload_group, "", id_limit=limit)
+        except FailedPrecondition as exc:
+            raise FailedPrecondition(f"{rootfs.WHERE}: a rootfs tar declares no USER: {exc.message}") from exc
 
     async def _check_mount_images(self, plan: Plan) -> None:
         """Under pull policy 'never', each image mount's image must be here already."""
@@ -365,25 +378,36 @@ class Driver:
         return {"ca.crt": Path(s.tls_ca), "tls.crt": Path(s.tls_cert), "tls.key": Path(s.tls_key)}
 
     async def create(self, sandbox: pb.DriverSandbox | None) -> str:
-        """Record the request and start provisioning; the runtime identity."""
-        plan = await self.validate(sandbox)
-        assert sandbox is not None
-        async with self._locks[plan.sandbox_id]:
-            existing = await self._existing(plan)
-            if existing is not None:
-                if existing[0] == plan.spec_hash:
-                    return self.runtime_identity(plan.sandbox_id, existing[1])  # an identical retry
-                raise AlreadyExists("sandbox already exists with a different spec")
-            instance = uuid.uuid4().hex
-            try:
-                self.files.write_secrets(plan.sandbox_id, gateway_token(sandbox.spec), self._tls_files())
-                self._new_generation(plan.sandbox_id, instance, plan.generation)
-                await self.podman.create_volume(plan.volume_name, intent_labels(plan, instance, str(self.state_dir)))
-            except BaseException:
-                self.files.remove(plan.sandbox_id)
-                raise
-            self._start_provisioning(plan, instance)
-            return self.runtime_identity(plan.sandbox_id, instance)
+        """Record the request and start provisioning; the runtime identity. A staged
+        rootfs tar belongs to the create from here on: provisioning deletes it after the
+        import, and any refusal here deletes it at once (an identical retry leaves it
+        to the create already under way)."""
+        try:
+            plan = await self.validate(sandbox)
+            assert sandbox is not None
+            async with self._locks[plan.sandbox_id]:
+                existing = await self._existing(plan)
+                if existing is not None:
+                    if existing[0] == plan.spec_hash:
+                        return self.runtime_identity(plan.sandbox_id, existing[1])  # an identical retry
+                    raise AlreadyExists("sandbox already exists with a different spec")
+                instance = uuid.uuid4().hex
+                try:
+                    self.files.write_secrets(plan.sandbox_id, gateway_token(sandbox.spec), self._tls_files())
+                    self._new_generation(plan.sandbox_id, instance, plan.generation)
+                    labels = intent_labels(plan, instance, str(self.state_dir))
+                    await self.podman.create_volume(plan.volume_name, labels)
+                except BaseException:
+                    self.files.remove(plan.sandbox_id)
+                    raise
+                self._start_provisioning(plan, instance)
+                return self.runtime_identity(plan.sandbox_id, instance)
+        except BaseException:
+            if sandbox is not None and sandbox.spec.template.HasField("driver_config"):
+                staged = sandbox.spec.template.driver_config.fields.get(rootfs.KEY)
+                if staged is not None and staged.WhichOneof("kind") == "string_value":
+                    rootfs.remove_slot(staged.string_value, self.settings)
+            raise
 
     def _new_generation(self, sandbox_id: str, instance: str, generation: str) -> None:
         """Record the generation and mint podmand's credential for it (the old one stops working)."""
@@ -441,13 +465,15 @@ class Driver:
                 self._set_pending(pending, "DependenciesNotReady", f"Podman is unavailable; retrying: {exc}")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
+                continue
             except ProvisionFailed as exc:
                 self._fail(pending, exc.reason, exc.message, terminal=True)
-                return
             except (PodmanError, DriverError, OSError) as exc:
                 # Reported, but a restart tries again: this may have been a passing fault.
                 self._fail(pending, "ProvisioningFailed", str(exc))
-                return
+            if pending.plan.rootfs_tar:  # every failure ends with the staged tar deleted
+                rootfs.remove_slot(pending.plan.rootfs_tar, self.settings)
+            return
 
     def _fail(self, pending: Pending, reason: str, message: str, *, terminal: bool = False) -> None:
         log.warning("sandbox %s: provisioning failed (%s): %s", pending.plan.sandbox_id, reason, message)
@@ -526,6 +552,29 @@ class Driver:
                     with contextlib.suppress(*ended):
                         await next_line
 
+    async def _import_rootfs(self, pending: Pending) -> ImageInspect:
+        """Import the staged tar as the sandbox's image (once: after a restart the
+        image may be here already), pin its ID, delete the slot."""
+        plan = pending.plan
+        try:
+            info = await self.podman.inspect_image(plan.image)
+        except PodmanError as exc:
+            if exc.status != 404:
+                raise
+            self._set_pending(pending, "Starting", "Importing the rootfs tar")
+            try:
+                image_id = await rootfs.import_staged(self.podman, plan.rootfs_tar, self.settings, plan.image)
+            except InvalidArgument as why:  # gone or changed since the create
+                raise ProvisionFailed(ROOTFS_FAILED, why.message) from None
+            except PodmanError as why:
+                raise ProvisionFailed(ROOTFS_FAILED, f"importing the rootfs tar failed: {why.message}") from None
+            info = await self.podman.inspect_image(image_id)
+        rootfs.remove_slot(plan.rootfs_tar, self.settings)
+        if not info.id:
+            raise ProvisionFailed(ROOTFS_FAILED, f"inspecting image {plan.image!r} returned no immutable image ID")
+        log.info("sandbox %s: rootfs tar imported as %s (%s)", plan.sandbox_id, plan.image, info.id)
+        return info
+
     async def _relabel(self) -> bool:
         """Whether podmand's own bind mounts get SELinux labels (selinux.py); with
         ``selinux = auto``, Podman is asked once."""
@@ -550,8 +599,11 @@ class Driver:
             supervisor_path = await self.supervisor.binary(sup.id)
         except FailedPrecondition as exc:
             raise ProvisionFailed("SupervisorImageUnavailable", exc.message) from exc
-        self._set_pending(pending, "Starting", f"Pulling image {plan.image}")
-        image = await self._pull(plan.image, s.image_pull_policy, "ImagePullFailed", plan.sandbox_id)
+        if plan.rootfs_tar:
+            image = await self._import_rootfs(pending)
+        else:
+            self._set_pending(pending, "Starting", f"Pulling image {plan.image}")
+            image = await self._pull(plan.image, s.image_pull_policy, "ImagePullFailed", plan.sandbox_id)
         mount_images = {  # driver_config image mounts: pulled with the sandbox's policy, pinned by ID
             m.source: (await self._pull(m.source, s.image_pull_policy, "ImagePullFailed", plan.sandbox_id)).id
             for m in plan.mounts
@@ -895,6 +947,8 @@ class Driver:
         if pending is not None:
             existed, workspace = True, pending.plan.workspace
             await _cancel(pending.task)
+            if pending.plan.rootfs_tar:
+                rootfs.remove_slot(pending.plan.rootfs_tar, self.settings)
         # Listed or inspected means it existed, even when the removal then finds
         # it already gone (Podman says 500 "no such ..." under load): Deleted follows.
         for entry in await self._containers(sandbox_id):
@@ -906,10 +960,22 @@ class Driver:
         if volume is not None:
             if workspace is None:
                 workspace = (volume.labels or {}).get(names.SANDBOX_WORKSPACE)
+            await self._remove_rootfs_image((volume.labels or {}).get(names.ROOTFS_IMAGE, ""))
             await self.podman.remove_volume(volume.name)
             existed = True
         self.files.remove(sandbox_id)
         return existed, workspace
+
+    async def _remove_rootfs_image(self, ref: str) -> bool:
+        """Remove a sandbox's imported rootfs once its container is gone; one still in use
+        (another sandbox mounts it) stays until garbage collection finds it unused."""
+        if rootfs.sandbox_of(ref) is None:
+            return False
+        try:
+            return await self.podman.remove_image(ref)
+        except PodmanError as exc:
+            log.info("keeping rootfs image %s for now: %s", ref, exc.message)
+            return False
 
     async def forget(self, sandbox_id: str) -> bool:
         """The container vanished (removed out of band): clean up what podmand
@@ -1033,6 +1099,9 @@ class Driver:
                 continue
             if await self._maybe_remove_network(labels[names.SANDBOX_WORKSPACE], network.name):
                 removed.append(f"network:{network.name}")
+        for ref in await self.podman.image_names(rootfs.REPOSITORY):  # rootfs imports of sandboxes now gone
+            if rootfs.sandbox_of(ref) not in live | volumes and await self._remove_rootfs_image(ref):
+                removed.append(f"image:{ref}")
         removed += await self._remove_stale_readers()
         # Readers of other state directories (or older podmands) live for well under
         # a second: one older than a minute was orphaned by a podmand killed mid-read.

@@ -1,4 +1,5 @@
-"""A sandbox's own ``driver_config``: the caller's mounts and CDI devices, checked whole.
+"""A sandbox's own ``driver_config``: the caller's mounts and CDI devices, and the
+gateway's staged ``rootfs_tar_path`` (rootfs.py), checked whole.
 
 Pure: :func:`parse` reads ``template.driver_config`` and returns what podmand will
 attach, or raises an error naming the offending field. The schema is upstream's
@@ -16,7 +17,7 @@ from typing import Any, NamedTuple
 
 from google.protobuf import json_format, struct_pb2
 
-from . import admission, names
+from . import admission, names, rootfs
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
 from .errors import FailedPrecondition, InvalidArgument
@@ -70,6 +71,7 @@ class DriverConfig(NamedTuple):
     mounts: tuple[Mount, ...] = ()
     cdi_devices: tuple[str, ...] = ()
     used: bool = False  # the caller sent a non-empty driver_config
+    rootfs_tar: str = ""  # the gateway's staged rootfs tar (rootfs.py)
 
 
 def _check_finite(where: str, value: struct_pb2.Value) -> None:
@@ -228,7 +230,10 @@ def parse(
     user-namespace mode, ``control_paths`` container paths no mount may cover."""
     if not tpl.HasField("driver_config") or not tpl.driver_config.fields:
         return DriverConfig()
-    if not settings.allow_driver_config:
+    # rootfs_tar_path is the gateway's (it refuses one from a caller and substitutes the
+    # slot it staged), so it needs no allow_driver_config and does not count as caller config.
+    caller = set(tpl.driver_config.fields) - {rootfs.KEY}
+    if caller and not settings.allow_driver_config:
         raise FailedPrecondition(
             f"{WHERE}: caller driver config is disabled; a gateway administrator must enable allow_driver_config"
         )
@@ -238,7 +243,7 @@ def parse(
         cfg = json_format.MessageToDict(tpl.driver_config)
     except ValueError as exc:  # e.g. a Value with no kind set
         raise InvalidArgument(f"{WHERE}: not valid JSON: {exc}") from exc
-    unknown = set(cfg) - {"cdi_devices", "mounts"}
+    unknown = set(cfg) - {"cdi_devices", "mounts", rootfs.KEY}
     if unknown:
         raise InvalidArgument(f"{WHERE}: unknown field(s) {', '.join(sorted(unknown))}")
     devices = cfg.get("cdi_devices", [])
@@ -258,7 +263,8 @@ def parse(
             raise InvalidArgument(f"{WHERE}.mounts[{i}].target: duplicate mount target {mount.target!r}")
         seen.add(mount.target)
         mounts.append(mount)
-    return DriverConfig(tuple(mounts), tuple(devices), True)
+    tar = rootfs.check_path(cfg[rootfs.KEY], settings) if rootfs.KEY in cfg else ""
+    return DriverConfig(tuple(mounts), tuple(devices), bool(caller), tar)
 
 
 class LibpodMounts(NamedTuple):

@@ -24,6 +24,7 @@ HAS_TOKEN = "io.podmand.has-token"
 STATE_DIR = "io.podmand.state-dir"  # which podmand (by its state directory) recorded an intent
 INSTANCE = "io.podmand.instance"  # the stable half of the runtime identity
 IDENTITY = "io.podmand.identity"  # resolved workload identity (JSON, no secrets)
+ROOTFS_IMAGE = "io.podmand.rootfs-image"  # on the intent volume: the sandbox's imported rootfs (rootfs.py)
 
 MANAGED_FILTER = [f"{MANAGED}=true", f"{OWNER}={OWNER_VALUE}"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from . import __version__, admission
+from . import __version__, admission, rootfs
 from ._proto import compute_driver_pb2 as pb
 from ._proto import extension_pb2 as ext
 from .config import Settings
@@ -62,8 +62,9 @@ def capabilities(
                 default_selection_supported=gpus_selectable, count_selection_supported=gpus_selectable
             ),
         ),
-        rootfs_tar_staging_dir="",
-        rootfs_tar_max_bytes=0,
+        # Only once the staging directory exists (rootfs.prepare_staging): 0 means unsupported.
+        rootfs_tar_staging_dir=settings.rootfs_staging_dir if rootfs.enabled(settings) else "",
+        rootfs_tar_max_bytes=settings.rootfs_max_bytes if rootfs.enabled(settings) else 0,
         extension=ext.PeerMetadata(
             protocol_version=ext.ProtocolVersion(major=PROTOCOL_MAJOR, minor=PROTOCOL_MINOR),
             implementation_name=IMPLEMENTATION_NAME,

@@ -13,7 +13,7 @@ import re
 import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
@@ -21,6 +21,7 @@ API_PREFIX = "/v4.0.0/libpod"
 _MAX_HEADER_BYTES = 64 * 1024
 _MAX_LINE_BYTES = 4 * 1024 * 1024
 _HEAD_BYTES = 64 * 1024  # kept of an over-long line: enough to name its container
+_IMPORT_CHUNK = 1024 * 1024  # bytes of a rootfs tar read and sent at a time
 _ACTOR_ID = re.compile(rb'"(?:ID|id)"\s*:\s*"([0-9a-f]{12,64})"')
 
 
@@ -526,6 +527,52 @@ class PodmanClient:
                 if item.error:
                     raise PodmanError(500, item.error)
                 yield item
+
+    async def import_image(self, file: BinaryIO, size: int, reference: str, inactivity: float | None) -> str:
+        """``POST /images/import`` with ``size`` bytes of ``file`` (a rootfs tar) as the
+        body, streamed from disk; the new image's ID. ``inactivity``: seconds Podman may
+        stop reading (or, once the body is sent, answering) before the import is abandoned."""
+        path = _path("/images/import", {"reference": reference})
+        head = f"POST {path} HTTP/1.1\r\nHost: d\r\nUser-Agent: podmand\r\n"
+        head += f"Content-Type: application/x-tar\r\nContent-Length: {size}\r\n\r\n"
+        loop = asyncio.get_running_loop()
+        conn = await self._connect()
+        try:
+            try:
+                conn.writer.write(head.encode("latin-1"))
+                left = size
+                while left:
+                    chunk = await loop.run_in_executor(None, file.read, min(left, _IMPORT_CHUNK))
+                    if not chunk:
+                        raise PodmanError(400, f"the rootfs tar ended {left} bytes short of its size")
+                    left -= len(chunk)
+                    conn.writer.write(chunk)
+                    await asyncio.wait_for(conn.writer.drain(), inactivity)
+            except (OSError, TimeoutError):
+                pass  # Podman stopped reading: it refused the body; its answer says why
+            try:
+                status, headers = await asyncio.wait_for(_read_head(conn.reader), inactivity)
+                body = b"".join([c async for c in _iter_body(conn.reader, status, headers)])
+            except TimeoutError as exc:
+                raise PodmanUnavailable(f"Podman did not answer the import of {reference} in time") from exc
+        except OSError as exc:
+            raise PodmanUnavailable(f"connection to Podman failed: {exc}") from exc
+        finally:
+            conn.close()
+        if status >= 400:
+            raise PodmanError(status, Response(status, headers, body).error_message())
+        return str(msgspec.json.decode(body).get("Id", ""))
+
+    async def remove_image(self, ref: str) -> bool:
+        """Untag ``ref`` and remove the image if nothing else uses it; False when
+        there is no such image, PodmanError (409) when a container uses it."""
+        return _removed(await self.request("DELETE", f"/images/{quote(ref)}"))
+
+    async def image_names(self, repository: str) -> list[str]:
+        """The ``repository:tag`` names of the local images in ``repository``."""
+        resp = await self.call("GET", "/images/json", query={"filters": {"reference": [repository]}})
+        names = [str(n) for item in msgspec.json.decode(resp.body) or [] for n in item.get("Names") or []]
+        return [n for n in names if n.rpartition(":")[0] == repository]
 
     async def create_volume(self, name: str, labels: Mapping[str, str]) -> None:
         await self.call("POST", "/volumes/create", json={"Name": name, "Label": dict(labels)})

@@ -25,7 +25,7 @@ import msgspec
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import __version__, logs, rundir
+from . import __version__, logs, rootfs, rundir
 from ._proto import compute_driver_pb2_grpc
 from .autostart import AutostartError, podman_api
 from .config import ConfigError, Settings, default_socket, default_state_dir, startup_warnings
@@ -224,6 +224,7 @@ async def _serve_with(
     problem = await state_dir_problem(podman, state_dir)
     if problem:
         raise StateDirError(problem)
+    rootfs.prepare_staging(settings, state_dir)  # before the capabilities advertise it
     hub = Hub(podman, driver, buffer=settings.watch_buffer, resync=settings.resync_interval)
     stop = asyncio.Event()
     enforced = not (rootless and info.host.cgroupVersion == "v1")

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cdi, drivercfg, names, proxy, selinux, tokens
+from . import cdi, drivercfg, names, proxy, rootfs, selinux, tokens
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
 from .drivercfg import Mount
@@ -99,6 +99,7 @@ class Plan:
     generation: str = "0"
     workload_user: str = ""
     workload_group: str = ""
+    rootfs_tar: str = ""  # staged rootfs tar to import as ``image`` (rootfs.py)
 
     @property
     def container_name(self) -> str:
@@ -258,7 +259,10 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
     if not sandbox.HasField("spec"):
         raise InvalidArgument("sandbox.spec: is required")
     spec, tpl = sandbox.spec, sandbox.spec.template
-    image = tpl.image or settings.sandbox_image
+    # A sandbox from a rootfs tar runs the image imported from it; template.image (the
+    # gateway fills in its default) is not used then.
+    from_tar = tpl.HasField("driver_config") and rootfs.KEY in tpl.driver_config.fields
+    image = rootfs.reference(sandbox.id) if from_tar else tpl.image or settings.sandbox_image
     if not image:
         raise FailedPrecondition(
             "sandbox.spec.template.image: no sandbox image configured; set OPENSHELL_SANDBOX_IMAGE "
@@ -297,8 +301,8 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
     _check_text("sandbox.spec.workload_identity.group", spec.workload_identity.group)
     userns = _userns(tpl, settings)
     limits = resources(tpl.resources, settings)
-    mounts, devices, used = drivercfg.parse(tpl, settings, userns=userns, control_paths=(ssh_socket,))
-    devices, gpu_count = _gpu(sandbox, devices)
+    cfg = drivercfg.parse(tpl, settings, userns=userns, control_paths=(ssh_socket,))
+    devices, gpu_count = _gpu(sandbox, cfg.cdi_devices)
     spec_hash, intent = encode_intent(sandbox)
     return Plan(
         sandbox_id=sandbox.id,
@@ -314,10 +318,11 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
         ssh_socket_path=ssh_socket,
         resources=limits,
         userns=userns,
-        mounts=mounts,
+        mounts=cfg.mounts,
         cdi_devices=devices,
         gpu_count=gpu_count,
-        driver_config_used=used,
+        driver_config_used=cfg.used,
+        rootfs_tar=cfg.rootfs_tar,
         spec_hash=spec_hash,
         intent=intent,
         has_token=bool(token),
@@ -470,6 +475,7 @@ def intent_labels(plan: Plan, instance: str, state_dir: str = "") -> dict[str, s
         names.INSTANCE: instance,
         names.STATE_DIR: state_dir,
         names.INTENT: plan.intent,
+        **({names.ROOTFS_IMAGE: plan.image} if plan.rootfs_tar else {}),
     }
 
 

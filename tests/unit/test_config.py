@@ -394,6 +394,8 @@ BAD: dict[str, tuple[str | int, str]] = {
     "proxy_auth_allow_insecure": ("maybe", "expected true or false, got 'maybe'"),
     "proxy_connect_by_hostname": ("maybe", "expected true or false, got 'maybe'"),
     "proxy_ca_bundle": ("/etc/ca.pem", "proxy_ca_bundle is set but no https_proxy is configured"),
+    "rootfs_staging_dir": ("staging", "must be an absolute path"),
+    "rootfs_max_bytes": ("-1", "must be a whole number of bytes, or 0 (rootfs tar sources not supported)"),
 }
 
 

@@ -1,0 +1,198 @@
+"""Rootfs tar sources: a flat root filesystem the gateway stages for podmand.
+
+The gateway writes the tar into a slot (a ``req-<uuid>`` directory) under the
+staging directory podmand advertises, and names it in the sandbox's
+``driver_config.rootfs_tar_path``. podmand imports it through libpod, pins the
+image ID, runs the sandbox from it as from a pulled image, and deletes the slot
+whatever happens: imported, failed, or refused. ``ValidateSandboxCreate`` only
+looks: the gateway sends the same path again with the create.
+
+:func:`check_path` is pure (shape, and containment before symlinks); :func:`open_staged`
+checks the file itself (containment after symlinks, a regular file, the size
+limit) and keeps it open, so what is checked is what is imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import posixpath
+import re
+import shutil
+import stat
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+from .config import ConfigError, Settings, _describe
+from .errors import FailedPrecondition, InvalidArgument
+from .podman import PodmanClient
+
+log = logging.getLogger("podmand.rootfs")
+
+KEY = "rootfs_tar_path"
+WHERE = f"sandbox.spec.template.driver_config.{KEY}"
+REPOSITORY = "localhost/podmand-rootfs"  # tagged with the sandbox id: one image per sandbox
+STAGING_DIR = "rootfs-staging"  # under the state directory, unless rootfs_staging_dir says otherwise
+MAX_PATH = 4096
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_settings(s: Settings) -> None:
+    if s.rootfs_max_bytes < 0:
+        raise ConfigError(
+            f"invalid setting {_describe('rootfs_max_bytes')}: must be a whole number of bytes, "
+            "or 0 (rootfs tar sources not supported)"
+        )
+    path = s.rootfs_staging_dir
+    if path and (not posixpath.isabs(path) or _CONTROL.search(path)):
+        raise ConfigError(f"invalid setting {_describe('rootfs_staging_dir')}: must be an absolute path")
+
+
+def enabled(s: Settings) -> bool:
+    """Whether rootfs tars are accepted (and advertised): a limit, and a staging
+    directory resolved at start (:func:`prepare_staging`)."""
+    return s.rootfs_max_bytes > 0 and bool(s.rootfs_staging_dir)
+
+
+def prepare_staging(s: Settings, state_dir: Path) -> None:
+    """Resolve ``rootfs_staging_dir`` to the absolute real path advertised to the
+    gateway, creating it 0700 when missing. The gateway writes slots into it, so it
+    runs as podmand's user (rootless: the same user), or the operator gives a
+    directory both may write; an existing directory's mode is left as it is."""
+    if s.rootfs_max_bytes <= 0:
+        s.rootfs_staging_dir = ""
+        return
+    path = Path(s.rootfs_staging_dir or state_dir / STAGING_DIR).absolute()
+    where = f"invalid setting {_describe('rootfs_staging_dir')}"
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        real = path.resolve(strict=True)
+        st = real.stat()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot create {path}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{where}: {path} is not a directory")
+    if not os.access(real, os.W_OK | os.X_OK):
+        raise ConfigError(f"{where}: {path} is not writable by uid {os.geteuid()} (podmand deletes staged tars)")
+    if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
+        log.warning("rootfs staging directory %s is world-writable: any local user could stage or swap tars", real)
+    s.rootfs_staging_dir = str(real)
+
+
+def check_path(value: object, s: Settings) -> str:
+    """``value`` as a normalised absolute path inside the staging directory, before
+    symlinks are looked at (INVALID_ARGUMENT naming the field), or FAILED_PRECONDITION
+    when this podmand takes no rootfs tars."""
+    if not enabled(s):
+        raise FailedPrecondition(
+            f"{WHERE}: rootfs tar sources are not supported here (rootfs_max_bytes is 0: "
+            "--rootfs-max-bytes / PODMAND_ROOTFS_MAX_BYTES)"
+        )
+    if not isinstance(value, str) or not value.startswith("/") or _CONTROL.search(value) or len(value) > MAX_PATH:
+        raise InvalidArgument(f"{WHERE}: must be an absolute path of at most {MAX_PATH} characters")
+    parts = value.split("/")[1:]
+    if any(p in ("", ".", "..") for p in parts):
+        raise InvalidArgument(f"{WHERE}: must be normalised (no empty, '.' or '..' segments, no trailing '/')")
+    if slot(value, s) is None:
+        raise InvalidArgument(f"{WHERE}: must be inside the rootfs staging directory {s.rootfs_staging_dir}")
+    return value
+
+
+def slot(path: str, s: Settings) -> Path | None:
+    """The staging slot holding ``path`` (the staging directory's entry it lies in:
+    the gateway's request directory, or the tar itself), or None when ``path`` is
+    not lexically inside the staging directory."""
+    root = s.rootfs_staging_dir
+    if not root or not isinstance(path, str) or not path.startswith(root.rstrip("/") + "/"):
+        return None
+    first = path[len(root.rstrip("/")) + 1 :].split("/", 1)[0]
+    if first in ("", ".", ".."):
+        return None
+    return Path(root) / first
+
+
+def remove_slot(path: str, s: Settings) -> bool:
+    """Delete the slot holding ``path`` (never anything outside the staging
+    directory, never through a symlink); True when something was removed."""
+    found = slot(path, s)
+    if found is None:
+        return False
+    try:
+        st = os.lstat(found)
+    except FileNotFoundError:
+        return False
+    try:
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(found)
+        else:
+            found.unlink()
+    except OSError as exc:
+        log.warning("could not remove rootfs staging slot %s: %s", found, exc)
+        return False
+    log.info("removed rootfs staging slot %s", found)
+    return True
+
+
+class Staged(NamedTuple):
+    file: BinaryIO
+    size: int
+
+
+def open_staged(path: str, s: Settings) -> Staged:
+    """Open the staged tar after checking it: inside the staging directory once
+    symlinks are resolved, the last component no symlink, a regular file, not
+    empty, at most ``rootfs_max_bytes``. The caller closes the file."""
+    check_path(path, s)
+    real = os.path.realpath(path)
+    if not real.startswith(s.rootfs_staging_dir.rstrip("/") + "/"):
+        raise InvalidArgument(f"{WHERE}: resolves outside the rootfs staging directory {s.rootfs_staging_dir}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        why = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot be opened: {exc.strerror}"
+        raise InvalidArgument(f"{WHERE}: {path} {why}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidArgument(f"{WHERE}: {path} is not a regular file")
+        if st.st_size == 0:
+            raise InvalidArgument(f"{WHERE}: {path} is empty")
+        if st.st_size > s.rootfs_max_bytes:
+            raise InvalidArgument(
+                f"{WHERE}: {path} is {st.st_size} bytes, more than rootfs_max_bytes ({s.rootfs_max_bytes})"
+            )
+        os.set_blocking(fd, True)
+        file = os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return Staged(file, st.st_size)
+
+
+def check_staged(path: str, s: Settings) -> None:
+    """:func:`open_staged`, for validation only."""
+    staged = open_staged(path, s)
+    with contextlib.closing(staged.file):
+        pass
+
+
+async def import_staged(podman: PodmanClient, path: str, s: Settings, ref: str) -> str:
+    """Check and import the staged tar as ``ref``; the image ID. InvalidArgument when
+    the file fails its checks, PodmanError when Podman refuses it."""
+    staged = open_staged(path, s)
+    with contextlib.closing(staged.file):
+        inactivity = s.pull_inactivity_timeout or None
+        return await podman.import_image(staged.file, staged.size, ref, inactivity)
+
+
+def reference(sandbox_id: str) -> str:
+    """The local name of a sandbox's imported rootfs (ids are valid tags: names.ID_RE)."""
+    return f"{REPOSITORY}:{sandbox_id}"
+
+
+def sandbox_of(tag: str) -> str | None:
+    """The sandbox id of an image name podmand gave an imported rootfs."""
+    repo, sep, sandbox_id = tag.rpartition(":")
+    return sandbox_id if sep and repo == REPOSITORY and sandbox_id else None

@@ -1,0 +1,208 @@
+"""Rootfs tar sources through the pex: advertised, staged as the gateway stages them,
+imported, run, and the slot deleted; refusals touch nothing outside the staging directory."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pwd
+import shutil
+import tarfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import podman
+import pytest
+
+from podmand._proto import compute_driver_pb2 as pb
+from tests.wait import wait_until
+
+from .conftest import SANDBOX_IMAGE, USER, Podmand, containers_of, gateway_metadata, run_in, sandbox, volumes_of
+from .test_conformance import policy
+
+SANDBOX_TAR = Path("/var/cache/podmand-test/sandbox.tar")  # the test images' rootfs (tests/images/build.sh)
+LIMIT = 3 * 2**20
+WHERE = "sandbox.spec.template.driver_config.rootfs_tar_path"
+REPOSITORY = "localhost/podmand-rootfs"
+
+
+def stage(staging: Path, data: bytes | None = None, size: int = 0) -> Path:
+    """A slot as the gateway makes one: a private req-<uuid> directory of its user (the
+    same user as podmand), holding the tar (``size``: a sparse file of that many bytes)."""
+    slot = staging / f"req-{uuid.uuid4()}"
+    slot.mkdir(mode=0o700)
+    tar = slot / "rootfs.tar"
+    with open(tar, "wb") as fh:
+        if data is not None:
+            fh.write(data)
+        else:
+            fh.truncate(size)
+    os.chmod(tar, 0o600)
+    for path in (slot, tar):
+        shutil.chown(path, USER, USER)
+    return tar
+
+
+def rootfs_tar(marker: str) -> bytes:
+    """The test sandbox rootfs plus /etc/rootfs-marker, so the container shows it runs this tar."""
+    buf = io.BytesIO(SANDBOX_TAR.read_bytes())
+    with tarfile.open(fileobj=buf, mode="a") as tar:
+        info = tarfile.TarInfo("etc/rootfs-marker")
+        info.size = len(marker)
+        tar.addfile(info, io.BytesIO(marker.encode()))
+    return buf.getvalue()
+
+
+def from_tar(path: Path | str, group: str = "sandbox") -> pb.DriverSandbox:
+    # As the gateway sends it: template.image is its default image, driver_config the podman block
+    # with the slot substituted; the policy's user and group (a rootfs tar declares no USER).
+    box = sandbox(image=SANDBOX_IMAGE, **policy("sandbox", group))
+    box.spec.template.driver_config.update({"rootfs_tar_path": str(path)})
+    return box
+
+
+def refused(daemon: Podmand, rpc: str, box: pb.DriverSandbox, code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT
+            ) -> str:
+    call = getattr(daemon.stub, rpc)
+    request = pb.CreateSandboxRequest if rpc == "CreateSandbox" else pb.ValidateSandboxCreateRequest
+    with pytest.raises(grpc.RpcError) as err:
+        call(request(sandbox=box))
+    assert err.value.code() == code, err.value.details()
+    return err.value.details() or ""
+
+
+@pytest.fixture
+def daemon(make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient) -> Iterator[Podmand]:
+    yield make_podmand({"PODMAND_ROOTFS_MAX_BYTES": str(LIMIT)})
+    remove_rootfs_images(podman_client)
+
+
+def remove_rootfs_images(client: podman.PodmanClient) -> None:
+    """What an aborted test left (the GC would, later): by name, so that an image with
+    other names (the GC test tags the test sandbox image) is only untagged."""
+    for image in client.images.list(filters={"reference": REPOSITORY}):
+        for name in image.tags:
+            if name.startswith(f"{REPOSITORY}:"):
+                with contextlib.suppress(podman.errors.APIError):
+                    client.images.remove(name)
+
+
+def test_rootfs_tar_is_imported_run_and_its_slot_deleted(
+    daemon: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """The staging directory is advertised (0700, podmand's user) with the limit; validation
+    only looks; the create imports the tar, runs the sandbox from the image pinned by ID
+    as the policy's user, and deletes the slot; deleting the sandbox removes the image."""
+    caps = daemon.stub.GetCapabilities(pb.GetCapabilitiesRequest(gateway=gateway_metadata()))
+    staging = Path(caps.rootfs_tar_staging_dir)
+    assert staging == (daemon.state_dir / "rootfs-staging").resolve() and caps.rootfs_tar_max_bytes == LIMIT
+    st = staging.stat()
+    assert (st.st_mode & 0o777, st.st_uid) == (0o700, pwd.getpwnam(USER).pw_uid)
+
+    tar = stage(staging, rootfs_tar("from-the-tar"))
+    box = from_tar(tar)
+    cleanup.append(box.id)
+    daemon.stub.ValidateSandboxCreate(pb.ValidateSandboxCreateRequest(sandbox=box))
+    assert tar.exists()  # the gateway sends the same slot with the create
+    watch = daemon.watch()
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    watch.wait_reason(box.id, "ContainerRunning")
+    assert not tar.parent.exists() and list(staging.iterdir()) == []
+
+    ref = f"localhost/podmand-rootfs:{box.id}"
+    imported = podman_client.images.get(ref)
+    [container] = containers_of(podman_client, box.id)
+    assert container.attrs["Image"] == imported.id != podman_client.images.get(SANDBOX_IMAGE).id
+    assert run_in(container, ["cat", "/etc/rootfs-marker"])[1] == "from-the-tar"
+    identity = json.loads(container.labels["io.podmand.identity"])  # the policy's user, found in the tar's passwd
+    assert (identity["uid"], identity["gid"], identity["source"]) == (1000, 1000, "policy")
+
+    daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id))
+    assert not podman_client.images.exists(ref)
+
+
+def test_refused_rootfs_tars_create_nothing_and_touch_nothing_outside(
+    daemon: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """Outside the staging directory (directly, or through a symlink in it), or over the
+    limit: INVALID_ARGUMENT naming the field, no container or volume, the outside file
+    intact. A refused create deletes its slot inside the staging directory, whatever the
+    reason (also a policy without the group a USER-less rootfs needs); validation
+    deletes nothing."""
+    staging = daemon.state_dir / "rootfs-staging"
+    outside = daemon.workdir / "outside" / "rootfs.tar"
+    outside.parent.mkdir()
+    outside.write_bytes(SANDBOX_TAR.read_bytes())
+    link = staging / "req-link"
+    link.mkdir()
+    shutil.chown(link, USER, USER)
+    (link / "rootfs.tar").symlink_to(outside)
+    big = stage(staging, size=LIMIT + 1)
+    cases = [
+        (outside, "must be inside the rootfs staging directory"),
+        (link / "rootfs.tar", "resolves outside the rootfs staging directory"),
+        (big, f"is {LIMIT + 1} bytes, more than rootfs_max_bytes ({LIMIT})"),
+    ]
+    for path, needle in cases:
+        box = from_tar(path)
+        cleanup.append(box.id)
+        message = refused(daemon, "ValidateSandboxCreate", box)
+        assert message.startswith(f"{WHERE}: ") and needle in message, message
+        assert path.exists() or path.is_symlink()
+        message = refused(daemon, "CreateSandbox", box)
+        assert message.startswith(f"{WHERE}: ") and needle in message, message
+        assert containers_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []
+        assert not podman_client.images.exists(f"localhost/podmand-rootfs:{box.id}")
+    assert outside.read_bytes() == SANDBOX_TAR.read_bytes()
+    assert list(staging.iterdir()) == []  # the refused creates' slots
+
+    # A good tar, but a policy without a group: the image declares no USER to take it from.
+    tar = stage(staging, SANDBOX_TAR.read_bytes())
+    box = from_tar(tar, group="")
+    cleanup.append(box.id)
+    for rpc in ("ValidateSandboxCreate", "CreateSandbox"):
+        message = refused(daemon, rpc, box, grpc.StatusCode.FAILED_PRECONDITION)
+        assert message.startswith(f"{WHERE}: a rootfs tar declares no USER: ") and "name both" in message, message
+        assert tar.exists() == (rpc == "ValidateSandboxCreate")
+    assert containers_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []
+
+
+def test_a_tar_podman_cannot_import_fails_the_sandbox_and_its_slot_is_deleted(
+    daemon: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """Not a tar: the create is accepted (the import runs in the background), the sandbox
+    fails with RootfsImportFailed and Podman's reason, the slot is gone, no container."""
+    staging = daemon.state_dir / "rootfs-staging"
+    tar = stage(staging, b"this is not a tar archive\n" * 100)
+    box = from_tar(tar)
+    cleanup.append(box.id)
+    watch = daemon.watch()
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    snap = watch.wait_reason(box.id, "RootfsImportFailed")
+    message = next(c.message for c in snap.status.conditions if c.type == "Ready")
+    assert message.startswith("importing the rootfs tar failed: ") and "tar" in message[34:], message
+    assert not tar.parent.exists()
+    assert containers_of(podman_client, box.id) == []
+    assert not podman_client.images.exists(f"localhost/podmand-rootfs:{box.id}")
+
+
+def test_garbage_collection_untags_rootfs_images_of_sandboxes_that_are_gone(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient
+) -> None:
+    """A podmand-rootfs name whose sandbox has neither container nor volume is removed by
+    name: an image that has other names (here the test sandbox image) is only untagged."""
+    orphan = f"sb-gone-{uuid.uuid4().hex[:12]}"
+    image = podman_client.images.get(SANDBOX_IMAGE)
+    assert image.tag(REPOSITORY, orphan)
+    try:
+        daemon = make_podmand({"PODMAND_GC_GRACE": "0", "PODMAND_RESYNC_INTERVAL": "0.5"})
+        # The log line comes once the whole collection is done, after the removal.
+        wait_until(lambda: f"image:{REPOSITORY}:{orphan}" in daemon.logs(), what="the orphan collected")
+        assert not podman_client.images.exists(f"{REPOSITORY}:{orphan}")
+        assert podman_client.images.get(SANDBOX_IMAGE).id == image.id
+    finally:
+        remove_rootfs_images(podman_client)
