@@ -9,6 +9,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import tarfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -206,3 +207,29 @@ def test_garbage_collection_untags_rootfs_images_of_sandboxes_that_are_gone(
         assert podman_client.images.get(SANDBOX_IMAGE).id == image.id
     finally:
         remove_rootfs_images(podman_client)
+
+
+def test_a_create_killed_mid_import_is_finished_by_the_next_podmand(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """SIGKILL right after the create: the next podmand on the same state directory finishes
+    it from the slot, or from the image if the import was done, and the slot is gone."""
+    first = make_podmand()
+    staging = Path(first.stub.GetCapabilities(pb.GetCapabilitiesRequest(gateway=gateway_metadata()))
+                   .rootfs_tar_staging_dir)
+    tar = stage(staging, rootfs_tar("after-a-restart"))
+    box = from_tar(tar)
+    cleanup.append(box.id)
+    first.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    first.stop(signal.SIGKILL)
+    second = make_podmand(start=False)
+    second.workdir, second.state_dir, second.socket = first.workdir, first.state_dir, first.socket
+    second.log_path = first.workdir / "podmand-2.log"
+    second.env.update(PODMAND_STATE_DIR=str(first.state_dir), OPENSHELL_COMPUTE_DRIVER_SOCKET=first.socket)
+    second.start()
+    second.watch().wait_reason(box.id, "ContainerRunning")
+    [container] = containers_of(podman_client, box.id)
+    assert run_in(container, ["cat", "/etc/rootfs-marker"])[1] == "after-a-restart"
+    assert not tar.parent.exists()
+    assert second.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+    assert not podman_client.images.exists(f"{REPOSITORY}:{box.id}")
