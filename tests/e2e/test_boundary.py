@@ -143,7 +143,8 @@ def test_unexpected_error_is_internal(driver: Podmand) -> None:
         raise AssertionError("create succeeded")
     except grpc.RpcError as exc:
         assert exc.code() == grpc.StatusCode.INTERNAL, exc
-    assert f"rpc=CreateSandbox sandbox={box.id} code=INTERNAL" in driver.logs()
+    # The client has the status before the server's RPC line is written: wait for the line.
+    wait_until(lambda: f"rpc=CreateSandbox sandbox={box.id} code=INTERNAL" in driver.logs(), 10, "the RPC log line")
     assert "code=OK" not in next(line for line in driver.logs().splitlines() if "rpc=CreateSandbox" in line)
     assert "code=UNKNOWN" not in driver.logs()
 

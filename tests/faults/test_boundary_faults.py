@@ -135,7 +135,8 @@ def test_unexpected_error_in_an_rpc_is_internal(tmp: Path, fake: FakeLibpod,
     err = rpc_error(lambda: d.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=sandbox("sb1")), timeout=DEADLINE))
     assert err.code() == grpc.StatusCode.INTERNAL, err
     assert "not a directory any more" not in (err.details() or "")
-    assert "rpc=CreateSandbox sandbox=sb1 code=INTERNAL" in d.log
+    # The client has the status before the server's RPC line is written: wait for the line.
+    test_faults.wait_until(lambda: "rpc=CreateSandbox sandbox=sb1 code=INTERNAL" in d.log, "the RPC log line")
     assert "rpc=CreateSandbox sandbox=sb1 code=OK" not in d.log
     assert "code=UNKNOWN" not in d.log
     assert d.stub.ListSandboxes(pb.ListSandboxesRequest(), timeout=5) is not None  # still serving
