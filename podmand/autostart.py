@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import sys
 import time
 import tomllib
@@ -168,9 +169,11 @@ class PodmanService:
     pipe of podmand's own: a child left behind holding it must not delay noticing an exit.
     Containers are unaffected: conmon runs in a session of its own."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], socket_path: str) -> None:
-        self.argv, self.env, self.socket_path = argv, env, socket_path
+    def __init__(self, argv: list[str], env: dict[str, str], runtime: rundir.RuntimeDir) -> None:
+        self.argv, self.env, self.runtime = argv, env, runtime
+        self.socket_path = podman_socket_in(runtime)
         self.proc: asyncio.subprocess.Process | None = None
+        self._group_killed = False  # the exited leader's group was killed: its pid is not ours any more
         self.stderr: collections.deque[str] = collections.deque(maxlen=20)
         self._stopping = False
         self._reader: asyncio.Task[None] | None = None
@@ -188,12 +191,31 @@ class PodmanService:
         if proc.returncode is None:
             await self._terminate(proc)
             raise AutostartError(self._failure(f"did not answer on {self.socket_path} within {READY_TIMEOUT:.0f} s"))
-        self._signal(signal.SIGKILL)  # whatever it left in its group
+        self._kill_group_after_exit()
         await self._drain_stderr()
         raise AutostartError(self._failure(f"exited with status {proc.returncode}"))
 
+    def _socket_dir(self) -> None:
+        """The runtime directory checked on every (re)start (a /tmp one may have been cleaned
+        away or replaced by another user's since), and ``podman/`` in it: ours, 0700, no symlink."""
+        try:
+            rundir.ensure(self.runtime)
+        except rundir.RuntimeDirError as exc:
+            raise AutostartError(str(exc)) from None
+        path = os.path.dirname(self.socket_path)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise AutostartError(f"cannot create {path} for Podman's socket: {exc.strerror}") from None
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise AutostartError(f"{path} is a symlink, not a directory or not this user's; refusing "
+                                 "to put Podman's socket there. Remove it")
+
     async def spawn(self) -> asyncio.subprocess.Process:
-        os.makedirs(os.path.dirname(self.socket_path), mode=0o700, exist_ok=True)
+        self._socket_dir()
         await self._stop_reader()
         self.stderr.clear()
         read_end, write_end = os.pipe()
@@ -207,6 +229,7 @@ class PodmanService:
                 stderr=write_end,
                 start_new_session=True,  # its own group; a terminal's Ctrl-C reaches podmand, which stops it
             )
+            self._group_killed = False
         except BaseException:
             os.close(read_end)
             raise
@@ -216,9 +239,17 @@ class PodmanService:
         return self.proc
 
     def _signal(self, sig: int) -> None:
-        if self.proc is not None:
+        """To the service's process group, unless its leader was reaped and the group killed
+        already: after that its pid may be reused by an unrelated process (group)."""
+        if self.proc is not None and not self._group_killed:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, sig)
+
+    def _kill_group_after_exit(self) -> None:
+        """Kill whatever the exited leader left in its group (its child in the user namespace may
+        outlive it), once, right after the exit is seen: the group id stays reserved while members live."""
+        self._signal(signal.SIGKILL)
+        self._group_killed = True
 
     def _failure(self, what: str) -> str:
         said = " | ".join(self.stderr) or "nothing on stderr"
@@ -270,9 +301,9 @@ class PodmanService:
             assert self.proc is not None
             started = time.monotonic()
             code = await self.proc.wait()
+            self._kill_group_after_exit()
             if self._stopping:
                 return
-            self._signal(signal.SIGKILL)  # its child in the user namespace may outlive it
             if time.monotonic() - started >= STABLE_AFTER:
                 delay = 1.0
             await self._drain_stderr()
@@ -292,16 +323,17 @@ class PodmanService:
     async def _terminate(self, proc: asyncio.subprocess.Process) -> str:
         """SIGTERM to its group, wait bounded, then SIGKILL; says how it ended."""
         if proc.returncode is not None:
-            self._signal(signal.SIGKILL)
+            self._kill_group_after_exit()  # a no-op when that was done already
             return f"had already exited with status {proc.returncode}"
         self._signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
             how = "stopped"
         except TimeoutError:
+            self._signal(signal.SIGKILL)  # the leader still lives: its group is still its own
+            await proc.wait()
             how = f"killed (no exit within {STOP_TIMEOUT:.0f} s of SIGTERM)"
-        self._signal(signal.SIGKILL)  # the rest of its group, if anything outlived it
-        await proc.wait()
+        self._kill_group_after_exit()  # the rest of its group, if anything outlived it
         return how
 
     async def stop(self) -> None:
@@ -337,7 +369,7 @@ def prepare(settings: Settings, environ: Mapping[str, str] | None = None) -> Pod
         raise AutostartError(str(exc)) from None
     sock = podman_socket_in(resolved)
     flags = storage_flags(storage_facts(env)) if os.geteuid() != 0 else []
-    return PodmanService(service_argv(podman, sock, flags), service_env(env, runtime), sock)
+    return PodmanService(service_argv(podman, sock, flags), service_env(env, runtime), resolved)
 
 
 @contextlib.asynccontextmanager
@@ -356,8 +388,8 @@ async def podman_api(settings: Settings) -> AsyncIterator[str]:
         return
     try:
         await service.start()
-    except (AutostartError, OSError) as exc:
-        await service.stop()
+    except BaseException as exc:  # a cancellation (Ctrl-C) during the wait for it to answer, too
+        await asyncio.shield(service.stop())
         if isinstance(exc, OSError):
             raise AutostartError(f"cannot run {service.argv[0]}: {exc.strerror or exc}") from None
         raise

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import sys
 import uuid
 from collections.abc import Callable
@@ -59,7 +60,7 @@ def _common(p: argparse.ArgumentParser, *, top: bool) -> None:
     p.add_argument("--json", action="store_true", default=default(False), help="the same as -o json")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=default(60.0),
         help="seconds per call; for create --wait, seconds without a new event of the sandbox (default: 60)",
     )
@@ -119,10 +120,24 @@ def add_parser(sub: Any) -> None:
 
 
 def _read_text(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError:
+        raise Usage(f"{path}: not UTF-8 text") from None
+
+
+def seconds(text: str) -> float:
+    """A --timeout: finite and above zero (0, a negative or inf would fail every call at once)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text!r}")
+    return value
 
 
 def build_sandbox(args: argparse.Namespace) -> Any:

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from . import ctlpodman, ctlview
 from .ctl import build_sandbox, gateway_metadata, redact
 from .ctlview import emit_json, to_dict
+from .pullprogress import HEARTBEAT
 
 RETRY_CODES = ("UNAVAILABLE", "CANCELLED", "RESOURCE_EXHAUSTED", "INTERNAL", "UNKNOWN")
 MAX_BACKOFF = 10.0
@@ -254,9 +255,12 @@ class Ctl:
                 raise item
             if _sandbox_of(item) != sandbox_id:
                 continue
-            deadline = time.monotonic() + self.timeout
-            steps.show(item)
             kind = item.WhichOneof("payload")
+            # While a pull is under way podmand repeats its Pulling event every HEARTBEAT s
+            # (Podman is silent while a layer downloads): a shorter --timeout must not cut it.
+            pulling = kind == "platform_event" and item.platform_event.event.reason == "Pulling"
+            deadline = time.monotonic() + (max(self.timeout, 1.5 * HEARTBEAT) if pulling else self.timeout)
+            steps.show(item)
             if kind == "deleted":
                 outcome = "deleted"
                 break

@@ -6,7 +6,7 @@ import asyncio
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from . import rundir
@@ -40,25 +40,63 @@ def podman_socket_in(runtime: rundir.RuntimeDir) -> str:
     return os.path.join(runtime.path, "podman", "podman.sock")
 
 
-def candidates(explicit: str, environ: dict[str, str] | None = None) -> list[str]:
+ROOTFUL_SOCKET = "/run/podman/podman.sock"
+
+
+def _users_own(env: Mapping[str, str], uid: int) -> list[str]:
+    """The sockets of this user's own Podman, in the upstream probe order."""
+    out = []
+    if env.get("XDG_RUNTIME_DIR"):
+        out.append(os.path.join(env["XDG_RUNTIME_DIR"], "podman", "podman.sock"))
+    out.append(f"/run/user/{uid}/podman/podman.sock")
+    if uid != 0:  # where Podman (and podmand's autostart) puts it without logind
+        out.append(podman_socket_in(rundir.resolve(env, uid)))
+    home = env.get("HOME") or os.path.expanduser("~")
+    out.append(os.path.join(home, ".local", "share", "containers", "podman", "machine", "podman.sock"))
+    return out
+
+
+def candidates(explicit: str, environ: Mapping[str, str] | None = None) -> list[str]:
     """The upstream probe order, plus the rootful socket (upstream forgets it)."""
     env = os.environ if environ is None else environ
     if explicit:
         return [explicit.removeprefix("unix://")]
-    out = []
-    if env.get("XDG_RUNTIME_DIR"):
-        out.append(os.path.join(env["XDG_RUNTIME_DIR"], "podman", "podman.sock"))
-    out.append(f"/run/user/{os.geteuid()}/podman/podman.sock")
-    if os.geteuid() != 0:  # where Podman (and podmand's autostart) puts it without logind
-        out.append(podman_socket_in(rundir.resolve(env)))
-    home = env.get("HOME") or os.path.expanduser("~")
-    out.append(os.path.join(home, ".local", "share", "containers", "podman", "machine", "podman.sock"))
-    out.append("/run/podman/podman.sock")
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys([*_users_own(env, os.geteuid()), ROOTFUL_SOCKET]))
+
+
+def socket_owners(path: str, env: Mapping[str, str], uid: int) -> set[int] | None:
+    """Who may own the socket at a well-known location (None: a path podmand knows nothing
+    about, taken as named). Whoever owns the socket gets podmand's registry credentials."""
+    if path == ROOTFUL_SOCKET:
+        return {0}
+    if path in _users_own(env, uid):
+        return {uid, 0}
+    return None
+
+
+def fallback_problem(path: str, env: Mapping[str, str], uid: int) -> str:
+    """'' unless ``path`` lies in the /tmp fallback runtime directory and that directory is
+    one another user could have planted (rundir.ensure's rules), or does not exist."""
+    directory = rundir.fallback_path(env, uid)
+    if uid == 0 or not path.startswith(directory + "/"):
+        return ""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot stat {directory}: {exc.strerror}"
+    problem = rundir.fallback_problem(st, uid)
+    return f"not used: its directory {directory} {problem} (another user could have planted it)" if problem else ""
 
 
 async def probe(path: str) -> str:
-    """'' when ``path`` is a libpod API that answers ``/_ping``, else why not."""
+    """'' when ``path`` is a libpod API that answers ``/_ping``, else why not. A socket in a
+    well-known place that another user could have put there is never connected to."""
+    env, uid = os.environ, os.geteuid()
+    unsafe = fallback_problem(path, env, uid)
+    if unsafe:
+        return unsafe
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -69,6 +107,10 @@ async def probe(path: str) -> str:
         return f"cannot stat: {exc.strerror}"
     if not stat.S_ISSOCK(st.st_mode):
         return "exists but is not a socket"
+    owners = socket_owners(path, env, uid)
+    if owners is not None and st.st_uid not in owners:
+        whose = "root" if owners == {0} else f"this user (uid {uid}) or root"
+        return f"not used: the socket is owned by uid {st.st_uid}, not {whose} (another user could impersonate Podman)"
     client = PodmanClient(path)
     try:
         resp = await client.ping()

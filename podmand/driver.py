@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -272,7 +273,9 @@ class Driver:
 
     # ------------------------------------------------------------ create
 
-    async def validate(self, sandbox: pb.DriverSandbox | None) -> Plan:
+    async def validate(self, sandbox: pb.DriverSandbox | None, *, staged: bool = True) -> Plan:
+        """``staged=False``: leave the staged rootfs tar unchecked (create checks it
+        after the identical-retry check: the first create may have imported it)."""
         plan = validate(sandbox, self.settings)
         if plan.gpu_count:  # peek: only a create takes devices
             self.gpus.peek(plan.gpu_count)
@@ -280,7 +283,8 @@ class Driver:
         if self.settings.image_pull_policy == "never":
             await self._check_mount_images(plan)
         if plan.rootfs_tar:
-            self._check_rootfs(plan)
+            if staged:
+                self._check_rootfs(plan)
             return plan
         try:
             image = await self.podman.inspect_image(plan.image)
@@ -380,10 +384,10 @@ class Driver:
     async def create(self, sandbox: pb.DriverSandbox | None) -> str:
         """Record the request and start provisioning; the runtime identity. A staged
         rootfs tar belongs to the create from here on: provisioning deletes it after the
-        import, and any refusal here deletes it at once (an identical retry leaves it
-        to the create already under way)."""
+        import, and any refusal here deletes it at once, unless a create already
+        accepted owns that slot (:meth:`_slot_owned`)."""
         try:
-            plan = await self.validate(sandbox)
+            plan = await self.validate(sandbox, staged=False)
             assert sandbox is not None
             async with self._locks[plan.sandbox_id]:
                 existing = await self._existing(plan)
@@ -391,6 +395,8 @@ class Driver:
                     if existing[0] == plan.spec_hash:
                         return self.runtime_identity(plan.sandbox_id, existing[1])  # an identical retry
                     raise AlreadyExists("sandbox already exists with a different spec")
+                if plan.rootfs_tar:
+                    self._check_rootfs(plan)
                 instance = uuid.uuid4().hex
                 try:
                     self.files.write_secrets(plan.sandbox_id, gateway_token(sandbox.spec), self._tls_files())
@@ -405,9 +411,30 @@ class Driver:
         except BaseException:
             if sandbox is not None and sandbox.spec.template.HasField("driver_config"):
                 staged = sandbox.spec.template.driver_config.fields.get(rootfs.KEY)
-                if staged is not None and staged.WhichOneof("kind") == "string_value":
-                    rootfs.remove_slot(staged.string_value, self.settings)
+                path = staged.string_value if staged is not None and staged.WhichOneof("kind") == "string_value" else ""
+                if path and not await self._slot_owned(sandbox.id, path):
+                    rootfs.remove_slot(path, self.settings)
             raise
+
+    async def _slot_owned(self, sandbox_id: str, path: str) -> bool:
+        """Whether a create already accepted owns the staging slot holding ``path``:
+        one provisioning, or this sandbox's record not resumed yet. Refusing a
+        request must not delete a tar that create is still to import."""
+        want = rootfs.slot(path, self.settings)
+        if want is None:
+            return False
+        owned = [p.plan.rootfs_tar for p in self._pending.values()]
+        try:
+            if sandbox_id not in self._pending and names.is_id(sandbox_id):
+                volume = await self.podman.inspect_volume(names.volume_name(sandbox_id))
+                intent = (volume.labels or {}).get(names.INTENT, "") if volume is not None else ""
+                if intent:
+                    owned.append(validate(decode_intent(intent), self.settings, recorded=True).rootfs_tar)
+        except (DriverError, ValueError):
+            pass  # an unusable record names no slot
+        except Exception:  # cannot tell: keep the tar (the gateway deletes its slots too)
+            return True
+        return any(rootfs.slot(o, self.settings) == want for o in owned if o)
 
     def _new_generation(self, sandbox_id: str, instance: str, generation: str) -> None:
         """Record the generation and mint podmand's credential for it (the old one stops working)."""
@@ -471,6 +498,9 @@ class Driver:
             except (PodmanError, DriverError, OSError) as exc:
                 # Reported, but a restart tries again: this may have been a passing fault.
                 self._fail(pending, "ProvisioningFailed", str(exc))
+            except Exception as exc:  # a bug or an answer podmand cannot read: never a silent, stuck sandbox
+                log.error("sandbox %s: unexpected error while provisioning", sandbox_id, exc_info=exc)
+                self._fail(pending, "ProvisioningFailed", f"unexpected error: {type(exc).__name__}")
             if pending.plan.rootfs_tar:  # every failure ends with the staged tar deleted
                 rootfs.remove_slot(pending.plan.rootfs_tar, self.settings)
             return
@@ -553,14 +583,18 @@ class Driver:
                         await next_line
 
     async def _import_rootfs(self, pending: Pending) -> ImageInspect:
-        """Import the staged tar as the sandbox's image (once: after a restart the
-        image may be here already), pin its ID, delete the slot."""
+        """Import the staged tar as the sandbox's image, pin its ID, delete the slot.
+        While the tar is staged it is imported (moving the tag from any earlier
+        import); with the slot gone, an import finished before a restart is used."""
         plan = pending.plan
-        try:
-            info = await self.podman.inspect_image(plan.image)
-        except PodmanError as exc:
-            if exc.status != 404:
-                raise
+        info: ImageInspect | None = None
+        if not os.path.lexists(plan.rootfs_tar):
+            try:
+                info = await self.podman.inspect_image(plan.image)
+            except PodmanError as exc:
+                if exc.status != 404:
+                    raise
+        if info is None:
             self._set_pending(pending, "Starting", "Importing the rootfs tar")
             try:
                 image_id = await rootfs.import_staged(self.podman, plan.rootfs_tar, self.settings, plan.image)

@@ -14,7 +14,8 @@ SERVICE = "openshell.compute.v1.ComputeDriver"
 
 def driver_socket(explicit: str | None) -> str:
     """The driver socket a client should use: flag, then the server's own setting, then the default."""
-    return (explicit or os.environ.get("OPENSHELL_COMPUTE_DRIVER_SOCKET") or default_socket()).removeprefix("unix://")
+    path = (explicit or os.environ.get("OPENSHELL_COMPUTE_DRIVER_SOCKET") or default_socket()).removeprefix("unix://")
+    return os.path.abspath(path)  # gRPC reads unix://rel.sock as a host name
 
 
 def add_parser(sub: Any) -> None:

@@ -33,7 +33,7 @@ KEY_BYTES_TOTAL = "io.podmand.pull.bytes_total"
 KEY_ELAPSED = "io.podmand.pull.elapsed"
 
 _BLOB = re.compile(r"Copying blob (?:sha256:)?([0-9a-f]{6,64})(.*)")
-_SIZES = re.compile(r"([\d.]+)\s*([KMGT]i?B|B)\s*/\s*([\d.]+)\s*([KMGT]i?B|B)")
+_SIZES = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*/\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)", re.ASCII)
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 

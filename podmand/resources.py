@@ -18,8 +18,8 @@ from . import config
 from ._proto import compute_driver_pb2 as pb
 from .errors import InvalidArgument
 
-_CPU_RE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(m?)")
-_MEM_RE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E)?")
+_CPU_RE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(m?)", re.ASCII)  # ASCII: "２" is no quantity
+_MEM_RE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E)?", re.ASCII)
 _MEM_UNITS = {
     "": 1,
     "k": 10**3,
@@ -152,7 +152,8 @@ def resources(res: pb.DriverResourceRequirements, settings: config.Settings) -> 
     shares = reservation = 0
     if res.cpu_request:
         shares = cpu_shares(f"{BASE}.cpu_request", res.cpu_request)
-        if cpu and _cores(f"{BASE}.cpu_request", res.cpu_request) * CPU_PERIOD > cpu:
+        # Truncated as the limit's quota is, so a request equal to its limit is never "over".
+        if cpu and int(_cores(f"{BASE}.cpu_request", res.cpu_request) * CPU_PERIOD) > cpu:
             limit = res.cpu_limit or settings.default_cpu_limit
             raise _over("cpu_request", res.cpu_request, "cpu_limit", limit, bool(res.cpu_limit))
     if res.memory_request:

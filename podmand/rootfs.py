@@ -8,8 +8,8 @@ whatever happens: imported, failed, or refused. ``ValidateSandboxCreate`` only
 looks: the gateway sends the same path again with the create.
 
 :func:`check_path` is pure (shape, and containment before symlinks); :func:`open_staged`
-checks the file itself (containment after symlinks, a regular file, the size
-limit) and keeps it open, so what is checked is what is imported.
+opens the file and checks the open descriptor (where it really is, a regular file,
+the size limit), so what is checked is what is imported.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from .config import ConfigError, Settings, _describe
+from .config import ConfigError, Settings, _describe, default_socket
 from .errors import FailedPrecondition, InvalidArgument
 from .podman import PodmanClient
 
@@ -36,6 +36,7 @@ WHERE = f"sandbox.spec.template.driver_config.{KEY}"
 REPOSITORY = "localhost/podmand-rootfs"  # tagged with the sandbox id: one image per sandbox
 STAGING_DIR = "rootfs-staging"  # under the state directory, unless rootfs_staging_dir says otherwise
 MAX_PATH = 4096
+MAX_NAME = 255  # bytes in one path component (NAME_MAX)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -78,7 +79,21 @@ def prepare_staging(s: Settings, state_dir: Path) -> None:
         raise ConfigError(f"{where}: {path} is not writable by uid {os.geteuid()} (podmand deletes staged tars)")
     if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
         log.warning("rootfs staging directory %s is world-writable: any local user could stage or swap tars", real)
+    _check_apart(s, state_dir, real, where)
     s.rootfs_staging_dir = str(real)
+
+
+def _check_apart(s: Settings, state_dir: Path, staging: Path, where: str) -> None:
+    """Refuse a staging directory that is, holds, or lies in podmand's state directory
+    or its socket's directory: the gateway names paths in it, so it could name
+    podmand's own files (tokens, keys). The default ``<state>/rootfs-staging`` is
+    podmand's own, used for nothing else: it may lie in them."""
+    state = state_dir.resolve()
+    sock = s.socket.removeprefix("unix://") or default_socket()
+    dedicated = staging == state / STAGING_DIR
+    for own in (state, Path(os.path.realpath(posixpath.dirname(sock)))):
+        if staging == own or staging in own.parents or (own in staging.parents and not dedicated):
+            raise ConfigError(f"{where}: {staging} overlaps podmand's own {own}; choose a directory apart from it")
 
 
 def check_path(value: object, s: Settings) -> str:
@@ -95,6 +110,8 @@ def check_path(value: object, s: Settings) -> str:
     parts = value.split("/")[1:]
     if any(p in ("", ".", "..") for p in parts):
         raise InvalidArgument(f"{WHERE}: must be normalised (no empty, '.' or '..' segments, no trailing '/')")
+    if any(len(p.encode("utf-8", "surrogateescape")) > MAX_NAME for p in parts):
+        raise InvalidArgument(f"{WHERE}: each path component must be at most {MAX_NAME} bytes")
     if slot(value, s) is None:
         raise InvalidArgument(f"{WHERE}: must be inside the rootfs staging directory {s.rootfs_staging_dir}")
     return value
@@ -121,7 +138,7 @@ def remove_slot(path: str, s: Settings) -> bool:
         return False
     try:
         st = os.lstat(found)
-    except FileNotFoundError:
+    except (OSError, ValueError):  # gone, or a name the filesystem cannot hold: nothing of ours
         return False
     try:
         if stat.S_ISDIR(st.st_mode):
@@ -145,15 +162,16 @@ def open_staged(path: str, s: Settings) -> Staged:
     symlinks are resolved, the last component no symlink, a regular file, not
     empty, at most ``rootfs_max_bytes``. The caller closes the file."""
     check_path(path, s)
-    real = os.path.realpath(path)
-    if not real.startswith(s.rootfs_staging_dir.rstrip("/") + "/"):
-        raise InvalidArgument(f"{WHERE}: resolves outside the rootfs staging directory {s.rootfs_staging_dir}")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         why = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot be opened: {exc.strerror}"
         raise InvalidArgument(f"{WHERE}: {path} {why}") from None
     try:
+        # Where the open descriptor really is: a directory swapped for a symlink after
+        # any check by path would still be followed by the open itself.
+        if not os.readlink(f"/proc/self/fd/{fd}").startswith(s.rootfs_staging_dir.rstrip("/") + "/"):
+            raise InvalidArgument(f"{WHERE}: resolves outside the rootfs staging directory {s.rootfs_staging_dir}")
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise InvalidArgument(f"{WHERE}: {path} is not a regular file")

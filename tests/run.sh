@@ -50,4 +50,7 @@ if [ "${1:-}" = --venv ]; then echo "$VENV"; exit 0; fi
 bash tests/setup-podman.sh all
 eval "$(bash tests/setup-podman.sh env)"
 PYTHON="$VENV/bin/python" ./build_pex.sh --all
-exec "$VENV/bin/python" -m pytest "$@"
+# A temporary directory of this run's own: the e2e tests open it to the rootless user, and
+# any other pytest run on the host resets the shared /tmp/pytest-of-<user> to 0700
+# (pytest empties this one at the start of each run).
+exec "$VENV/bin/python" -m pytest --basetemp="${PODMAND_TEST_TMP:-/tmp/podmand-tests}" "$@"

@@ -110,9 +110,11 @@ def test_rootfs_tar_is_imported_run_and_its_slot_deleted(
     daemon.stub.ValidateSandboxCreate(pb.ValidateSandboxCreateRequest(sandbox=box))
     assert tar.exists()  # the gateway sends the same slot with the create
     watch = daemon.watch()
-    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    created = daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box)).runtime_identity
     watch.wait_reason(box.id, "ContainerRunning")
     assert not tar.parent.exists() and list(staging.iterdir()) == []
+    # The gateway retries the same create after the import deleted the tar: the same sandbox.
+    assert daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box)).runtime_identity == created
 
     ref = f"localhost/podmand-rootfs:{box.id}"
     imported = podman_client.images.get(ref)
@@ -129,9 +131,9 @@ def test_rootfs_tar_is_imported_run_and_its_slot_deleted(
 def test_refused_rootfs_tars_create_nothing_and_touch_nothing_outside(
     daemon: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
-    """Outside the staging directory (directly, or through a symlink in it), or over the
-    limit: INVALID_ARGUMENT naming the field, no container or volume, the outside file
-    intact. A refused create deletes its slot inside the staging directory, whatever the
+    """Outside the staging directory (directly, through a slot that is a symlink, or a
+    tar that is one), or over the limit: INVALID_ARGUMENT naming the field, no container
+    or volume, the outside file intact. A refused create deletes its slot inside the staging directory, whatever the
     reason (also a policy without the group a USER-less rootfs needs); validation
     deletes nothing."""
     staging = daemon.state_dir / "rootfs-staging"
@@ -139,13 +141,16 @@ def test_refused_rootfs_tars_create_nothing_and_touch_nothing_outside(
     outside.parent.mkdir()
     outside.write_bytes(SANDBOX_TAR.read_bytes())
     link = staging / "req-link"
-    link.mkdir()
-    shutil.chown(link, USER, USER)
-    (link / "rootfs.tar").symlink_to(outside)
+    link.symlink_to(outside.parent)
+    inner = staging / "req-inner-link"
+    inner.mkdir()
+    shutil.chown(inner, USER, USER)
+    (inner / "rootfs.tar").symlink_to(outside)
     big = stage(staging, size=LIMIT + 1)
     cases = [
         (outside, "must be inside the rootfs staging directory"),
         (link / "rootfs.tar", "resolves outside the rootfs staging directory"),
+        (inner / "rootfs.tar", "is a symbolic link"),
         (big, f"is {LIMIT + 1} bytes, more than rootfs_max_bytes ({LIMIT})"),
     ]
     for path, needle in cases:

@@ -452,3 +452,75 @@ def test_probe_explains_each_kind_of_bad_socket(tmp: Path) -> None:
     assert problems[2].startswith("connection refused")
     assert "not a libpod API" in problems[3]
     assert problems[4] == ""
+
+
+def _owned(path: Path, uid: int, mode: int | None = None) -> None:
+    os.chown(path, uid, uid, follow_symlinks=False)
+    if mode is not None:
+        path.chmod(mode)
+
+
+def test_planted_fallback_socket_is_never_contacted(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another local user can pre-create ${TMPDIR:-/tmp}/podman-run-<uid> with a fake libpod in it: podmand
+    must not talk to it (it would send registry credentials), and says why; a safe one of ours answers."""
+    uid = 4242
+    monkeypatch.setattr(os, "geteuid", lambda: uid)
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setenv("HOME", str(tmp / "home"))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    fallback = tmp / f"podman-run-{uid}"
+    sock = fallback / "podman" / "podman.sock"
+    assert str(sock) in discovery.candidates("")
+    (fallback / "podman").mkdir(parents=True)
+    planted = FakeLibpod().start_in_thread(str(sock))
+
+    def probe() -> str:
+        return asyncio.run(asyncio.wait_for(discovery.probe(str(sock)), DEADLINE))
+
+    try:
+        _owned(fallback, 4243, 0o700)  # another user's directory
+        assert "is owned by uid 4243, not 4242" in probe()
+        _owned(fallback, uid, 0o777)  # ours, but others may have put things in it
+        assert "writable by group or others" in probe()
+        _owned(fallback, uid, 0o700)
+        _owned(fallback / "podman", uid)
+        _owned(sock, 4243)  # a safe directory, but not our socket
+        assert "owned by uid 4243" in probe()
+        elsewhere = tmp / "elsewhere"
+        fallback.rename(elsewhere)
+        fallback.symlink_to(elsewhere)  # a symlink, even to a directory of ours
+        assert "is a symlink" in probe()
+        assert planted.requests == []  # never contacted
+        fallback.unlink()
+        elsewhere.rename(fallback)
+        _owned(sock, uid)
+        assert probe() == ""
+        assert planted.requests
+    finally:
+        planted.stop_thread()
+
+
+def test_well_known_sockets_must_be_their_owners(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's own locations must hold the user's (or root's) socket; the rootful one root's; a path
+    the operator names elsewhere is taken as it is."""
+    uid = 4242
+    env = {"XDG_RUNTIME_DIR": str(tmp / "xdg"), "HOME": str(tmp / "home"), "TMPDIR": str(tmp)}
+    xdg = str(tmp / "xdg" / "podman" / "podman.sock")
+    machine = str(tmp / "home" / ".local" / "share" / "containers" / "podman" / "machine" / "podman.sock")
+    for path in (xdg, f"/run/user/{uid}/podman/podman.sock", machine):
+        assert discovery.socket_owners(path, env, uid) == {uid, 0}
+    assert discovery.socket_owners("/run/podman/podman.sock", env, uid) == {0}
+    assert discovery.socket_owners("/run/podman/podman.sock", env, 0) == {0}
+    assert discovery.socket_owners(str(tmp / "named.sock"), env, uid) is None
+    monkeypatch.setattr(os, "geteuid", lambda: uid)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", env["XDG_RUNTIME_DIR"])
+    Path(xdg).parent.mkdir(parents=True)
+    fake = FakeLibpod().start_in_thread(xdg)
+    try:
+        _owned(Path(xdg), 4243)
+        problem = asyncio.run(asyncio.wait_for(discovery.probe(xdg), DEADLINE))
+        assert "owned by uid 4243" in problem and fake.requests == []
+        _owned(Path(xdg), uid)
+        assert asyncio.run(asyncio.wait_for(discovery.probe(xdg), DEADLINE)) == ""
+    finally:
+        fake.stop_thread()

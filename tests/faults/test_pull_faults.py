@@ -55,3 +55,22 @@ def test_silent_pull_is_abandoned_with_a_terminal_reason(
     assert fake.count(r"POST .*/containers/create") == readers
     assert "no progress from Podman" in d.log and get_ready(d, "sb1").reason == "ImagePullFailed"
 
+
+
+def test_a_pull_line_podman_should_never_send_fails_the_sandbox(
+        fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:  # noqa: F811
+    """An answer podmand cannot read (a pull line that is not JSON) is a bug somewhere, but
+    it must end as a Ready=False condition, never as a provisioning task that died silently
+    and left the sandbox "Starting" forever."""
+    feed = Feed(fake)
+    default_pull = fake._pull
+    fake.route("POST", "/images/pull",
+               lambda req: Stream(feed) if req.query.get("reference") == "img:1" else default_pull(req))
+    d = launch().wait_ready()
+    d.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=sandbox("sb1")), timeout=5)
+    fake.wait_for(lambda: feed.opened == 1, what="the pull stream")
+    feed.send(b"{not json")
+    cond = wait_until(lambda: (c := get_ready(d, "sb1")).reason == "ProvisioningFailed" and c, "ProvisioningFailed")
+    assert cond.status == "False" and cond.message.startswith("unexpected error: "), cond
+    assert "unexpected error while provisioning" in d.log
+    assert fake.count(r"POST .*/containers/create") == fake.count(r"GET .*/containers/podmand-read-[^/]+/archive")

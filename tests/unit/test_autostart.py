@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from podmand import autostart, discovery
+from podmand import autostart, discovery, rundir
 from podmand.autostart import OVERLAY_FLAG, PodmanService, StorageFacts
 from podmand.config import Settings
 from tests.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
+RUN = rundir.RuntimeDir("/nonexistent/run", "XDG_RUNTIME_DIR")
 
 
 def test_new_store_without_a_configured_driver_gets_overlay() -> None:
@@ -115,12 +117,12 @@ def test_prepare_builds_the_service_in_the_runtime_dir(tmp_path: Path) -> None:
 
 
 def test_failure_with_overlay_names_cause_and_fix() -> None:
-    service = PodmanService(["podman", OVERLAY_FLAG, "system", "service"], {}, "/s")
+    service = PodmanService(["podman", OVERLAY_FLAG, "system", "service"], {}, RUN)
     service.stderr.append('Error: kernel does not support overlay fs: "overlay" is not supported')
     text = service._failure("exited with status 125")
     assert "exited with status 125: Error: kernel does not support overlay fs" in text
     assert "no Podman store yet" in text and "fuse-overlayfs" in text and 'driver = "vfs"' in text
-    assert "fuse-overlayfs" not in PodmanService(["podman", "system", "service"], {}, "/s")._failure("x")
+    assert "fuse-overlayfs" not in PodmanService(["podman", "system", "service"], {}, RUN)._failure("x")
 
 
 def test_stop_escalates_to_sigkill_for_a_child_ignoring_sigterm(
@@ -132,7 +134,7 @@ def test_stop_escalates_to_sigkill_for_a_child_ignoring_sigterm(
 
     async def scenario() -> tuple[int, str | None]:
         service = PodmanService(["sh", "-c", f"trap '' TERM; touch {ready}; exec sleep 600"], dict(os.environ),
-                                str(sock))
+                                rundir.RuntimeDir(str(tmp_path), "XDG_RUNTIME_DIR"))
         proc = await service.spawn()
         while not ready.exists():
             await asyncio.sleep(0.02)
@@ -151,8 +153,10 @@ def test_the_child_dies_with_podmand(tmp_path: Path) -> None:
         import asyncio, os, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
         from podmand.autostart import PodmanService
+        from podmand.rundir import RuntimeDir
         async def main():
-            proc = await PodmanService(["sleep", "600"], dict(os.environ), {str(tmp_path / "p" / "s")!r}).spawn()
+            runtime = RuntimeDir({str(tmp_path)!r}, "XDG_RUNTIME_DIR")
+            proc = await PodmanService(["sleep", "600"], dict(os.environ), runtime).spawn()
             print(proc.pid, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         asyncio.run(main())
@@ -178,7 +182,8 @@ def test_a_service_that_fails_at_start_is_reported_with_its_stderr(tmp_path: Pat
     fake.write_text(f"#!/bin/sh\necho '{said}' >&2\nexit 125\n")
     fake.chmod(0o755)
     sock = tmp_path / "run" / "podman" / "podman.sock"
-    service = PodmanService(autostart.service_argv(str(fake), str(sock), [OVERLAY_FLAG]), dict(os.environ), str(sock))
+    runtime = rundir.RuntimeDir(str(tmp_path / "run"), "fallback")
+    service = PodmanService(autostart.service_argv(str(fake), str(sock), [OVERLAY_FLAG]), dict(os.environ), runtime)
 
     async def scenario() -> str:
         try:
@@ -215,3 +220,99 @@ def test_discovery_waits_only_for_a_socket_that_may_come_up(monkeypatch: pytest.
     with pytest.raises(discovery.NoPodmanSocket):
         asyncio.run(discovery.discover("/x.sock", 0.6))
     assert len(rounds) >= 2
+
+
+async def _until(predicate: Callable[[], object], what: str, timeout: float = 15.0) -> None:
+    """Wait on a condition inside the event loop, with a deadline."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < end, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def test_every_spawn_checks_the_fallback_runtime_dir_again(tmp_path: Path) -> None:
+    """/tmp/podman-run-<uid> may be cleaned away or replaced by another user's symlink while podmand
+    runs: a (re)start recreates it 0700, and refuses a symlink instead of following it."""
+    runtime = rundir.RuntimeDir(str(tmp_path / "podman-run-x"), "fallback")
+    service = PodmanService(["sleep", "600"], dict(os.environ), runtime)
+    sock = Path(service.socket_path)
+
+    async def spawn_and_stop() -> None:
+        await service.spawn()
+        await service.stop()
+
+    asyncio.run(spawn_and_stop())
+    assert sock.parent.is_dir() and (sock.parent.stat().st_mode & 0o777) == 0o700
+    shutil.rmtree(runtime.path)  # cleaned away (systemd-tmpfiles, a reboot of /tmp)
+    asyncio.run(spawn_and_stop())
+    assert (os.stat(runtime.path).st_mode & 0o777) == 0o700
+    shutil.rmtree(runtime.path)
+    target = tmp_path / "planted"
+    target.mkdir()
+    os.symlink(target, runtime.path)
+    with pytest.raises(autostart.AutostartError, match="is a symlink"):
+        asyncio.run(service.spawn())
+    assert not (target / "podman").exists()
+    os.unlink(runtime.path)
+    os.mkdir(runtime.path, 0o700)
+    os.symlink(target, sock.parent)  # the podman/ directory itself replaced by a symlink
+    with pytest.raises(autostart.AutostartError, match="podman"):
+        asyncio.run(service.spawn())
+    assert list(target.iterdir()) == []
+
+
+def test_a_reaped_service_group_is_not_signalled_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its group is killed once, right after the exit is seen; stop() during the restart backoff
+    must not signal that pid again (it may belong to another process group by then)."""
+    monkeypatch.setattr(autostart, "MAX_BACKOFF", 600.0)
+    signalled: list[tuple[int, int]] = []
+    real_killpg = os.killpg
+
+    def killpg(pgid: int, sig: int) -> None:
+        signalled.append((pgid, sig))
+        real_killpg(pgid, sig)
+
+    monkeypatch.setattr(os, "killpg", killpg)
+    runtime = rundir.RuntimeDir(str(tmp_path), "XDG_RUNTIME_DIR")
+
+    async def scenario() -> int:
+        service = PodmanService(["sh", "-c", "exit 3"], dict(os.environ), runtime)
+        proc = await service.spawn()
+        service.supervise()
+        await _until(lambda: proc.returncode is not None and signalled, "the exit to be handled")
+        await service.stop()  # during the backoff (1 s)
+        return proc.pid
+
+    pid = asyncio.run(scenario())
+    assert signalled == [(pid, signal.SIGKILL)]
+
+
+def test_cancelled_during_start_stops_the_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while waiting for the service to answer must not leave it running."""
+    runtime = rundir.RuntimeDir(str(tmp_path), "XDG_RUNTIME_DIR")
+    service = PodmanService(["sleep", "600"], dict(os.environ), runtime)
+
+    async def nothing(explicit: str, wait: float) -> str:
+        raise discovery.NoPodmanSocket([])
+
+    monkeypatch.setattr(autostart, "discover", nothing)
+    monkeypatch.setattr(autostart, "prepare", lambda settings: service)
+
+    async def scenario() -> None:
+        async def use() -> None:
+            async with autostart.podman_api(Settings()):
+                pass
+
+        task = asyncio.create_task(use())
+        await _until(lambda: service.proc is not None, "the service to be spawned")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(scenario())
+        assert service.proc is not None and service.proc.returncode is not None
+    finally:
+        if service.proc is not None and service.proc.returncode is None:
+            os.killpg(service.proc.pid, signal.SIGKILL)  # the one this test started

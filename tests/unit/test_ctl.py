@@ -139,3 +139,53 @@ def test_wait_times_out_on_silence_about_its_sandbox(capsys: pytest.CaptureFixtu
     code, out, err = wait_with([snapshot("sb-1", "False", "Starting"), *others], 0.2, capsys)
     assert code == 1 and "ready: False" in out
     assert "nothing new about sb-1 for 0.2s" in err and "other" not in err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan", "soon"])
+def test_timeout_must_be_finite_and_positive(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parse("ctl", "--timeout", value, "list")
+    assert exit_.value.code == 2 and "--timeout" in capsys.readouterr().err
+    assert parse("ctl", "--timeout", "0.5", "list").timeout == 0.5
+
+
+def test_a_token_file_that_is_not_text_is_a_usage_error(tmp_path: Path) -> None:
+    from podmand.ctl import Usage, build_sandbox
+
+    bad = tmp_path / "token"
+    bad.write_bytes(b"\xff\xfe")
+    with pytest.raises(Usage, match="not UTF-8 text"):
+        build_sandbox(parse("ctl", "create", "--name", "d", "--token-file", str(bad)))
+
+
+def test_a_relative_socket_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC reads unix://rel.sock as a host name; clients resolve it against their directory."""
+    from podmand.health import driver_socket
+
+    monkeypatch.chdir(tmp_path)
+    assert driver_socket("rel.sock") == str(tmp_path / "rel.sock")
+    assert driver_socket("unix:///abs/d.sock") == "/abs/d.sock"
+
+
+def test_a_pull_under_way_outlasts_a_short_timeout(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """podmand repeats Pulling only every HEARTBEAT s while Podman downloads a layer in
+    silence: after a Pulling event the wait allows 1.5 heartbeats even with a shorter --timeout."""
+    from podmand import ctlcmds
+
+    monkeypatch.setattr(ctlcmds, "HEARTBEAT", 0.4)
+    pulling = pb.WatchSandboxesEvent(platform_event=pb.WatchSandboxesPlatformEvent(
+        sandbox_id="sb-1", event=pb.DriverPlatformEvent(reason="Pulling", message="Pulling image img: 0 of 1 layers")))
+    args = parser().parse_args(["ctl", "--timeout", "0.05", "create", "--name", "x", "--wait"])
+    silence = threading.Event()
+
+    class Stream:
+        def __iter__(self) -> Any:
+            yield pulling
+            silence.wait(0.3)  # Podman says nothing for longer than --timeout, less than 1.5 heartbeats
+            yield snapshot("sb-1", "True", "Up")
+            silence.wait(30)
+
+    code = Ctl(args, "/nowhere.sock")._wait(Stream(), "sb-1", "podmand:i/g")
+    silence.set()
+    assert code == 0, capsys.readouterr()

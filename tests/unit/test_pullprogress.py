@@ -204,3 +204,14 @@ def test_settings_check_refuses_negative_and_infinite() -> None:
         with pytest.raises(ConfigError, match=r"pull_inactivity_timeout \(--pull-inactivity-timeout"):
             pullprogress.check_settings(Settings(pull_inactivity_timeout=bad))
     pullprogress.check_settings(Settings(pull_inactivity_timeout=0.0))
+
+
+@pytest.mark.parametrize("line", ["Copying blob sha256:abcdef123456 1.2.3MB / 4MB",
+                                  "Copying blob sha256:abcdef123456 . B / 5 B",
+                                  "Copying blob sha256:abcdef123456 ٣ MB / ٤ MB"])
+def test_odd_size_text_never_raises(line: str) -> None:
+    """A line the size pattern half-matches (newer Podman prints progress bars) is read
+    as far as it goes; it must never end the provisioning task with an exception."""
+    progress = pullprogress.PullProgress("img", started=0.0)
+    progress.feed(line, 1.0)
+    assert progress.heartbeat(2.0)[pullprogress.KEY_BLOBS_SEEN] == "1"

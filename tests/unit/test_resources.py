@@ -20,7 +20,8 @@ def test_parse_cpu(text: str, quota: int) -> None:
 
 
 @pytest.mark.parametrize(("text", "needle"), [("5m", "minimum"), ("abc", "not a CPU quantity"),
-                                              ("-1", "not a CPU quantity"), ("1.5m2", "not a CPU quantity")])
+                                              ("-1", "not a CPU quantity"), ("1.5m2", "not a CPU quantity"),
+                                              ("\uff12", "not a CPU quantity"), ("\u0663", "not a CPU quantity")])
 def test_parse_cpu_rejects(text: str, needle: str) -> None:
     """Unparseable or sub-millisecond quotas are rejected, naming the field."""
     with pytest.raises(InvalidArgument) as exc:
@@ -39,7 +40,8 @@ def test_parse_memory(text: str, size: int) -> None:
 
 
 @pytest.mark.parametrize(("text", "needle"), [("1k", "minimum"), ("x", "not a memory quantity"),
-                                              ("1GB", "not a memory quantity"), ("1gi", "not a memory quantity")])
+                                              ("1GB", "not a memory quantity"), ("1gi", "not a memory quantity"),
+                                              ("\uff11Gi", "not a memory quantity")])
 def test_parse_memory_rejects(text: str, needle: str) -> None:
     """Unknown units and sizes Podman would refuse are rejected, naming the field."""
     with pytest.raises(InvalidArgument) as exc:
@@ -67,6 +69,8 @@ def test_requests_equal_to_limits_are_fine_and_above_are_not() -> None:
     got = resources.resources(_res(cpu_request="1500m", cpu_limit="1.5", memory_request="1Gi",
                                    memory_limit="1024Mi"), Settings())
     assert got == resources.Resources(150_000, 2**30, 1536, 2**30)
+    # The same quantity is never "over" its limit, however finely it is written.
+    assert resources.resources(_res(cpu_request="1.000005", cpu_limit="1.000005"), Settings()).cpu_quota == 100_000
     with pytest.raises(InvalidArgument) as exc:
         resources.resources(_res(cpu_request="1501m", cpu_limit="1.5"), Settings())
     assert exc.value.message == "sandbox.spec.template.resources.cpu_request: '1501m' exceeds cpu_limit '1.5'"

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from podmand import drivercfg, names, negotiation, rootfs, spec
+from podmand import drivercfg, names, negotiation, rootfs, spec, state
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import ConfigError, Settings
-from podmand.errors import FailedPrecondition, InvalidArgument
+from podmand.driver import Driver, Pending
+from podmand.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from podmand.podman import PodmanClient
+from podmand.state import Condition
+from tests.fakes.libpod import FakeLibpod
 
 ROOT = "/srv/staging"
 ON = Settings(rootfs_staging_dir=ROOT, rootfs_max_bytes=1024)
@@ -101,7 +111,7 @@ def test_open_staged_refusals(tmp_path: Path) -> None:
         "req-big/rootfs.tar": "is 11 bytes, more than rootfs_max_bytes (10)",
         "req-empty/rootfs.tar": "is empty",
         "req-dir/rootfs.tar": "is not a regular file",
-        "req-link/rootfs.tar": "resolves outside the rootfs staging directory",
+        "req-link/rootfs.tar": "is a symbolic link",
         "req-inner-link/rootfs.tar": "is a symbolic link",
         "req-escape/secret.tar": "resolves outside the rootfs staging directory",
         "req-missing/rootfs.tar": "cannot be opened: No such file or directory",
@@ -189,3 +199,192 @@ def sandbox_without_tar() -> pb.DriverSandbox:
                                                  ("localhost/other:sb-1", None), ("localhost/podmand-rootfs", None)])
 def test_sandbox_of(tag: str, sandbox_id: str | None) -> None:
     assert rootfs.sandbox_of(tag) == sandbox_id
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("/srv/staging/req-1/" + "x" * 256, "each path component must be at most 255 bytes"),
+        ("/srv/staging/" + "é" * 128 + "/rootfs.tar", "each path component must be at most 255 bytes"),
+        ("/srv/staging/req-1/root\x00fs.tar", "must be an absolute path"),
+    ],
+)
+def test_names_the_filesystem_cannot_hold_are_invalid_arguments(value: str, needle: str) -> None:
+    with pytest.raises(InvalidArgument) as exc:
+        rootfs.check_path(value, ON)
+    assert needle in exc.value.message
+
+
+def test_remove_slot_of_a_name_the_filesystem_cannot_hold_removes_nothing(tmp_path: Path) -> None:
+    """A NUL byte (ValueError) or an over-long component (ENAMETOOLONG) is no slot of
+    ours: False, not an exception that would turn a refusal into INTERNAL."""
+    s = staged_in(tmp_path)
+    root = Path(s.rootfs_staging_dir)
+    (root / "req-1").mkdir()
+    assert not rootfs.remove_slot(f"{root}/req\x001/rootfs.tar", s)
+    assert not rootfs.remove_slot(f"{root}/{'x' * 256}/rootfs.tar", s)
+    assert (root / "req-1").is_dir()
+
+
+def test_open_staged_checks_where_the_open_descriptor_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer of the staging directory swaps the slot for a symlink out of it after
+    any check by path and before the open: the open file is refused, not imported."""
+    s = staged_in(tmp_path)
+    root = Path(s.rootfs_staging_dir)
+    (root / "req-1").mkdir()
+    (root / "req-1" / "rootfs.tar").write_bytes(b"staged")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "rootfs.tar").write_bytes(b"host secret")
+    real_open = os.open
+
+    def swap_then_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if str(path) == str(root / "req-1" / "rootfs.tar") and not (root / "req-1").is_symlink():
+            os.rename(root / "req-1", root / "req-1.checked")
+            (root / "req-1").symlink_to(host)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", swap_then_open)
+    with pytest.raises(InvalidArgument) as exc:
+        staged = rootfs.open_staged(str(root / "req-1" / "rootfs.tar"), s)
+        staged.file.close()
+    assert "resolves outside the rootfs staging directory" in exc.value.message
+
+
+def test_prepare_staging_refuses_podmands_own_directories(tmp_path: Path) -> None:
+    """The gateway names paths in the staging directory: it must not reach the state
+    directory (tokens, keys) or the driver socket's directory; the default is podmand's own."""
+    state, sockdir = tmp_path / "state", tmp_path / "run"
+    state.mkdir()
+    sockdir.mkdir()
+    sock = f"unix://{sockdir}/compute-driver.sock"
+    for staging in (state, state / "sandboxes", tmp_path, sockdir, sockdir / "staging"):
+        with pytest.raises(ConfigError) as exc:
+            rootfs.prepare_staging(Settings(rootfs_staging_dir=str(staging), socket=sock), state)
+        message = str(exc.value)
+        assert message.startswith("invalid setting rootfs_staging_dir (--rootfs-staging-dir") and "overlaps" in message
+    for ok in ("", str(state / rootfs.STAGING_DIR), str(tmp_path / "staging")):
+        s = Settings(rootfs_staging_dir=ok, socket=sock)
+        rootfs.prepare_staging(s, state)
+        assert s.rootfs_staging_dir
+    s = Settings(socket=f"unix://{tmp_path}/compute-driver.sock")  # the state directory beside the socket
+    rootfs.prepare_staging(s, state)
+    assert s.rootfs_staging_dir == str(state / rootfs.STAGING_DIR)
+
+
+# ---------------------------------------------------------------- the driver's use of slots
+# The races below (a retry after the import, a refusal beside a create under way, a
+# restart mid-import) cannot be staged on demand with a real Podman: a fake libpod.
+
+
+@contextlib.asynccontextmanager
+async def driver_on() -> AsyncIterator[tuple[Driver, FakeLibpod, Path]]:
+    with tempfile.TemporaryDirectory(prefix="pdr-", dir="/tmp") as tmp:
+        fake = FakeLibpod()
+        await fake.start(f"{tmp}/podman.sock")
+        podman = PodmanClient(fake.path)
+        staging = Path(tmp) / "staging"
+        staging.mkdir()
+        settings = Settings(rootfs_staging_dir=str(staging), rootfs_max_bytes=1024)
+        driver = Driver(settings, podman, Path(tmp) / "state")
+        driver.files.setup()
+        try:
+            yield driver, fake, staging
+        finally:
+            await driver.close()
+            await podman.close()
+            await fake.close()
+
+
+def run(main: Callable[[], Any]) -> None:
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def rootfs_sandbox(sandbox_id: str, tar: Path, name: str = "demo") -> pb.DriverSandbox:
+    who = pb.WorkloadIdentityRequest(user="sandbox", group="sandbox")  # a rootfs tar declares no USER
+    box_spec = pb.DriverSandboxSpec(workload_identity=who)
+    sandbox = pb.DriverSandbox(id=sandbox_id, name=name, workspace="ws", spec=box_spec)
+    sandbox.spec.template.CopyFrom(template({"rootfs_tar_path": str(tar)}))
+    return sandbox
+
+
+def stage(staging: Path, slot: str = "req-1") -> Path:
+    tar = staging / slot / "rootfs.tar"
+    tar.parent.mkdir()
+    tar.write_bytes(b"x" * 100)
+    return tar
+
+
+def record(driver: Driver, fake: FakeLibpod, sandbox: pb.DriverSandbox, instance: str) -> spec.Plan:
+    """The sandbox's create as accepted: its workspace volume with the intent labels."""
+    plan = spec.validate(sandbox, driver.settings)
+    labels = spec.intent_labels(plan, instance, str(driver.state_dir))
+    fake.volumes[plan.volume_name] = {"Name": plan.volume_name, "Labels": labels}
+    return plan
+
+
+def test_an_identical_retry_after_the_import_gets_the_sandbox_identity() -> None:
+    async def main() -> None:
+        async with driver_on() as (driver, fake, staging):
+            tar = stage(staging)
+            sandbox = rootfs_sandbox("sb-1", tar)
+            record(driver, fake, sandbox, "inst1")
+            shutil.rmtree(tar.parent)  # imported: the slot is gone
+            assert await driver.create(sandbox) == driver.runtime_identity("sb-1", "inst1")
+
+    run(main)
+
+
+def test_a_refusal_leaves_the_slot_of_the_create_under_way() -> None:
+    """A same-id different-spec request (AlreadyExists) naming the slot of the create
+    under way leaves the tar to that create; a refused request's own slot goes."""
+
+    async def main() -> None:
+        async with driver_on() as (driver, _fake, staging):
+            tar = stage(staging, "req-1")
+            sandbox = rootfs_sandbox("sb-1", tar)
+            plan = spec.validate(sandbox, driver.settings)
+            driver._pending["sb-1"] = Pending(plan, "inst1", Condition("False", "Starting", "", state.now()))
+            with pytest.raises(AlreadyExists):
+                await driver.create(rootfs_sandbox("sb-1", tar, name="other"))
+            assert tar.exists()
+
+            unowned = stage(staging, "req-2")
+            with pytest.raises(AlreadyExists):
+                await driver.create(rootfs_sandbox("sb-1", unowned, name="other"))
+            assert not unowned.parent.exists()  # the refused request's own slot goes at once
+
+    run(main)
+
+
+def test_a_refusal_leaves_the_slot_of_a_recorded_create_not_resumed_yet() -> None:
+    """After a restart RPCs are served before every record is resumed: a refusal for
+    the same sandbox naming the same slot leaves the tar to the resumed create."""
+
+    async def main() -> None:
+        async with driver_on() as (driver, fake, staging):
+            tar = stage(staging, "req-1")
+            record(driver, fake, rootfs_sandbox("sb-1", tar), "inst1")
+            with pytest.raises(AlreadyExists):
+                await driver.create(rootfs_sandbox("sb-1", tar.parent / "other.tar", name="other"))
+            assert tar.exists()
+
+    run(main)
+
+
+def test_a_staged_tar_is_imported_even_when_the_image_tag_exists() -> None:
+    """A staged tar is imported (moving the tag); the tagged image is used as it is
+    only once the slot is gone (a restart after a finished import)."""
+
+    async def main() -> None:
+        async with driver_on() as (driver, fake, staging):
+            fake.route("POST", "/images/import", (200, {}, {"Id": "sha256:new"}))
+            tar = stage(staging)
+            plan = spec.validate(rootfs_sandbox("sb-1", tar), driver.settings)
+            pending = Pending(plan, "inst1", Condition("False", "Starting", "", state.now()))
+            await driver._import_rootfs(pending)
+            assert fake.count("POST .*/images/import") == 1 and not tar.parent.exists()
+            await driver._import_rootfs(pending)  # after a restart: the slot is gone
+            assert fake.count("POST .*/images/import") == 1
+
+    run(main)
