@@ -300,9 +300,7 @@ class Driver:
                 if image.id in self._accounts:  # validation allocates nothing: only account files read before
                     self._resolve_from(plan, image.id, image.config.user)
                 else:
-                    limit = userns_id_limit(self.settings, plan.userns)
-                    user, group = plan.workload_user, plan.workload_group
-                    identity.check_declaration(user, group, image.config.user, id_limit=limit)
+                    self._check_declaration(plan, image.config.user)
             except FailedPrecondition as exc:
                 raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {exc.message}") from exc
         return plan
@@ -311,10 +309,15 @@ class Driver:
         """The staged tar as it is now, and the identity: a rootfs tar declares no USER."""
         rootfs.check_staged(plan.rootfs_tar, self.settings)
         try:
-            limit = userns_id_limit(self.settings, plan.userns)
-            identity.check_declaration(plan.workload_user, plan.workload_group, "", id_limit=limit)
+            self._check_declaration(plan, "")
         except FailedPrecondition as exc:
             raise FailedPrecondition(f"{rootfs.WHERE}: a rootfs tar declares no USER: {exc.message}") from exc
+
+    def _check_declaration(self, plan: Plan, image_user: str) -> None:
+        """What the supervisor would refuse of the image's ``USER`` and the policy's identity,
+        before the image's account files are read."""
+        limit = userns_id_limit(self.settings, plan.userns)
+        identity.check_declaration(plan.workload_user, plan.workload_group, image_user, id_limit=limit)
 
     async def _check_mount_images(self, plan: Plan) -> None:
         """Under pull policy 'never', each image mount's image must be here already."""

@@ -33,22 +33,22 @@ def _grpc() -> str:
 async def _podman() -> str:
     import msgspec
 
-    from .discovery import candidates, probe
+    from .discovery import NoPodmanSocket, discover
     from .podman import PodmanClient
 
-    for path in candidates(os.environ.get("OPENSHELL_PODMAN_SOCKET", "")):
-        if await probe(path):
-            continue
-        client = PodmanClient(path, timeout=PODMAN_BUDGET)
-        try:
-            data: Any = msgspec.json.decode((await client.call("GET", "/version")).body)
-        finally:
-            await client.close()
-        engine: Any = next((c for c in data.get("Components") or [] if c.get("Name") == "Podman Engine"), {})
-        api = (engine.get("Details") or {}).get("APIVersion", "?")
-        docker = data.get("ApiVersion", "?")
-        return f"Podman {data.get('Version', '?')} (libpod API {api}, Docker API {docker}) at {path}"
-    return "Podman: no API socket answered"
+    try:  # the socket serve would use, without waiting for one that does not answer yet
+        path = await discover(os.environ.get("OPENSHELL_PODMAN_SOCKET", ""), 0.0)
+    except NoPodmanSocket:
+        return "Podman: no API socket answered"
+    client = PodmanClient(path, timeout=PODMAN_BUDGET)
+    try:
+        data: Any = msgspec.json.decode((await client.call("GET", "/version")).body)
+    finally:
+        await client.close()
+    engine: Any = next((c for c in data.get("Components") or [] if c.get("Name") == "Podman Engine"), {})
+    api = (engine.get("Details") or {}).get("APIVersion", "?")
+    docker = data.get("ApiVersion", "?")
+    return f"Podman {data.get('Version', '?')} (libpod API {api}, Docker API {docker}) at {path}"
 
 
 def podman_line(budget: float = PODMAN_BUDGET) -> str:
