@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from . import names, pullprogress, state
+from . import names, pullprogress, snapshots
 
 MESSAGE_WIDTH = 60
 BAR_WIDTH = 24
@@ -94,7 +94,7 @@ def timestamp(ts: Any) -> str:
 
 def parse_time(text: str) -> datetime | None:
     """Podman's RFC 3339 times; None when unreadable or Go's zero time (never set)."""
-    return None if text.strip().startswith("0001-") else state.to_datetime(text)
+    return None if text.strip().startswith("0001-") else snapshots.to_datetime(text)
 
 
 def age(seconds: float) -> str:

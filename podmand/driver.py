@@ -20,7 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import admission, cdi, fence, identity, imagefiles, names, proxy, registryauth, rootfs, selinux, state, tokens
+from . import (
+    admission,
+    cdi,
+    fence,
+    identity,
+    imagefiles,
+    names,
+    proxy,
+    registryauth,
+    rootfs,
+    selinux,
+    snapshots,
+    tokens,
+)
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
 from .credentials import BadCredential, CredentialSigner
@@ -41,6 +54,7 @@ from .podman import (
 from .pullprogress import HEARTBEAT as PULL_HEARTBEAT
 from .pullprogress import REASON as PULLING
 from .pullprogress import Inactivity, PullProgress, PullStalled
+from .snapshots import Condition
 from .spec import (
     Plan,
     Provision,
@@ -53,7 +67,6 @@ from .spec import (
     userns_id_limit,
     validate,
 )
-from .state import Condition
 from .supervisor import SupervisorCache
 
 log = logging.getLogger("podmand.driver")
@@ -88,7 +101,7 @@ class Pending:
 
     def snapshot(self) -> pb.DriverSandbox:
         p = self.plan
-        return state.pending(p.sandbox_id, p.name, p.workspace, p.container_name, self.ready, stopped=self.stopped)
+        return snapshots.pending(p.sandbox_id, p.name, p.workspace, p.container_name, self.ready, stopped=self.stopped)
 
 
 def platform_event(
@@ -101,7 +114,7 @@ def platform_event(
         message=message,
         metadata=metadata or {},
     )
-    event.event_time.CopyFrom(state.now())
+    event.event_time.CopyFrom(snapshots.now())
     return pb.WatchSandboxesEvent(platform_event=pb.WatchSandboxesPlatformEvent(sandbox_id=sandbox_id, event=event))
 
 
@@ -183,13 +196,13 @@ class Driver:
         health = info.state.health.status if info.state.health else ""
         self._health[info.id] = health
         self._oom[info.id] = info.state.oom_killed
-        self._unwatched[info.id] = state.ended_before(info.state.finished_at, self.watching_since)
+        self._unwatched[info.id] = snapshots.ended_before(info.state.finished_at, self.watching_since)
         if info.state.running:
             self._ensure_task(self._waiters, info.id, sandbox_id, self._wait_exit)
             if self.settings.health_check_interval and info.config.healthcheck:
                 self._ensure_task(self._probes, info.id, sandbox_id, self._probe)
         self._fence[info.id] = fence.evidence(fence_facts(info), self.files.generation(sandbox_id))
-        snap = state.from_inspect(
+        snap = snapshots.from_inspect(
             info,
             health=health,
             stopped=self._stopped(sandbox_id, info.id),
@@ -257,7 +270,7 @@ class Driver:
                 continue
             seen.add(sandbox_id)
             out.append(
-                state.from_list_entry(
+                snapshots.from_list_entry(
                     entry,
                     health=self._health.get(entry.id, ""),
                     oom=self._oom.get(entry.id, False),
@@ -445,7 +458,7 @@ class Driver:
         self.files.set_generation(sandbox_id, generation)
 
     def _start_provisioning(self, plan: Plan, instance: str) -> None:
-        ready = Condition("False", "Starting", f"Sandbox accepted; preparing image {plan.image}", state.now())
+        ready = Condition("False", "Starting", f"Sandbox accepted; preparing image {plan.image}", snapshots.now())
         pending = Pending(plan, instance, ready)
         self._pending[plan.sandbox_id] = pending
         self.publish(sandbox_event(pending.snapshot()))
@@ -479,7 +492,7 @@ class Driver:
     def _set_pending(self, pending: Pending, reason: str, message: str, status: str = "False") -> None:
         old = pending.ready
         # transition_time moves only when the condition (status, reason) does, not on each retry.
-        when = old.time if (old.status, old.reason) == (status, reason) else state.now()
+        when = old.time if (old.status, old.reason) == (status, reason) else snapshots.now()
         pending.ready = Condition(status, reason, message, when)
         self.publish(sandbox_event(pending.snapshot()))
 
@@ -807,7 +820,7 @@ class Driver:
         instance = labels.get(names.INSTANCE) or uuid.uuid4().hex
         if entry is None and self.files.stopped_container(sandbox_id) == STOPPED_EARLY:
             log.info("sandbox %s: stopped before its container existed; stays stopped", sandbox_id)
-            ready = Condition("False", "ContainerStopped", STOPPED_EARLY_MESSAGE, state.now())
+            ready = Condition("False", "ContainerStopped", STOPPED_EARLY_MESSAGE, snapshots.now())
             self._pending[sandbox_id] = Pending(plan, instance, ready, stopped=True)
             return 0
         failure = self.files.failure(sandbox_id)
@@ -818,7 +831,7 @@ class Driver:
                 with contextlib.suppress(PodmanError):
                     await self.podman.remove_container(entry.id, 0)
             log.info("sandbox %s: reporting its failure (%s), not provisioning again", sandbox_id, failure[0])
-            self._pending[sandbox_id] = Pending(plan, instance, Condition("False", *failure, state.now()))
+            self._pending[sandbox_id] = Pending(plan, instance, Condition("False", *failure, snapshots.now()))
             return 0
         if not (self.files.dir(sandbox_id) / "driver.credential").exists():
             self._new_generation(sandbox_id, instance, plan.generation)
@@ -1131,7 +1144,7 @@ class Driver:
             labels = network.labels or {}
             if names.SANDBOX_WORKSPACE not in labels or network.name in in_use:
                 continue
-            created = state.parse_time(network.created)
+            created = snapshots.parse_time(network.created)
             if created is None or created.seconds > cutoff:
                 continue
             if await self._maybe_remove_network(labels[names.SANDBOX_WORKSPACE], network.name):
@@ -1146,7 +1159,7 @@ class Driver:
         extractor_cutoff = min(cutoff, time.time() - 60)
         for extractor in await self.podman.list_containers([f"{names.OWNER}={names.OWNER_VALUE}"]):
             name = (extractor.names or [""])[0]
-            created = state.parse_time(extractor.created)
+            created = snapshots.parse_time(extractor.created)
             old = created is not None and created.seconds < extractor_cutoff
             reader = name.startswith(READER_PREFIX) and name not in imagefiles.ACTIVE
             if reader and old and await self.podman.remove_container(extractor.id, 0):

@@ -33,6 +33,7 @@ from .decoding import DecodeRequests
 from .driver import Driver
 from .files import ensure_dir
 from .hostpaths import state_dir_problem
+from .hub import Hub
 from .limits import raise_nofile_limit
 from .liveness import Liveness
 from .negotiation import capabilities
@@ -40,7 +41,6 @@ from .notify import Notifier
 from .peers import MAX_UNIX_PATH, PeerGate, deny_server, private_dir, remove_private_dir
 from .podman import Info, PodmanClient
 from .servicer import ComputeDriverServicer
-from .watcher import Hub
 
 log = logging.getLogger("podmand")
 SERVICE = "openshell.compute.v1.ComputeDriver"

@@ -14,9 +14,9 @@ from . import cdi, logs
 from ._proto import compute_driver_pb2 as pb
 from .driver import Driver
 from .errors import DriverError
+from .hub import End, Hub
 from .negotiation import check_gateway, with_gpus
 from .podman import PodmanError, PodmanUnavailable
-from .watcher import End, Hub
 
 log = logging.getLogger("podmand.rpc")
 T = TypeVar("T")

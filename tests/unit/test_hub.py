@@ -1,4 +1,4 @@
-"""Unit tests for podmand.watcher.Hub and Stream, driven through Hub._handle.
+"""Unit tests for podmand.hub.Hub and Stream, driven through Hub._handle.
 
 The hub's run loop (Podman events, ticker) is not started: each test feeds
 the inbox items the run loop would process, one at a time, with a stub driver.
@@ -13,12 +13,12 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 
-from podmand import names, state
+from podmand import names, snapshots
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.driver import deleted_event, platform_event, sandbox_event
 from podmand.errors import Unavailable
+from podmand.hub import End, Hub, Stream
 from podmand.podman import PodmanError
-from podmand.watcher import End, Hub, Stream
 
 T = TypeVar("T")
 DEADLINE = 5.0
@@ -57,8 +57,8 @@ class StubDriver:
 
 def snap(sandbox_id: str, reason: str = "ContainerRunning", status: str = "True") -> pb.DriverSandbox:
     labels = {names.SANDBOX_ID: sandbox_id, names.SANDBOX_NAME: f"n-{sandbox_id}", names.SANDBOX_WORKSPACE: "ws"}
-    ready = state.Condition(status, reason, f"{reason} message")
-    return state.snapshot(labels, container_name=f"c-{sandbox_id}", container_id=f"cid-{sandbox_id}", ready=ready)
+    ready = snapshots.Condition(status, reason, f"{reason} message")
+    return snapshots.snapshot(labels, container_name=f"c-{sandbox_id}", container_id=f"cid-{sandbox_id}", ready=ready)
 
 
 def run(body: Callable[[Hub, StubDriver], Awaitable[T]], *, buffer: int = 1024) -> T:

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from podmand import drivercfg, names, negotiation, rootfs, spec, state
+from podmand import drivercfg, names, negotiation, rootfs, snapshots, spec
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import ConfigError, Settings
 from podmand.driver import Driver, Pending
 from podmand.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from podmand.podman import PodmanClient
-from podmand.state import Condition
+from podmand.snapshots import Condition
 from tests.fakes.libpod import FakeLibpod
 
 ROOT = "/srv/staging"
@@ -344,7 +344,7 @@ def test_a_refusal_leaves_the_slot_of_the_create_under_way() -> None:
             tar = stage(staging, "req-1")
             sandbox = rootfs_sandbox("sb-1", tar)
             plan = spec.validate(sandbox, driver.settings)
-            driver._pending["sb-1"] = Pending(plan, "inst1", Condition("False", "Starting", "", state.now()))
+            driver._pending["sb-1"] = Pending(plan, "inst1", Condition("False", "Starting", "", snapshots.now()))
             with pytest.raises(AlreadyExists):
                 await driver.create(rootfs_sandbox("sb-1", tar, name="other"))
             assert tar.exists()
@@ -381,7 +381,7 @@ def test_a_staged_tar_is_imported_even_when_the_image_tag_exists() -> None:
             fake.route("POST", "/images/import", (200, {}, {"Id": "sha256:new"}))
             tar = stage(staging)
             plan = spec.validate(rootfs_sandbox("sb-1", tar), driver.settings)
-            pending = Pending(plan, "inst1", Condition("False", "Starting", "", state.now()))
+            pending = Pending(plan, "inst1", Condition("False", "Starting", "", snapshots.now()))
             await driver._import_rootfs(pending)
             assert fake.count("POST .*/images/import") == 1 and not tar.parent.exists()
             await driver._import_rootfs(pending)  # after a restart: the slot is gone

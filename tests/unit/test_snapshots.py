@@ -1,4 +1,4 @@
-"""Unit tests for podmand.state: Podman container state to contract snapshots."""
+"""Unit tests for podmand.snapshots: Podman container state to contract snapshots."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from podmand import names, state
+from podmand import names, snapshots
 from podmand.podman import ContainerInspect, ContainerListEntry
 
 STARTED = 1795980045  # 2026-11-29T19:20:45Z
@@ -25,14 +25,26 @@ LABELS = {
 NAME = "openshell-ws--demo-abc123"
 
 
-def inspect(status: str, *, exit_code: int = 0, oom: bool = False, healthcheck: bool = False,
-            finished: str = "2026-11-29T19:30:45.000000001Z") -> ContainerInspect:
+def inspect(
+    status: str,
+    *,
+    exit_code: int = 0,
+    oom: bool = False,
+    healthcheck: bool = False,
+    finished: str = "2026-11-29T19:30:45.000000001Z",
+) -> ContainerInspect:
     doc: dict[str, Any] = {
         "Id": CID,
         "Name": "/" + NAME,
         "Created": "2026-11-29T19:20:40.123456789Z",
-        "State": {"Status": status, "Running": status == "running", "ExitCode": exit_code, "OOMKilled": oom,
-                  "StartedAt": "2026-11-29T19:20:45.512333122Z", "FinishedAt": finished},
+        "State": {
+            "Status": status,
+            "Running": status == "running",
+            "ExitCode": exit_code,
+            "OOMKilled": oom,
+            "StartedAt": "2026-11-29T19:20:45.512333122Z",
+            "FinishedAt": finished,
+        },
         "Config": {"Labels": LABELS, "Healthcheck": {"Test": ["CMD-SHELL", "true"]} if healthcheck else None},
         "Image": "sha256:feed",
     }
@@ -41,8 +53,14 @@ def inspect(status: str, *, exit_code: int = 0, oom: bool = False, healthcheck: 
 
 def list_entry(status: str, *, exit_code: int = 0, exited_at: int = FINISHED) -> ContainerListEntry:
     doc = {
-        "Id": CID, "Names": [NAME], "State": status, "Labels": LABELS, "ExitCode": exit_code,
-        "Exited": status == "exited", "ExitedAt": exited_at, "StartedAt": STARTED,
+        "Id": CID,
+        "Names": [NAME],
+        "State": status,
+        "Labels": LABELS,
+        "ExitCode": exit_code,
+        "Exited": status == "exited",
+        "ExitedAt": exited_at,
+        "StartedAt": STARTED,
         "Created": "2026-11-29T19:20:40.123456789Z",
     }
     return msgspec.json.decode(json.dumps(doc), type=ContainerListEntry)
@@ -68,7 +86,7 @@ def ready(sandbox: Any) -> Any:
 )
 def test_parse_time(text: str, seconds: int) -> None:
     """RFC 3339 with any offset becomes whole UTC seconds (fractions dropped, not rounded)."""
-    ts = state.parse_time(text)
+    ts = snapshots.parse_time(text)
     assert ts is not None
     assert (ts.seconds, ts.nanos) == (seconds, 0)
 
@@ -79,14 +97,15 @@ def test_parse_time(text: str, seconds: int) -> None:
 )
 def test_parse_time_rejects(text: str) -> None:
     """Go's zero time, unparseable and offset-less strings yield no timestamp."""
-    assert state.parse_time(text) is None
+    assert snapshots.parse_time(text) is None
 
 
-@pytest.mark.parametrize(("seconds", "ok"), [(-62135596800, False), (0, False), (STARTED, True),
-                                             (253402300799, True), (253402300800, False)])
+@pytest.mark.parametrize(
+    ("seconds", "ok"), [(-62135596800, False), (0, False), (STARTED, True), (253402300799, True), (253402300800, False)]
+)
 def test_timestamp_range(seconds: int, ok: bool) -> None:
     """Only times the gateway accepts are emitted."""
-    assert (state.timestamp(seconds) is not None) is ok
+    assert (snapshots.timestamp(seconds) is not None) is ok
 
 
 # ---------------------------------------------------------------- ready_from_state
@@ -121,38 +140,42 @@ def test_timestamp_range(seconds: int, ok: bool) -> None:
 )
 def test_ready_from_state(status: str, kwargs: dict[str, Any], expected: tuple[str, str]) -> None:
     """Each Podman state maps to one Ready status and reason."""
-    cond = state.ready_from_state(status, **kwargs)
+    cond = snapshots.ready_from_state(status, **kwargs)
     assert (cond.status, cond.reason) == expected
 
 
 def test_exit_code_in_message_and_times_chosen_by_state() -> None:
     """The exit code is reported, and each state carries the timestamp that matches it."""
-    started, finished, created = state.timestamp(STARTED), state.timestamp(FINISHED), state.timestamp(CREATED)
+    started, finished, created = (
+        snapshots.timestamp(STARTED),
+        snapshots.timestamp(FINISHED),
+        snapshots.timestamp(CREATED),
+    )
     times = {"started": started, "finished": finished, "created": created}
-    exited = state.ready_from_state("exited", exit_code=3, **times)
+    exited = snapshots.ready_from_state("exited", exit_code=3, **times)
     assert "3" in exited.message
     assert exited.time == finished
-    assert state.ready_from_state("running", **times).time == started
-    assert state.ready_from_state("created", **times).time == created
+    assert snapshots.ready_from_state("running", **times).time == started
+    assert snapshots.ready_from_state("created", **times).time == created
 
 
 def test_transient_reasons() -> None:
     """Provisioning-like reasons are transient to the gateway; terminal ones are not."""
     transient = [
-        state.ready_from_state("created"),
-        state.ready_from_state("configured"),
-        state.ready_from_state("running", health="starting"),
+        snapshots.ready_from_state("created"),
+        snapshots.ready_from_state("configured"),
+        snapshots.ready_from_state("running", health="starting"),
     ]
     for cond in transient:
         assert cond.status == "False"
         assert cond.reason.lower() in names.TRANSIENT_REASONS, cond.reason
     terminal = [
-        state.ready_from_state("exited", exit_code=1),
-        state.ready_from_state("exited", stopped=True),
-        state.ready_from_state("exited", oom=True),
-        state.ready_from_state("exited", exit_code=78),
-        state.ready_from_state("running", health="unhealthy"),
-        state.ready_from_state("stopping"),  # stopping by itself: it is about to exit
+        snapshots.ready_from_state("exited", exit_code=1),
+        snapshots.ready_from_state("exited", stopped=True),
+        snapshots.ready_from_state("exited", oom=True),
+        snapshots.ready_from_state("exited", exit_code=78),
+        snapshots.ready_from_state("running", health="unhealthy"),
+        snapshots.ready_from_state("stopping"),  # stopping by itself: it is about to exit
     ]
     for cond in terminal:
         assert cond.reason.lower() not in names.TRANSIENT_REASONS, cond.reason
@@ -163,7 +186,7 @@ def test_transient_reasons() -> None:
 
 def test_from_inspect_running() -> None:
     """Identity comes from labels, the status name from the container name without '/'."""
-    snap = state.from_inspect(inspect("running"))
+    snap = snapshots.from_inspect(inspect("running"))
     assert (snap.id, snap.name, snap.workspace) == ("abc123", "demo", "ws")
     assert snap.status.name == NAME
     assert snap.status.instance_id == CID[:12]
@@ -176,15 +199,17 @@ def test_from_inspect_running() -> None:
 
 def test_from_inspect_health_needs_a_healthcheck() -> None:
     """A health status only counts when the container has a healthcheck configured."""
-    assert ready(state.from_inspect(inspect("running"), health="starting")).reason == "ContainerRunning"
-    assert ready(state.from_inspect(inspect("running", healthcheck=True), health="starting")).reason == \
-        "HealthCheckStarting"
+    assert ready(snapshots.from_inspect(inspect("running"), health="starting")).reason == "ContainerRunning"
+    assert (
+        ready(snapshots.from_inspect(inspect("running", healthcheck=True), health="starting")).reason
+        == "HealthCheckStarting"
+    )
 
 
 def test_from_inspect_oom_and_exit() -> None:
     """Inspect knows about OOM kills and exit codes."""
-    assert ready(state.from_inspect(inspect("exited", exit_code=137, oom=True))).reason == "OOMKilled"
-    cond = ready(state.from_inspect(inspect("exited", exit_code=3)))
+    assert ready(snapshots.from_inspect(inspect("exited", exit_code=137, oom=True))).reason == "OOMKilled"
+    cond = ready(snapshots.from_inspect(inspect("exited", exit_code=3)))
     assert cond.reason == "ContainerExited" and "3" in cond.message
     assert cond.transition_time.seconds == FINISHED
 
@@ -192,10 +217,11 @@ def test_from_inspect_oom_and_exit() -> None:
 @pytest.mark.parametrize("build", ["inspect", "list"])
 def test_suspended_only_when_stopped(build: str) -> None:
     """Suspended=True marks a StopSandbox'd container; an exit on its own is not a suspension."""
+
     def snap(stopped: bool, status: str = "exited") -> Any:
         if build == "inspect":
-            return state.from_inspect(inspect(status), stopped=stopped)
-        return state.from_list_entry(list_entry(status), stopped=stopped)
+            return snapshots.from_inspect(inspect(status), stopped=stopped)
+        return snapshots.from_list_entry(list_entry(status), stopped=stopped)
 
     stopped = snap(True)
     suspended = [c for c in stopped.status.conditions if c.type == names.SUSPENDED]
@@ -210,7 +236,7 @@ def test_suspended_only_when_stopped(build: str) -> None:
 
 def test_from_list_entry_running() -> None:
     """The list path yields the same identity fields as inspect."""
-    snap = state.from_list_entry(list_entry("running"))
+    snap = snapshots.from_list_entry(list_entry("running"))
     assert (snap.id, snap.name, snap.workspace) == ("abc123", "demo", "ws")
     assert snap.status.name == NAME
     assert snap.status.instance_id == CID[:12]
@@ -219,7 +245,7 @@ def test_from_list_entry_running() -> None:
 
 def test_list_entry_zero_exit_time_has_no_timestamp() -> None:
     """ExitedAt = Go's zero time as unix seconds must not become a transition time."""
-    cond = ready(state.from_list_entry(list_entry("exited", exit_code=1, exited_at=-62135596800)))
+    cond = ready(snapshots.from_list_entry(list_entry("exited", exit_code=1, exited_at=-62135596800)))
     assert cond.reason == "ContainerExited"
     assert not cond.HasField("transition_time")
 
@@ -227,7 +253,7 @@ def test_list_entry_zero_exit_time_has_no_timestamp() -> None:
 def test_from_list_entry_tolerates_missing_names_and_labels() -> None:
     """A sparse list entry yields an empty identity rather than an exception."""
     entry = msgspec.json.decode(b'{"Id": "0123456789abcdef", "State": "created"}', type=ContainerListEntry)
-    snap = state.from_list_entry(entry)
+    snap = snapshots.from_list_entry(entry)
     assert (snap.id, snap.status.name, snap.status.instance_id) == ("", "", "0123456789ab")
     assert ready(snap).reason == "ContainerCreated"
 
@@ -238,8 +264,8 @@ def test_from_list_entry_tolerates_missing_names_and_labels() -> None:
 )
 def test_transition_time_same_for_inspect_and_list(status: str, exit_code: int) -> None:
     """List and Get must report the same transition_time for one container (whole seconds)."""
-    a = ready(state.from_inspect(inspect(status, exit_code=exit_code)))
-    b = ready(state.from_list_entry(list_entry(status, exit_code=exit_code)))
+    a = ready(snapshots.from_inspect(inspect(status, exit_code=exit_code)))
+    b = ready(snapshots.from_list_entry(list_entry(status, exit_code=exit_code)))
     assert a.HasField("transition_time")
     assert a.transition_time == b.transition_time
     assert (a.status, a.reason) == (b.status, b.reason)
@@ -247,16 +273,21 @@ def test_transition_time_same_for_inspect_and_list(status: str, exit_code: int) 
 
 def test_removing_is_deleting() -> None:
     """A container being removed is reported as deleting on both paths."""
-    assert state.from_inspect(inspect("removing")).status.deleting is True
-    assert state.from_list_entry(list_entry("removing")).status.deleting is True
+    assert snapshots.from_inspect(inspect("removing")).status.deleting is True
+    assert snapshots.from_list_entry(list_entry("removing")).status.deleting is True
 
 
 def test_pending_snapshot() -> None:
     """A sandbox without a container still carries its identity and the given condition."""
-    cond = state.Condition("False", "DependenciesNotReady", "pulling", state.timestamp(STARTED))
-    snap = state.pending("abc123", "demo", "ws", NAME, cond, stopped=True)
-    assert (snap.id, snap.name, snap.workspace, snap.status.name, snap.status.instance_id) == \
-        ("abc123", "demo", "ws", NAME, "")
+    cond = snapshots.Condition("False", "DependenciesNotReady", "pulling", snapshots.timestamp(STARTED))
+    snap = snapshots.pending("abc123", "demo", "ws", NAME, cond, stopped=True)
+    assert (snap.id, snap.name, snap.workspace, snap.status.name, snap.status.instance_id) == (
+        "abc123",
+        "demo",
+        "ws",
+        NAME,
+        "",
+    )
     assert [(c.type, c.status) for c in snap.status.conditions] == [(names.READY, "False"), (names.SUSPENDED, "True")]
     assert snap.status.conditions[1].transition_time.seconds == STARTED
 
@@ -265,11 +296,11 @@ def test_ended_before_keeps_sub_second_precision() -> None:
     """An exit in the same second podmand started watching is only 'unwatched' if it
     really came first: whole seconds would misjudge a restart that fast."""
     since = 1_795_972_800.5  # 2026-11-29T17:20:00.5Z
-    assert state.ended_before("2026-11-29T17:20:00.400000000Z", since) is True
-    assert state.ended_before("2026-11-29T17:20:00.600000000Z", since) is False
-    assert state.ended_before("2026-11-29T18:20:00.4+01:00", since) is True
-    assert state.ended_before("0001-01-01T00:00:00Z", since) is False
-    assert state.ended_before("", since) is False
+    assert snapshots.ended_before("2026-11-29T17:20:00.400000000Z", since) is True
+    assert snapshots.ended_before("2026-11-29T17:20:00.600000000Z", since) is False
+    assert snapshots.ended_before("2026-11-29T18:20:00.4+01:00", since) is True
+    assert snapshots.ended_before("0001-01-01T00:00:00Z", since) is False
+    assert snapshots.ended_before("", since) is False
 
 
 def test_list_entry_uses_the_inspected_verdict_on_exits_within_the_start_second() -> None:
@@ -280,8 +311,8 @@ def test_list_entry_uses_the_inspected_verdict_on_exits_within_the_start_second(
         type=ContainerListEntry,
     )
     since = 1_795_972_800.5
-    guessed = state.from_list_entry(entry, watching_since=since)
-    told = state.from_list_entry(entry, watching_since=since, unwatched=True)
+    guessed = snapshots.from_list_entry(entry, watching_since=since)
+    told = snapshots.from_list_entry(entry, watching_since=since, unwatched=True)
     assert guessed.status.conditions[0].reason == told.status.conditions[0].reason == "ContainerRuntimeRestart"
     assert "podmand was not running" not in guessed.status.conditions[0].message
     assert "podmand was not running" in told.status.conditions[0].message

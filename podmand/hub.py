@@ -24,7 +24,7 @@ from .driver import Driver, deleted_event, sandbox_event
 from .errors import Unavailable
 from .podman import BadEvent, Event, PodmanClient, PodmanError, PodmanUnavailable
 
-log = logging.getLogger("podmand.watcher")
+log = logging.getLogger("podmand.hub")
 
 # libpod says "died" for a natural exit ("die" only on the Docker-compat API).
 STATE_ACTIONS = frozenset(
