@@ -211,6 +211,15 @@ def test_cli_exits_2_naming_bad_variable() -> None:
                            "expected a whole number of seconds, got 'abc'\n")
 
 
+@pytest.mark.parametrize("first", ["podmand.configchecks", "podmand.configoptions", "podmand.config"])
+def test_settings_modules_import_in_any_order(first: str) -> None:
+    """configchecks imports feature modules that import config, so config.load imports it
+    late: whichever of the three a fresh interpreter imports first, loading still works."""
+    code = f"import {first}\nimport podmand.config\nprint(podmand.config.load(environ={{}}).userns)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "auto\n"), proc.stderr
+
+
 def test_upstream_flag_names_are_aliases() -> None:
     """Upstream's --bind-socket and --bind-address work as podmand's --socket and --listen-tcp."""
     s = load(args=flags("--bind-socket", "/run/x.sock", "--bind-address", "127.0.0.1:50061"), environ={})
