@@ -1,4 +1,4 @@
-"""PodmanClient against a misbehaving libpod: the HTTP layer's fault paths.
+"""PodmanClient over UnixTransport against a misbehaving libpod: the HTTP layer's fault paths.
 
 Each test runs one coroutine on a fresh loop with the fake on the same loop.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from podmand.podman import PodmanClient, PodmanError, PodmanUnavailable
+from podmand.libpod import PodmanClient, PodmanError, PodmanUnavailable, Timeouts, UnixTransport
 from tests.fakes.libpod import FakeLibpod, Hang
 
 DEADLINE = 10.0
@@ -47,12 +47,18 @@ async def serving(path: str, setup: Callable[[FakeLibpod], None] | None = None,
     if setup is not None:
         setup(fake)
     await fake.start(path)
-    client = PodmanClient(path, timeout=timeout)
+    client = PodmanClient(path, timeouts=Timeouts(request=timeout))
     try:
         yield fake, client
     finally:
         await client.close()
         await fake.close()
+
+
+def idle(client: PodmanClient) -> list[Any]:
+    """The socket transport's pool of idle keep-alive connections."""
+    assert isinstance(client.transport, UnixTransport)
+    return client.transport._idle
 
 
 async def until(predicate: Callable[[], Any], what: str, timeout: float = 5.0) -> None:
@@ -151,7 +157,7 @@ def test_non_2xx_becomes_podman_error_with_message(sock: str) -> None:
 def test_missing_socket_is_unavailable(sock: str) -> None:
     """No socket file at all: PodmanUnavailable naming the path, not a bare OSError."""
     async def main() -> None:
-        client = PodmanClient(sock, timeout=2.0)
+        client = PodmanClient(sock, timeouts=Timeouts(request=2.0))
         with pytest.raises(PodmanUnavailable, match="cannot connect to Podman at " + sock):
             await client.info()
         with pytest.raises(PodmanUnavailable):
@@ -167,7 +173,7 @@ def test_connection_refused_is_unavailable(sock: str) -> None:
     dead.bind(sock)  # bound, never listening
     try:
         async def main() -> None:
-            client = PodmanClient(sock, timeout=2.0)
+            client = PodmanClient(sock, timeouts=Timeouts(request=2.0))
             with pytest.raises(PodmanUnavailable) as err:
                 await client.ping()
             assert isinstance(err.value.__cause__, ConnectionRefusedError)
@@ -189,7 +195,7 @@ def test_server_that_never_answers_times_out(sock: str) -> None:
                 await client.info()
             assert time.monotonic() - started < 3.0
             # The wedged connection is not returned to the pool.
-            assert client._idle == []
+            assert idle(client) == []
             await until(lambda: fake.disconnects == 1, "the client to drop the wedged connection")
 
     run(main())
@@ -259,7 +265,7 @@ def test_events_stream_task_can_be_cancelled(sock: str) -> None:
             with pytest.raises(asyncio.CancelledError):
                 await task
             await until(lambda: fake.disconnects == 1, "the stream connection to close")
-            assert client._idle == []  # a stream connection never enters the pool
+            assert idle(client) == []  # a stream connection never enters the pool
 
     run(main())
 

@@ -13,7 +13,6 @@ import pytest
 from podmand import doctor
 from podmand.autostart import StorageFacts
 from podmand.discovery import Attempt
-from podmand.doctor import PodmanInfo
 from podmand.doctorchecks import (
     Check,
     DriverSocketFact,
@@ -22,17 +21,20 @@ from podmand.doctorchecks import (
     check_cgroups,
     check_driver_socket,
     check_images,
+    check_state_dir,
+    check_subids,
+    check_tun,
+    parse_subids,
+)
+from podmand.doctorpodman import (
     check_new_store,
     check_quadlet,
     check_runtime_dir,
     check_socket,
-    check_state_dir,
     check_storage,
-    check_subids,
-    check_tun,
     check_version,
-    parse_subids,
 )
+from podmand.libpod import Info
 from podmand.rundir import RuntimeDir
 
 
@@ -104,10 +106,10 @@ def test_mapped_subids_from_info() -> None:
             },
         }
     }
-    info = msgspec.json.decode(msgspec.json.encode(body), type=PodmanInfo)
-    assert info.mapped_subids() == 7
-    rootful = msgspec.json.decode(b'{"host": {"idMappings": {"uidmap": null, "gidmap": null}}}', type=PodmanInfo)
-    assert rootful.mapped_subids() is None
+    info = msgspec.json.decode(msgspec.json.encode(body), type=Info)
+    assert doctor.mapped_subids(info) == 7
+    rootful = msgspec.json.decode(b'{"host": {"idMappings": {"uidmap": null, "gidmap": null}}}', type=Info)
+    assert doctor.mapped_subids(rootful) is None
 
 
 def test_tun_not_writable_fails_naming_chmod() -> None:
