@@ -241,6 +241,8 @@ class UnixTransport(Transport):
                 pass
             status, headers = await asyncio.wait_for(_read_head(conn.reader), upload.inactivity)
             body = b"".join([c async for c in _iter_body(conn.reader, status, headers)])
+        except TimeoutError:
+            raise  # Podman went quiet: the client says what did not answer
         except OSError as exc:
             raise PodmanUnavailable(f"connection to Podman failed: {exc}") from exc
         finally:
@@ -292,6 +294,8 @@ class MockTransport(Transport):
                 request = Request(request.method, request.target, request.headers, data)
                 return await asyncio.wait_for(self._call(request), upload.inactivity)
             return await self._call(request)
+        except TimeoutError:
+            raise  # an Upload's inactivity deadline: the client says what did not answer
         except OSError as exc:
             raise PodmanUnavailable(f"connection to Podman failed: {exc}") from exc
 
