@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import shutil
 import socket
 import tempfile
@@ -283,5 +284,20 @@ def test_pull_error_line_is_podman_error(sock: str) -> None:
                 async for line in client.pull_image("img:1", "missing"):
                     lines.append(line.stream)
             assert lines == ["Trying to pull"]
+
+    run(main())
+
+
+def test_import_that_podman_never_answers_gives_up_after_the_inactivity(sock: str) -> None:
+    """The rootfs upload has no overall deadline, only Podman's silence ends it, and the
+    error names the import (the socket transport hands the timeout to the client)."""
+    def setup(fake: FakeLibpod) -> None:
+        fake.route("POST", "/images/import", lambda _req: Hang())
+
+    async def main() -> None:
+        async with serving(sock, setup) as (fake, client):
+            with pytest.raises(PodmanUnavailable, match="did not answer the import of r:1 in time"):
+                await client.import_image(io.BytesIO(b"tar bytes"), 9, "r:1", 0.2)
+            assert fake.bodies[-1] == ("POST /v4.0.0/libpod/images/import", b"tar bytes")
 
     run(main())
