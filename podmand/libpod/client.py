@@ -33,7 +33,7 @@ from .models import (
     VolumeInspect,
 )
 from .timeouts import Timeouts
-from .transport import Request, Response, Streamed, Transport, UnixTransport, Upload
+from .transport import Request, Response, Transport, UnixTransport, Upload
 
 API_PREFIX = "/v4.0.0/libpod"
 _IMPORT_CHUNK = 1024 * 1024  # bytes of a rootfs tar read and sent at a time
@@ -45,7 +45,7 @@ def quote(name: str) -> str:
     return urllib.parse.quote(name, safe="")
 
 
-def target(path: str, query: Mapping[str, Any] | None = None) -> str:
+def _target(path: str, query: Mapping[str, Any] | None = None) -> str:
     """The request target: libpod's prefix (not for ``/_ping``) and the query, where a
     list repeats its key, a bool is true/false and a dict is JSON (libpod's filters)."""
     full = path if path.startswith("/_") else API_PREFIX + path
@@ -66,19 +66,19 @@ def target(path: str, query: Mapping[str, Any] | None = None) -> str:
     return full
 
 
-def decode(data: bytes, kind: type[T], what: str) -> T:
+def _decode(data: bytes, kind: type[T], what: str) -> T:
     """``data`` as ``kind``, or :class:`PodmanUnreadable` saying which answer it was."""
-    decoded: T = _decode(data, kind, what)
+    decoded: T = _decode_any(data, kind, what)
     return decoded
 
 
-def decode_list(data: bytes, kind: type[T], what: str) -> list[T]:
+def _decode_list(data: bytes, kind: type[T], what: str) -> list[T]:
     """A JSON array of ``kind``; libpod sends ``null`` for none."""
-    items: list[T] | None = _decode(data, list[kind] | None, what)  # type: ignore[valid-type]
+    items: list[T] | None = _decode_any(data, list[kind] | None, what)  # type: ignore[valid-type]
     return items or []
 
 
-def _decode(data: bytes, kind: Any, what: str) -> Any:
+def _decode_any(data: bytes, kind: Any, what: str) -> Any:
     try:
         return msgspec.json.decode(data, type=kind)
     except msgspec.DecodeError as exc:  # ValidationError included
@@ -136,7 +136,7 @@ class PodmanClient:
         if json is not None:
             headers["Content-Type"] = "application/json"
             body = msgspec.json.encode(json)
-        request = Request(method, target(path, query), headers, body)
+        request = Request(method, _target(path, query), headers, body)
         return await self._send(request, timeout or self.timeouts.request, f"{method} {path}")
 
     async def call(self, method: str, path: str, **kwargs: Any) -> Response:
@@ -162,14 +162,10 @@ class PodmanClient:
         headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """The body of a 2xx answer as it arrives, on a connection of its own."""
-        async with self.transport.stream(Request(method, target(path, query), headers or {})) as answer:
-            yield await self._ok(answer)
-
-    @staticmethod
-    async def _ok(answer: Streamed) -> AsyncIterator[bytes]:
-        if answer.status >= 400:
-            raise _error(await answer.read())
-        return answer.chunks
+        async with self.transport.stream(Request(method, _target(path, query), headers or {})) as answer:
+            if answer.status >= 400:
+                raise _error(await answer.read())
+            yield answer.chunks
 
     # ------------------------------------------------------------ system
 
@@ -177,22 +173,22 @@ class PodmanClient:
         return await self.request("GET", "/_ping", timeout=self.timeouts.ping)
 
     async def info(self) -> Info:
-        return decode((await self.call("GET", "/info")).body, Info, "GET /info")
+        return _decode((await self.call("GET", "/info")).body, Info, "GET /info")
 
     # ------------------------------------------------------------ containers
 
     async def list_containers(self, labels: list[str]) -> list[ContainerListEntry]:
         resp = await self.call("GET", "/containers/json", query={"all": True, "filters": {"label": labels}})
-        return decode_list(resp.body, ContainerListEntry, "GET /containers/json")
+        return _decode_list(resp.body, ContainerListEntry, "GET /containers/json")
 
     async def inspect_container(self, name: str) -> ContainerInspect:
         resp = await self.call("GET", f"/containers/{quote(name)}/json")
-        return decode(resp.body, ContainerInspect, "a container inspect")
+        return _decode(resp.body, ContainerInspect, "a container inspect")
 
     async def create_container(self, spec: Mapping[str, Any]) -> tuple[str, list[str]]:
         """The new container's ID and Podman's warnings."""
         resp = await self.call("POST", "/containers/create", json=spec)
-        created = decode(resp.body, ContainerCreated, "POST /containers/create")
+        created = _decode(resp.body, ContainerCreated, "POST /containers/create")
         return created.id, list(created.warnings or [])
 
     async def start_container(self, name: str) -> None:
@@ -235,7 +231,7 @@ class PodmanClient:
 
     async def healthcheck(self, name: str) -> str:
         resp = await self.call("GET", f"/containers/{quote(name)}/healthcheck", timeout=self.timeouts.healthcheck)
-        return decode(resp.body, HealthcheckResult, "a healthcheck").status
+        return _decode(resp.body, HealthcheckResult, "a healthcheck").status
 
     async def archive(self, name: str, path: str) -> bytes:
         return (await self.call("GET", f"/containers/{quote(name)}/archive", query={"path": path})).body
@@ -255,17 +251,17 @@ class PodmanClient:
     async def list_images(self) -> list[str]:
         """IDs of the local images."""
         resp = await self.call("GET", "/images/json")
-        return [image.id for image in decode_list(resp.body, ImageSummary, "GET /images/json")]
+        return [image.id for image in _decode_list(resp.body, ImageSummary, "GET /images/json")]
 
     async def image_names(self, repository: str) -> list[str]:
         """The ``repository:tag`` names of the local images in ``repository``."""
         resp = await self.call("GET", "/images/json", query={"filters": {"reference": [repository]}})
-        images = decode_list(resp.body, ImageSummary, "GET /images/json")
+        images = _decode_list(resp.body, ImageSummary, "GET /images/json")
         return [n for image in images for n in image.names or [] if n.rpartition(":")[0] == repository]
 
     async def inspect_image(self, ref: str) -> ImageInspect:
         resp = await self.call("GET", f"/images/{quote(ref)}/json")
-        return decode(resp.body, ImageInspect, "an image inspect")
+        return _decode(resp.body, ImageInspect, "an image inspect")
 
     async def image_exists(self, ref: str) -> bool:
         """Whether the image is local; PodmanError for any answer but yes or no."""
@@ -282,7 +278,7 @@ class PodmanClient:
         query = {"reference": ref, "policy": policy}
         async with self._chunks("POST", "/images/pull", query=query, headers=headers) as chunks:
             async for line in ndjson.strict_lines(chunks):
-                item = decode(line, PullLine, "an image pull")
+                item = _decode(line, PullLine, "an image pull")
                 if item.error:
                     raise PodmanError(500, item.error)
                 yield item
@@ -292,12 +288,12 @@ class PodmanClient:
         body, streamed from disk; the new image's ID. ``inactivity``: seconds Podman may
         stop reading (or, once the body is sent, answering) before the import is abandoned."""
         upload = Upload(_read(file, size), size, inactivity)
-        request = Request("POST", target("/images/import", {"reference": reference}),
+        request = Request("POST", _target("/images/import", {"reference": reference}),
                           {"Content-Type": "application/x-tar"}, upload)
         resp = await self._send(request, None, f"the import of {reference}")
         if resp.status >= 400:
             raise _error(resp)
-        return decode(resp.body, ImageImported, "an image import").id
+        return _decode(resp.body, ImageImported, "an image import").id
 
     async def remove_image(self, ref: str) -> bool:
         """Untag ``ref`` and remove the image if nothing else uses it; False when
@@ -317,11 +313,11 @@ class PodmanClient:
             if error.gone:
                 return None
             raise error
-        return decode(resp.body, VolumeInspect, "a volume inspect")
+        return _decode(resp.body, VolumeInspect, "a volume inspect")
 
     async def list_volumes(self, labels: list[str]) -> list[VolumeInspect]:
         resp = await self.call("GET", "/volumes/json", query={"filters": {"label": labels}})
-        return decode_list(resp.body, VolumeInspect, "GET /volumes/json")
+        return _decode_list(resp.body, VolumeInspect, "GET /volumes/json")
 
     async def remove_volume(self, name: str) -> bool:
         return _removed(await self.request("DELETE", f"/volumes/{quote(name)}", query={"force": True}))
@@ -339,11 +335,11 @@ class PodmanClient:
             if error.gone:
                 return None
             raise error
-        return decode(resp.body, NetworkInspect, "a network inspect")
+        return _decode(resp.body, NetworkInspect, "a network inspect")
 
     async def list_networks(self, labels: list[str]) -> list[NetworkInspect]:
         resp = await self.call("GET", "/networks/json", query={"filters": {"label": labels}})
-        return decode_list(resp.body, NetworkInspect, "GET /networks/json")
+        return _decode_list(resp.body, NetworkInspect, "GET /networks/json")
 
     async def remove_network(self, name: str) -> bool:
         return _removed(await self.request("DELETE", f"/networks/{quote(name)}"))
@@ -355,7 +351,7 @@ class PodmanClient:
         filters = {"container": [container_id], "type": ["container"]}
         query = {"stream": False, "since": str(since), "filters": filters}
         resp = await self.call("GET", "/events", query=query, timeout=self.timeouts.past_events)
-        return [decode(line, Event, "GET /events") for line in resp.body.splitlines() if line.strip()]
+        return [_decode(line, Event, "GET /events") for line in resp.body.splitlines() if line.strip()]
 
     @contextlib.asynccontextmanager
     async def events(self, labels: list[str]) -> AsyncIterator[AsyncIterator[Event | BadEvent]]:

@@ -15,7 +15,7 @@ import abc
 import asyncio
 import contextlib
 import inspect
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
@@ -321,11 +321,13 @@ class MockTransport(Transport):
         answer = await self._answer(request)
         if isinstance(answer, Response):
             answer = Streamed(answer.status, answer.headers, _once(answer.body))
+        chunks = _unbroken(answer.chunks)
         try:
-            yield Streamed(answer.status, answer.headers, _unbroken(answer.chunks))
+            yield Streamed(answer.status, answer.headers, chunks)
         except OSError as exc:
             raise PodmanUnavailable(f"connection to Podman failed: {exc}") from exc
         finally:
+            await chunks.aclose()
             await _aclose(answer.chunks)
 
 
@@ -342,7 +344,7 @@ async def _once(body: bytes) -> AsyncIterator[bytes]:
         yield body
 
 
-async def _unbroken(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _unbroken(chunks: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
     try:
         async for chunk in chunks:
             yield chunk
