@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -34,8 +35,9 @@ from podmand.doctorpodman import (
     check_storage,
     check_version,
 )
-from podmand.libpod import Info
+from podmand.libpod import Info, PodmanClient, Timeouts
 from podmand.rundir import RuntimeDir
+from tests.fakes.libpod import FakeLibpod, Hang
 
 
 def test_no_subuid_range_fails_naming_usermod_and_migrate() -> None:
@@ -353,3 +355,26 @@ def test_a_missing_store_without_a_driver_warns_about_vfs() -> None:
     assert configured.status == "OK" and "/etc/containers/storage.conf names its driver" in configured.finding
     existing = check_new_store(StorageFacts("/s", True, ""), "no Podman API socket answers")
     assert existing.status == "WARN" and existing.finding.startswith("not checked: no Podman API socket answers")
+
+
+def test_image_facts_tell_present_missing_and_unchecked_apart() -> None:
+    """Through FakeLibpod's in-memory door: 204 present, 404 missing, another status or
+    no answer: not checked, with why."""
+    fake = FakeLibpod()
+    fake.route("GET", "/images/(sup|box)/exists", lambda req: (204 if "sup" in req.path else 404, {}, b""))
+    fake.route("GET", "/images/broken/exists", (500, {}, {"message": "storage is corrupt"}))
+    fake.route("GET", "/images/slow/exists", lambda _req: Hang())
+    roles = [("supervisor", "sup"), ("sandbox", "box"), ("other", "broken"), ("slow", "slow")]
+
+    async def main() -> list[ImageFact]:
+        client = PodmanClient(transport=fake.transport(), timeouts=Timeouts(request=0.05))
+        return await asyncio.wait_for(doctor.image_facts(client, roles), 10)
+
+    facts = asyncio.run(main())
+    assert facts[:3] == [
+        ImageFact("supervisor", "sup", True),
+        ImageFact("sandbox", "box", False),
+        ImageFact("other", "broken", False, "HTTP 500: storage is corrupt"),
+    ]
+    assert not facts[3].present and "did not answer" in facts[3].error
+    assert check_images(facts).status == "WARN"
