@@ -139,6 +139,16 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]
 
 
 async def _iter_body(reader: asyncio.StreamReader, status: int, headers: Mapping[str, str]) -> AsyncIterator[bytes]:
+    """Body chunks; a connection that breaks while they are read (perhaps in another
+    task than the one that opened the stream) is PodmanUnavailable here."""
+    try:
+        async for chunk in _body(reader, status, headers):
+            yield chunk
+    except OSError as exc:
+        raise PodmanUnavailable(f"connection to Podman failed: {exc}") from exc
+
+
+async def _body(reader: asyncio.StreamReader, status: int, headers: Mapping[str, str]) -> AsyncIterator[bytes]:
     """Body chunks: chunked, Content-Length or read-to-close."""
     if status in (204, 304) or status < 200:
         return

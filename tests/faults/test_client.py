@@ -301,3 +301,33 @@ def test_import_that_podman_never_answers_gives_up_after_the_inactivity(sock: st
             assert fake.bodies[-1] == ("POST /v4.0.0/libpod/images/import", b"tar bytes")
 
     run(main())
+
+
+def test_a_reset_while_another_task_reads_events_is_unavailable(sock: str) -> None:
+    """The hub reads Podman's events in a pump task, outside the stream's context: a
+    connection reset there (ECONNRESET: Podman closed with our request unread) must be
+    PodmanUnavailable too, never a bare OSError."""
+    async def rude(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        line = b'{"Action":"start"}\n'
+        writer.write(b"%x\r\n%s\r\n" % (len(line), line))
+        await writer.drain()
+        writer.transport.abort()  # the request never read: the client's next read is ECONNRESET
+
+    async def main() -> None:
+        server = await asyncio.start_unix_server(rude, sock)
+        client = PodmanClient(sock)
+        try:
+            async with client.events([]) as events:
+                async def pump() -> list[str]:
+                    return [e.Action async for e in events]  # type: ignore[union-attr]
+
+                with pytest.raises(PodmanUnavailable) as err:
+                    await asyncio.create_task(pump())
+                assert isinstance(err.value.__cause__, OSError)
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+
+    run(main())
