@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from podmand.podman import PodmanClient
+from podmand.libpod import PodmanClient
 
 
 def summary(samples: list[float]) -> str:
@@ -83,7 +83,7 @@ async def main() -> None:
         a, b = await timed(args.n, mine), await timed(args.n, other)
         ratio = statistics.median(b) / statistics.median(a)
         print(f"{name:16s} podmand {summary(a)} | podman-py+thread {summary(b)} | x{ratio:.1f}")
-    print(f"import podmand.podman {import_ms('podmand.podman'):6.1f} ms | import podman {import_ms('podman'):6.1f} ms")
+    print(f"import podmand.libpod {import_ms('podmand.libpod'):6.1f} ms | import podman {import_ms('podman'):6.1f} ms")
     await ours.close()
     theirs.close()
 

@@ -78,11 +78,9 @@ def serve_main(settings: config.Settings) -> int:
     exit 1 (configuration: 2), never a traceback, unless it is a bug."""
     import logging
 
-    import msgspec
-
     from .credentials import BadKeyFile
     from .discovery import NoPodmanSocket
-    from .podman import PodmanError, PodmanUnavailable
+    from .libpod import PodmanError, PodmanUnavailable, PodmanUnreadable
     from .server import StartupError, serve
 
     try:
@@ -96,7 +94,7 @@ def serve_main(settings: config.Settings) -> int:
     except (PodmanError, PodmanUnavailable) as exc:
         print(f"podmand: Podman failed during start-up: {exc}", file=sys.stderr)
         return 1
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except PodmanUnreadable as exc:
         print(f"podmand: Podman answered something podmand cannot read: {exc}", file=sys.stderr)
         return 1
     except TimeoutError:

@@ -20,7 +20,7 @@ import msgspec
 from . import names
 from .config import Settings, default_socket
 from .errors import FailedPrecondition
-from .podman import PodmanClient, PodmanError, quote
+from .libpod import PodmanClient, PodmanError, quote
 
 WORKSPACE_PLACEHOLDER = "${workspace}"
 NOT_ADMITTED = "external resource not admitted by required labels"

@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     from .ctlcmds import Ctl
     from .ctlerrors import message
     from .discovery import NoPodmanSocket
-    from .podman import PodmanError, PodmanUnavailable
+    from .libpod import PodmanError, PodmanUnavailable
 
     path = driver_socket(args.socket)
     command: str = args.ctl_command

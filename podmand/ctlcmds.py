@@ -124,7 +124,7 @@ class Ctl:
 
     def do_list(self) -> int:
         from .discovery import NoPodmanSocket
-        from .podman import PodmanError, PodmanUnavailable
+        from .libpod import PodmanError, PodmanUnavailable
 
         answer = self.stub.ListSandboxes(self.pb.ListSandboxesRequest(), timeout=self.timeout)
         boxes = sorted(answer.sandboxes, key=lambda b: (b.workspace, b.name, b.id))
@@ -154,7 +154,7 @@ class Ctl:
 
     def do_describe(self) -> int:
         from .discovery import NoPodmanSocket
-        from .podman import PodmanError, PodmanUnavailable
+        from .libpod import PodmanError, PodmanUnavailable
 
         answer = self.stub.GetSandbox(self.pb.GetSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout)
         box = redact(answer.sandbox)

@@ -18,7 +18,7 @@ from typing import BinaryIO
 from . import names
 from .ctlview import parse_time
 from .discovery import discover
-from .podman import PodmanClient
+from .libpod import PodmanClient, Timeouts
 
 
 @dataclass
@@ -60,7 +60,7 @@ def _intent(labels: dict[str, str]) -> tuple[str, list[str]]:
 
 
 async def _facts(path: str, default_image: str) -> dict[str, Facts]:
-    client = PodmanClient(path, timeout=10.0)
+    client = PodmanClient(path, timeouts=Timeouts(request=10.0))
     try:
         vols = await client.list_volumes([f"{names.OWNER}={names.OWNER_VALUE}"])
         ctrs = await client.list_containers(names.MANAGED_FILTER)

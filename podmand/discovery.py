@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from . import rundir
-from .podman import PodmanClient, PodmanUnavailable
+from .libpod import PodmanClient, PodmanUnavailable
 
 
 @dataclass(frozen=True)

@@ -32,77 +32,24 @@ from .doctorchecks import (
     check_driver_socket,
     check_gpus,
     check_images,
-    check_new_store,
-    check_quadlet,
-    check_runtime_dir,
     check_selinux,
-    check_socket,
     check_state_dir,
-    check_storage,
     check_subids,
     check_tun,
-    check_version,
     not_checked,
     parse_subids,
 )
-from .podman import PodmanClient, PodmanError, PodmanUnavailable, quote
+from .doctorpodman import (
+    check_new_store,
+    check_quadlet,
+    check_runtime_dir,
+    check_socket,
+    check_storage,
+    check_version,
+)
+from .libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 
 CONTAINER_MARKERS = ("/run/.containerenv", "/.dockerenv")  # Podman's, Docker's
-
-
-# ---------------------------------------------------------------- /info, decoded here
-# podman.Info carries what serve needs; doctor needs a few more fields.
-
-
-class IdMap(msgspec.Struct):
-    container_id: int = 0
-    host_id: int = 0
-    size: int = 0
-
-
-class IdMappings(msgspec.Struct):
-    uidmap: list[IdMap] | None = None
-    gidmap: list[IdMap] | None = None
-
-
-class _Security(msgspec.Struct):
-    rootless: bool = False
-    selinuxEnabled: bool | None = None
-
-
-class _Host(msgspec.Struct):
-    cgroupVersion: str = ""
-    cgroupControllers: list[str] | None = None
-    idMappings: IdMappings | None = None
-    security: _Security = msgspec.field(default_factory=_Security)
-
-
-class _Store(msgspec.Struct):
-    graphDriverName: str = ""
-    graphRoot: str = ""
-
-
-class _Version(msgspec.Struct, rename="pascal"):
-    version: str = ""
-
-
-class PodmanInfo(msgspec.Struct):
-    host: _Host = msgspec.field(default_factory=_Host)
-    store: _Store = msgspec.field(default_factory=_Store)
-    version: _Version = msgspec.field(default_factory=_Version)
-
-    @property
-    def rootless(self) -> bool:
-        return self.host.security.rootless
-
-    def mapped_subids(self) -> int | None:
-        """Subordinate IDs Podman maps for a rootless user (entries past container id 0); None when unknown."""
-        maps = self.host.idMappings
-        if not self.rootless or maps is None or maps.uidmap is None or maps.gidmap is None:
-            return None
-        uids = sum(m.size for m in maps.uidmap if m.container_id >= 1)
-        gids = sum(m.size for m in maps.gidmap if m.container_id >= 1)
-        return min(uids, gids)
 
 
 # ---------------------------------------------------------------- gathering facts
@@ -122,7 +69,17 @@ def user_name(uid: int) -> str:
         return str(uid)
 
 
-def cgroup_facts(info: PodmanInfo | None, uid: int) -> tuple[str, list[str] | None, str]:
+def mapped_subids(info: Info) -> int | None:
+    """Subordinate IDs Podman maps for a rootless user (entries past container id 0); None when unknown."""
+    maps = info.host.idMappings
+    if not info.host.security.rootless or maps is None or maps.uidmap is None or maps.gidmap is None:
+        return None
+    uids = sum(m.size for m in maps.uidmap if m.container_id >= 1)
+    gids = sum(m.size for m in maps.gidmap if m.container_id >= 1)
+    return min(uids, gids)
+
+
+def cgroup_facts(info: Info | None, uid: int) -> tuple[str, list[str] | None, str]:
     """(version, delegated controllers or None, where they were read)."""
     if info is not None and info.host.cgroupVersion:
         version = info.host.cgroupVersion
@@ -206,12 +163,11 @@ async def image_facts(client: PodmanClient, roles: list[tuple[str, str]]) -> lis
     out = []
     for role, ref in roles:
         try:
-            resp = await client.request("GET", f"/images/{quote(ref)}/exists")
+            out.append(ImageFact(role, ref, await client.image_exists(ref)))
+        except PodmanError as exc:
+            out.append(ImageFact(role, ref, False, f"HTTP {exc.status}: {exc.message}"))
         except PodmanUnavailable as exc:
             out.append(ImageFact(role, ref, False, str(exc)))
-            continue
-        error = "" if resp.status in (204, 404) else f"HTTP {resp.status}: {resp.error_message()}"
-        out.append(ImageFact(role, ref, resp.status == 204, error))
     return out
 
 
@@ -249,17 +205,17 @@ async def diagnose(settings: config.Settings) -> list[Check]:
     will_start = "" if why_not or runtime_problem else podman_socket_in(runtime)
     checks = [check_socket(attempts, will_start, why_not), check_runtime_dir(runtime, runtime_problem, user_name(uid))]
     answering = next((a.path for a in attempts if not a.problem), "")
-    client = PodmanClient(answering, timeout=30.0) if answering else None
-    info: PodmanInfo | None = None
+    client = PodmanClient(answering) if answering else None
+    info: Info | None = None
     why = "no Podman API socket answers"
     state_path = settings.state_dir or config.default_state_dir()
     try:
         if client is not None:
             try:
-                info = msgspec.json.decode((await client.call("GET", "/info")).body, type=PodmanInfo)
-            except (PodmanError, PodmanUnavailable, msgspec.DecodeError) as exc:
+                info = await client.info()
+            except (PodmanError, PodmanUnavailable, PodmanUnreadable) as exc:
                 why = f"Podman's /info failed: {exc}"
-        rootless = info.rootless if info is not None else uid != 0
+        rootless = info.host.security.rootless if info is not None else uid != 0
         checks.append(check_version(info.version.version, rootless) if info else not_checked("podman version", why))
         checks.append(check_quadlet(info.version.version) if info else not_checked("quadlet", why))
         cg_version, controllers, source = cgroup_facts(info, uid)
@@ -273,7 +229,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             user = "containers"
             subuids = parse_subids(read_text("/etc/subuid"), user, None)
             subgids = parse_subids(read_text("/etc/subgid"), user, None)
-        mapped = info.mapped_subids() if info else None
+        mapped = mapped_subids(info) if info else None
         checks.append(check_subids(user, rootless, subuids, subgids, settings.userns, mapped))
         tun_exists, tun_usable = tun_facts()
         checks.append(check_tun(tun_exists, tun_usable, rootless, in_sidecar()))

@@ -41,8 +41,7 @@ from .errors import AlreadyExists, DriverError, FailedPrecondition, InvalidArgum
 from .files import SandboxFiles
 from .identity import Resolved
 from .imagefiles import READER_PREFIX, read_image_files
-from .locks import Hold, LockTable
-from .podman import (
+from .libpod import (
     ContainerInspect,
     ContainerListEntry,
     IDMappings,
@@ -51,6 +50,7 @@ from .podman import (
     PodmanError,
     PodmanUnavailable,
 )
+from .locks import Hold, LockTable
 from .pullprogress import HEARTBEAT as PULL_HEARTBEAT
 from .pullprogress import REASON as PULLING
 from .pullprogress import Inactivity, PullProgress, PullStalled
@@ -863,7 +863,7 @@ class Driver:
         self.files.mark_stopped(sandbox_id, entry.id)
         try:
             if entry.state == "paused":
-                await self.podman.call("POST", f"/containers/{entry.id}/unpause")
+                await self.podman.unpause_container(entry.id)
             if entry.state not in ("exited", "stopped", "created", "configured"):
                 await self.podman.stop_container(entry.id, self.settings.stop_timeout)
             await self._wait_stopped(entry.id)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import names
 from .imagefiles import READER_PREFIX
-from .podman import PodmanClient, PodmanError, PodmanUnavailable
+from .libpod import PodmanClient, PodmanError, PodmanUnavailable
 
 
 @dataclass(frozen=True)

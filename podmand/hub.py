@@ -16,13 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
-import msgspec
 
 from . import names
 from ._proto import compute_driver_pb2 as pb
 from .driver import Driver, deleted_event, sandbox_event
 from .errors import Unavailable
-from .podman import BadEvent, Event, PodmanClient, PodmanError, PodmanUnavailable
+from .libpod import BadEvent, Event, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 
 log = logging.getLogger("podmand.hub")
 
@@ -162,7 +161,7 @@ class Hub:
                     finally:
                         pump.cancel()
                         ticker.cancel()
-            except (PodmanUnavailable, PodmanError, msgspec.DecodeError, OSError) as exc:
+            except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
                 reason = str(exc)
             else:
                 reason = "Podman's event stream ended"
@@ -198,7 +197,7 @@ class Hub:
         try:
             async for event in events:  # type: ignore[attr-defined]
                 self._inbox.put_nowait(("unreadable" if isinstance(event, BadEvent) else "event", event))
-        except (PodmanUnavailable, PodmanError, msgspec.DecodeError, OSError) as exc:
+        except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
             self._inbox.put_nowait(("lost", exc))
         else:
             self._inbox.put_nowait(("lost", None))

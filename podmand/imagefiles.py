@@ -14,7 +14,7 @@ import tarfile
 import uuid
 
 from . import names
-from .podman import PodmanClient, PodmanError, PodmanUnavailable
+from .libpod import PodmanClient, PodmanError, PodmanUnavailable
 
 READER_PREFIX = "podmand-read-"
 ACTIVE: set[str] = set()  # names of this process's readers in use

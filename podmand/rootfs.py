@@ -27,7 +27,7 @@ from typing import BinaryIO, NamedTuple
 
 from .config import ConfigError, Settings, _describe, default_socket
 from .errors import FailedPrecondition, InvalidArgument
-from .podman import PodmanClient
+from .libpod import PodmanClient
 
 log = logging.getLogger("podmand.rootfs")
 

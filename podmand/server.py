@@ -21,7 +21,6 @@ import stat
 from pathlib import Path
 
 import grpc
-import msgspec
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -34,12 +33,12 @@ from .driver import Driver
 from .files import ensure_dir
 from .hostpaths import state_dir_problem
 from .hub import Hub
+from .libpod import Info, PodmanClient, PodmanUnreadable
 from .limits import raise_nofile_limit
 from .liveness import Liveness
 from .negotiation import capabilities
 from .notify import Notifier
 from .peers import MAX_UNIX_PATH, PeerGate, deny_server, private_dir, remove_private_dir
-from .podman import Info, PodmanClient
 from .servicer import ComputeDriverServicer
 
 log = logging.getLogger("podmand")
@@ -162,7 +161,7 @@ def socket_path_problem(path: str) -> str | None:
 async def read_info(podman: PodmanClient, path: str) -> Info:
     try:
         return await podman.info()
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except PodmanUnreadable as exc:
         raise StartupError(
             f"{path} answered /info with something that is not Podman's system info ({exc}); "
             "is it a libpod API socket?"

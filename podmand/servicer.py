@@ -15,8 +15,8 @@ from ._proto import compute_driver_pb2 as pb
 from .driver import Driver
 from .errors import DriverError
 from .hub import End, Hub
+from .libpod import PodmanError, PodmanUnavailable
 from .negotiation import check_gateway, with_gpus
-from .podman import PodmanError, PodmanUnavailable
 
 log = logging.getLogger("podmand.rpc")
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from . import names
 from ._proto import compute_driver_pb2 as pb
-from .podman import ContainerInspect, ContainerListEntry
+from .libpod import ContainerInspect, ContainerListEntry
 
 _RFC3339 = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
 # Seconds of 0001-01-01 and 9999-12-31T23:59:59: the gateway rejects anything outside.

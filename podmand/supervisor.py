@@ -14,7 +14,7 @@ from . import names
 from .errors import FailedPrecondition
 from .files import ensure_dir, write_atomic
 from .imagefiles import read_image_files
-from .podman import PodmanClient, PodmanError
+from .libpod import PodmanClient, PodmanError
 
 
 class SupervisorCache:

@@ -34,13 +34,13 @@ async def _podman() -> str:
     import msgspec
 
     from .discovery import NoPodmanSocket, discover
-    from .podman import PodmanClient
+    from .libpod import PodmanClient, Timeouts
 
     try:  # the socket serve would use, without waiting for one that does not answer yet
         path = await discover(os.environ.get("OPENSHELL_PODMAN_SOCKET", ""), 0.0)
     except NoPodmanSocket:
         return "Podman: no API socket answered"
-    client = PodmanClient(path, timeout=PODMAN_BUDGET)
+    client = PodmanClient(path, timeouts=Timeouts(request=PODMAN_BUDGET))
     try:
         data: Any = msgspec.json.decode((await client.call("GET", "/version")).body)
     finally:

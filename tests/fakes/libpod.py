@@ -1,9 +1,13 @@
-"""A scripted libpod over a Unix socket, for fault paths only.
+"""A scripted libpod, for fault paths and in-process tests of podmand's own code.
 
 Real behaviour is tested against real Podman (tests/e2e); this fake exists to
 make Podman misbehave on cue: a 500 mid-create, a dropped event stream, a
 pull that never finishes, a socket that accepts and never answers, a server
 that goes away.  Defaults are just enough for ``podmand serve`` to start.
+
+Two doors lead to the same routes: a Unix socket (``start``/``start_in_thread``),
+for byte-level faults and podmand subprocesses, and :meth:`FakeLibpod.transport`,
+a MockTransport answering in memory on the caller's loop (no socket, no thread).
 
 Routes are ``(METHOD, regex on the path without the query)``; the last route
 registered wins, so tests override defaults with :meth:`FakeLibpod.route`.
@@ -23,10 +27,12 @@ import re
 import tarfile
 import threading
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from podmand.libpod import MockTransport, Response, Streamed
+from podmand.libpod import Request as LibpodRequest
 from tests.wait import wait_until
 
 PREFIX = r"/v[\d.]+/libpod"
@@ -151,6 +157,8 @@ class FakeLibpod:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.path = ""
+        self._hangs: set[asyncio.Future[None]] = set()  # in-memory Hang answers
+        self._memory_queues: set[asyncio.Queue[bytes | str | None]] = set()  # in-memory streams
         self.events = Feed(self)
         self.pull_gate: asyncio.Event | None = None  # set => pulls wait for it
         # Sent on every response, as Podman does; clear it to play a Docker socket.
@@ -231,7 +239,12 @@ class FakeLibpod:
         self._server = await asyncio.start_unix_server(self._serve, path)
 
     async def close(self) -> None:
-        """Stop listening, drop every connection and unlink the socket."""
+        """Stop listening, drop every connection (in-memory ones too) and unlink the socket."""
+        for hang in list(self._hangs):
+            if not hang.done():
+                hang.set_exception(ConnectionResetError("fake libpod closed"))
+        for q in list(self._memory_queues):
+            q.put_nowait("drop")
         if self._server is not None:
             self._server.close()
         for writer in list(self._writers):
@@ -276,12 +289,12 @@ class FakeLibpod:
 
     def call(self, fn: Callable[[], Any]) -> None:
         """Run ``fn`` on the fake's loop (safe from any thread)."""
+        if self._thread is None or threading.current_thread() is self._thread:
+            fn()  # same loop: started with ``await start``, or the in-memory door
+            return
         loop = self._loop
         if loop is None:
             raise RuntimeError("fake libpod is not running")
-        if self._thread is None or threading.current_thread() is self._thread:
-            fn()
-            return
         done = threading.Event()
 
         def run() -> None:
@@ -339,21 +352,7 @@ class FakeLibpod:
                 k, v = line.split(":", 1)
                 headers[k.strip().lower()] = v.strip()
         body = await reader.readexactly(int(headers.get("content-length", "0")))
-        raw_path, _, raw_query = target.partition("?")
-        path = urllib.parse.unquote(raw_path)
-        query = dict(urllib.parse.parse_qsl(raw_query))
-        self.requests.append(f"{method} {path}" + (f"?{urllib.parse.unquote(raw_query)}" if raw_query else ""))
-        self.bodies.append((f"{method} {path}", body))
-        req = Request(method, path, query, headers, body)
-
-        for route in reversed(self._routes):
-            if route.method == method and route.pattern.match(path):
-                result = route.handler(req)
-                if asyncio.iscoroutine(result):
-                    result = await result
-                break
-        else:
-            result = (404, {}, {"cause": "no such route", "message": f"fake libpod: no route for {method} {path}"})
+        result = await self._dispatch(self._record(method, target, headers, body))
 
         if isinstance(result, Hang):
             await reader.read()  # until the client gives up and closes
@@ -361,32 +360,89 @@ class FakeLibpod:
         if isinstance(result, Stream):
             return await self._stream(result, reader, writer)
         status, extra, payload = result
-        if isinstance(payload, bytes):
-            data = payload
-        elif isinstance(payload, str):
-            data = payload.encode()
-        else:
-            data = json.dumps(payload).encode()
+        data = _encode(status, payload)
         out = [f"HTTP/1.1 {status} {_REASONS.get(status, 'X')}"]
         chunked = extra.get("Transfer-Encoding", "").lower() == "chunked"
-        for k, v in {**self.common_headers, **extra}.items():
+        for k, v in self._headers(status, extra).items():
             out.append(f"{k}: {v}")
-        if status in (204, 304):
-            data = b""
-        elif not chunked and "Content-Length" not in extra:
+        if not chunked and "Content-Length" not in extra and status not in (204, 304):
             out.append(f"Content-Length: {len(data)}")
-        if "Content-Type" not in extra and status not in (204, 304):
-            out.append("Content-Type: application/json")
         writer.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
         if chunked:
-            for i in range(0, len(data), 7):  # small chunks to exercise reassembly
-                piece = data[i:i + 7]
+            for piece in _pieces(data):
                 writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             writer.write(b"0\r\n\r\n")
         else:
             writer.write(data)
         await writer.drain()
         return extra.get("Connection", "").lower() != "close"
+
+    def _record(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Request:
+        raw_path, _, raw_query = target.partition("?")
+        path = urllib.parse.unquote(raw_path)
+        query = dict(urllib.parse.parse_qsl(raw_query))
+        self.requests.append(f"{method} {path}" + (f"?{urllib.parse.unquote(raw_query)}" if raw_query else ""))
+        self.bodies.append((f"{method} {path}", body))
+        return Request(method, path, query, headers, body)
+
+    async def _dispatch(self, req: Request) -> Reply | Stream | Hang:
+        for route in reversed(self._routes):
+            if route.method == req.method and route.pattern.match(req.path):
+                result = route.handler(req)
+                if asyncio.iscoroutine(result):
+                    result = await result
+                return result  # type: ignore[return-value]
+        return 404, {}, {"cause": "no such route", "message": f"fake libpod: no route for {req.method} {req.path}"}
+
+    def _headers(self, status: int, extra: dict[str, str]) -> dict[str, str]:
+        headers = {**self.common_headers, **extra}
+        if "Content-Type" not in extra and status not in (204, 304):
+            headers["Content-Type"] = "application/json"
+        return headers
+
+    # ------------------------------------------------------------ in memory
+
+    def transport(self) -> MockTransport:
+        """The in-memory door: the same routes (Stream and Hang included), answered on
+        the caller's loop with no socket, for driver and hub tests in-process."""
+        return MockTransport(self._answer)
+
+    async def _answer(self, request: LibpodRequest) -> Response | Streamed:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        body = request.body if isinstance(request.body, bytes) else b""
+        result = await self._dispatch(self._record(request.method, request.target, headers, body))
+        if isinstance(result, Hang):
+            return await self._hang()
+        if isinstance(result, Stream):
+            q = result.feed._attach()
+            self._memory_queues.add(q)
+            head = {"Content-Type": "application/json", "Transfer-Encoding": "chunked"}
+            return Streamed(result.status, head, self._feed_chunks(result.feed, q))
+        status, extra, payload = result  # type: ignore[misc]
+        data = _encode(status, payload)
+        if extra.get("Transfer-Encoding", "").lower() == "chunked":
+            return Streamed(status, self._headers(status, extra), _chunks_of(data))
+        return Response(status, self._headers(status, extra), data)
+
+    async def _hang(self) -> Response:
+        """Never answer: until the client gives up (cancels), or the fake closes (a broken connection)."""
+        hang: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._hangs.add(hang)
+        try:
+            await hang
+        finally:
+            self._hangs.discard(hang)
+        raise AssertionError("a hang only ends in an exception")
+
+    async def _feed_chunks(self, feed: Feed, q: asyncio.Queue[bytes | str | None]) -> AsyncIterator[bytes]:
+        try:
+            while (item := await q.get()) is not None:
+                if isinstance(item, str):  # "drop" or "cut": the connection breaks
+                    raise ConnectionResetError(f"fake libpod: stream {item}")
+                yield item
+        finally:
+            self._memory_queues.discard(q)
+            feed._detach(q)
 
     async def _stream(self, stream: Stream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         q = stream.feed._attach()  # before the head: the client may push lines as soon as it sees it
@@ -422,6 +478,26 @@ class FakeLibpod:
             if get is not None:
                 get.cancel()
             stream.feed._detach(q)
+
+
+def _encode(status: int, payload: Any) -> bytes:
+    if status in (204, 304):
+        return b""
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, str):
+        return payload.encode()
+    return json.dumps(payload).encode()
+
+
+def _pieces(data: bytes) -> list[bytes]:
+    """Small chunks, to exercise reassembly."""
+    return [data[i:i + 7] for i in range(0, len(data), 7)]
+
+
+async def _chunks_of(data: bytes) -> AsyncIterator[bytes]:
+    for piece in _pieces(data):
+        yield piece
 
 
 _REASONS = {200: "OK", 201: "Created", 204: "No Content", 304: "Not Modified", 404: "Not Found",

@@ -1,4 +1,4 @@
-"""PodmanClient against a misbehaving libpod: the HTTP layer's fault paths.
+"""PodmanClient over UnixTransport against a misbehaving libpod: the HTTP layer's fault paths.
 
 Each test runs one coroutine on a fresh loop with the fake on the same loop.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import shutil
 import socket
 import tempfile
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from podmand.podman import PodmanClient, PodmanError, PodmanUnavailable
+from podmand.libpod import PodmanClient, PodmanError, PodmanUnavailable, Timeouts, UnixTransport
 from tests.fakes.libpod import FakeLibpod, Hang
 
 DEADLINE = 10.0
@@ -47,12 +48,18 @@ async def serving(path: str, setup: Callable[[FakeLibpod], None] | None = None,
     if setup is not None:
         setup(fake)
     await fake.start(path)
-    client = PodmanClient(path, timeout=timeout)
+    client = PodmanClient(path, timeouts=Timeouts(request=timeout))
     try:
         yield fake, client
     finally:
         await client.close()
         await fake.close()
+
+
+def idle(client: PodmanClient) -> list[Any]:
+    """The socket transport's pool of idle keep-alive connections."""
+    assert isinstance(client.transport, UnixTransport)
+    return client.transport._idle
 
 
 async def until(predicate: Callable[[], Any], what: str, timeout: float = 5.0) -> None:
@@ -151,7 +158,7 @@ def test_non_2xx_becomes_podman_error_with_message(sock: str) -> None:
 def test_missing_socket_is_unavailable(sock: str) -> None:
     """No socket file at all: PodmanUnavailable naming the path, not a bare OSError."""
     async def main() -> None:
-        client = PodmanClient(sock, timeout=2.0)
+        client = PodmanClient(sock, timeouts=Timeouts(request=2.0))
         with pytest.raises(PodmanUnavailable, match="cannot connect to Podman at " + sock):
             await client.info()
         with pytest.raises(PodmanUnavailable):
@@ -167,7 +174,7 @@ def test_connection_refused_is_unavailable(sock: str) -> None:
     dead.bind(sock)  # bound, never listening
     try:
         async def main() -> None:
-            client = PodmanClient(sock, timeout=2.0)
+            client = PodmanClient(sock, timeouts=Timeouts(request=2.0))
             with pytest.raises(PodmanUnavailable) as err:
                 await client.ping()
             assert isinstance(err.value.__cause__, ConnectionRefusedError)
@@ -189,7 +196,7 @@ def test_server_that_never_answers_times_out(sock: str) -> None:
                 await client.info()
             assert time.monotonic() - started < 3.0
             # The wedged connection is not returned to the pool.
-            assert client._idle == []
+            assert idle(client) == []
             await until(lambda: fake.disconnects == 1, "the client to drop the wedged connection")
 
     run(main())
@@ -259,7 +266,7 @@ def test_events_stream_task_can_be_cancelled(sock: str) -> None:
             with pytest.raises(asyncio.CancelledError):
                 await task
             await until(lambda: fake.disconnects == 1, "the stream connection to close")
-            assert client._idle == []  # a stream connection never enters the pool
+            assert idle(client) == []  # a stream connection never enters the pool
 
     run(main())
 
@@ -277,5 +284,50 @@ def test_pull_error_line_is_podman_error(sock: str) -> None:
                 async for line in client.pull_image("img:1", "missing"):
                     lines.append(line.stream)
             assert lines == ["Trying to pull"]
+
+    run(main())
+
+
+def test_import_that_podman_never_answers_gives_up_after_the_inactivity(sock: str) -> None:
+    """The rootfs upload has no overall deadline, only Podman's silence ends it, and the
+    error names the import (the socket transport hands the timeout to the client)."""
+    def setup(fake: FakeLibpod) -> None:
+        fake.route("POST", "/images/import", lambda _req: Hang())
+
+    async def main() -> None:
+        async with serving(sock, setup) as (fake, client):
+            with pytest.raises(PodmanUnavailable, match="did not answer the import of r:1 in time"):
+                await client.import_image(io.BytesIO(b"tar bytes"), 9, "r:1", 0.2)
+            assert fake.bodies[-1] == ("POST /v4.0.0/libpod/images/import", b"tar bytes")
+
+    run(main())
+
+
+def test_a_reset_while_another_task_reads_events_is_unavailable(sock: str) -> None:
+    """The hub reads Podman's events in a pump task, outside the stream's context: a
+    connection reset there (ECONNRESET: Podman closed with our request unread) must be
+    PodmanUnavailable too, never a bare OSError."""
+    async def rude(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        line = b'{"Action":"start"}\n'
+        writer.write(b"%x\r\n%s\r\n" % (len(line), line))
+        await writer.drain()
+        writer.transport.abort()  # the request never read: the client's next read is ECONNRESET
+
+    async def main() -> None:
+        server = await asyncio.start_unix_server(rude, sock)
+        client = PodmanClient(sock)
+        try:
+            async with client.events([]) as events:
+                async def pump() -> list[str]:
+                    return [e.Action async for e in events]  # type: ignore[union-attr]
+
+                with pytest.raises(PodmanUnavailable) as err:
+                    await asyncio.create_task(pump())
+                assert isinstance(err.value.__cause__, OSError)
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
 
     run(main())

@@ -16,7 +16,7 @@ from podmand import admission, names, negotiation
 from podmand.config import Settings
 from podmand.driver import Driver
 from podmand.errors import FailedPrecondition, InvalidArgument, Unauthenticated
-from podmand.podman import PodmanClient
+from podmand.libpod import PodmanClient
 from podmand.spec import Mount
 from tests.fakes.libpod import FakeLibpod
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -13,7 +14,6 @@ import pytest
 from podmand import doctor
 from podmand.autostart import StorageFacts
 from podmand.discovery import Attempt
-from podmand.doctor import PodmanInfo
 from podmand.doctorchecks import (
     Check,
     DriverSocketFact,
@@ -22,18 +22,22 @@ from podmand.doctorchecks import (
     check_cgroups,
     check_driver_socket,
     check_images,
+    check_state_dir,
+    check_subids,
+    check_tun,
+    parse_subids,
+)
+from podmand.doctorpodman import (
     check_new_store,
     check_quadlet,
     check_runtime_dir,
     check_socket,
-    check_state_dir,
     check_storage,
-    check_subids,
-    check_tun,
     check_version,
-    parse_subids,
 )
+from podmand.libpod import Info, PodmanClient, Timeouts
 from podmand.rundir import RuntimeDir
+from tests.fakes.libpod import FakeLibpod, Hang
 
 
 def test_no_subuid_range_fails_naming_usermod_and_migrate() -> None:
@@ -104,10 +108,10 @@ def test_mapped_subids_from_info() -> None:
             },
         }
     }
-    info = msgspec.json.decode(msgspec.json.encode(body), type=PodmanInfo)
-    assert info.mapped_subids() == 7
-    rootful = msgspec.json.decode(b'{"host": {"idMappings": {"uidmap": null, "gidmap": null}}}', type=PodmanInfo)
-    assert rootful.mapped_subids() is None
+    info = msgspec.json.decode(msgspec.json.encode(body), type=Info)
+    assert doctor.mapped_subids(info) == 7
+    rootful = msgspec.json.decode(b'{"host": {"idMappings": {"uidmap": null, "gidmap": null}}}', type=Info)
+    assert doctor.mapped_subids(rootful) is None
 
 
 def test_tun_not_writable_fails_naming_chmod() -> None:
@@ -351,3 +355,26 @@ def test_a_missing_store_without_a_driver_warns_about_vfs() -> None:
     assert configured.status == "OK" and "/etc/containers/storage.conf names its driver" in configured.finding
     existing = check_new_store(StorageFacts("/s", True, ""), "no Podman API socket answers")
     assert existing.status == "WARN" and existing.finding.startswith("not checked: no Podman API socket answers")
+
+
+def test_image_facts_tell_present_missing_and_unchecked_apart() -> None:
+    """Through FakeLibpod's in-memory door: 204 present, 404 missing, another status or
+    no answer: not checked, with why."""
+    fake = FakeLibpod()
+    fake.route("GET", "/images/(sup|box)/exists", lambda req: (204 if "sup" in req.path else 404, {}, b""))
+    fake.route("GET", "/images/broken/exists", (500, {}, {"message": "storage is corrupt"}))
+    fake.route("GET", "/images/slow/exists", lambda _req: Hang())
+    roles = [("supervisor", "sup"), ("sandbox", "box"), ("other", "broken"), ("slow", "slow")]
+
+    async def main() -> list[ImageFact]:
+        client = PodmanClient(transport=fake.transport(), timeouts=Timeouts(request=0.05))
+        return await asyncio.wait_for(doctor.image_facts(client, roles), 10)
+
+    facts = asyncio.run(main())
+    assert facts[:3] == [
+        ImageFact("supervisor", "sup", True),
+        ImageFact("sandbox", "box", False),
+        ImageFact("other", "broken", False, "HTTP 500: storage is corrupt"),
+    ]
+    assert not facts[3].present and "did not answer" in facts[3].error
+    assert check_images(facts).status == "WARN"

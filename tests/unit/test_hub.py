@@ -18,7 +18,7 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand.driver import deleted_event, platform_event, sandbox_event
 from podmand.errors import Unavailable
 from podmand.hub import End, Hub, Stream
-from podmand.podman import PodmanError
+from podmand.libpod import PodmanError
 
 T = TypeVar("T")
 DEADLINE = 5.0
@@ -353,7 +353,7 @@ def test_subscribe_whose_snapshot_fails_ends_the_stream() -> None:
 def test_event_lines_skip_what_cannot_be_read_and_keep_the_rest() -> None:
     """An over-long line (split across chunks or whole) and an undecodable one become
     BadEvent naming the container; the events around them still decode."""
-    from podmand import podman
+    from podmand.libpod import BadEvent, Event, lines
 
     cid = "ab" * 32
     good = b'{"Type":"container","Action":"start","Actor":{"ID":"' + cid.encode() + b'"}}'
@@ -365,20 +365,20 @@ def test_event_lines_skip_what_cannot_be_read_and_keep_the_rest() -> None:
         yield b'"}}}\n' + good + b"\n" + huge + b'"}}}\n{"Type":\n' + good
 
     async def main() -> list[Any]:
-        return [e async for e in podman._decode_events(podman._split_lines(chunks()))]
+        return [e async for e in lines.decode_events(lines.split_lines(chunks()))]
 
     out = asyncio.run(main())
     kinds = [type(e).__name__ for e in out]
     assert kinds == ["Event", "BadEvent", "Event", "BadEvent", "BadEvent", "Event"]
-    bad = [e for e in out if isinstance(e, podman.BadEvent)]
+    bad = [e for e in out if isinstance(e, BadEvent)]
     assert [b.container_id for b in bad] == [cid, cid, ""]
     assert "over the" in bad[0].reason and "undecodable" in bad[2].reason
-    assert all(e.Actor.id == cid for e in out if isinstance(e, podman.Event))
+    assert all(e.Actor.id == cid for e in out if isinstance(e, Event))
 
 
 def test_unreadable_event_resyncs_instead_of_ending_streams() -> None:
     async def body(hub: Hub, driver: StubDriver) -> None:
-        from podmand.podman import BadEvent
+        from podmand.libpod import BadEvent
 
         driver.snaps = [snap("a")]
         stream = await hub.subscribe()

@@ -12,8 +12,8 @@ import pytest
 from podmand.config import Settings
 from podmand.driver import Driver
 from podmand.errors import NotFound
+from podmand.libpod import PodmanClient
 from podmand.locks import LockTable
-from podmand.podman import PodmanClient
 from tests.fakes.libpod import FakeLibpod
 
 DEADLINE = 30.0

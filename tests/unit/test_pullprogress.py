@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from podmand import driver, names, pullprogress
-from podmand.podman import PodmanError, PullLine
+from podmand.libpod import PodmanError, PullLine
 
 # What Podman 4.3.1's /libpod/images/pull sent for a one-layer image from a local registry.
 RECORDED = [

@@ -17,7 +17,7 @@ import pytest
 from podmand import driver, registryauth
 from podmand.config import ConfigError, Settings
 from podmand.driver import ProvisionFailed
-from podmand.podman import ImageInspect, PodmanError
+from podmand.libpod import ImageInspect, PodmanError
 
 PASSWORD = "s3cret-Pässword:with:colons"
 # What Podman 4.3.1 says when the registry refuses the pull's credentials (or wanted some).

@@ -18,7 +18,7 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import ConfigError, Settings
 from podmand.driver import Driver, Pending
 from podmand.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from podmand.podman import PodmanClient
+from podmand.libpod import PodmanClient
 from podmand.snapshots import Condition
 from tests.fakes.libpod import FakeLibpod
 

@@ -11,10 +11,9 @@ import pytest
 from podmand import names, selinux, spec
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
-from podmand.doctor import PodmanInfo
 from podmand.doctorchecks import check_selinux
 from podmand.identity import Resolved
-from podmand.podman import Info
+from podmand.libpod import Info
 from tests.jwt import make_token
 
 SECRETS = "/state/sandboxes/abc123"
@@ -51,7 +50,6 @@ def test_detect_prefers_podman_then_selinuxfs(tmp_path: Path) -> None:
 def test_podman_info_carries_selinux() -> None:
     body = b'{"host":{"security":{"rootless":true,"selinuxEnabled":true}}}'
     assert msgspec.json.decode(body, type=Info).host.security.selinuxEnabled is True
-    assert msgspec.json.decode(body, type=PodmanInfo).host.security.selinuxEnabled is True
     assert msgspec.json.decode(b'{"host":{"security":{}}}', type=Info).host.security.selinuxEnabled is None
 
 

@@ -13,7 +13,7 @@ import pytest
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.decoding import DecodeRequests, decoding
 from podmand.errors import NotFound, Unavailable
-from podmand.podman import PodmanError, PodmanUnavailable
+from podmand.libpod import PodmanError, PodmanUnavailable
 from podmand.servicer import INTERNAL_MESSAGE, ComputeDriverServicer
 
 

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from podmand import names, snapshots
-from podmand.podman import ContainerInspect, ContainerListEntry
+from podmand.libpod import ContainerInspect, ContainerListEntry
 
 STARTED = 1795980045  # 2026-11-29T19:20:45Z
 FINISHED = STARTED + 600

@@ -1,0 +1,88 @@
+"""podmand's client for Podman's libpod REST API.
+
+``transport`` moves requests (HTTP/1.1 over the Unix socket, or in memory for
+tests), ``client`` holds the endpoints, ``models`` the answers' shapes, ``lines``
+the newline-delimited bodies, ``timeouts`` every deadline and ``errors`` the only
+exceptions that leave the package.  Import from here.
+"""
+
+from .client import PodmanClient, quote
+from .errors import PodmanError, PodmanUnavailable, PodmanUnreadable
+from .models import (
+    BadEvent,
+    ContainerConfig,
+    ContainerCreated,
+    ContainerInspect,
+    ContainerListEntry,
+    ContainerState,
+    Event,
+    EventActor,
+    HealthcheckResult,
+    HealthConfig,
+    HealthState,
+    HostConfig,
+    HostIDMappings,
+    HostInfo,
+    HostSecurity,
+    IDMap,
+    IDMappings,
+    ImageConfig,
+    ImageImported,
+    ImageInspect,
+    ImageSummary,
+    Info,
+    MountPoint,
+    NetworkInspect,
+    NetworkSettings,
+    PullLine,
+    StoreInfo,
+    VersionInfo,
+    VolumeInspect,
+)
+from .timeouts import Timeouts
+from .transport import MockTransport, Request, Response, Streamed, Transport, UnixTransport, Upload
+
+__all__ = [
+    "BadEvent",
+    "ContainerConfig",
+    "ContainerCreated",
+    "ContainerInspect",
+    "ContainerListEntry",
+    "ContainerState",
+    "Event",
+    "EventActor",
+    "HealthConfig",
+    "HealthState",
+    "HealthcheckResult",
+    "HostConfig",
+    "HostIDMappings",
+    "HostInfo",
+    "HostSecurity",
+    "IDMap",
+    "IDMappings",
+    "ImageConfig",
+    "ImageImported",
+    "ImageInspect",
+    "ImageSummary",
+    "Info",
+    "MockTransport",
+    "MountPoint",
+    "NetworkInspect",
+    "NetworkSettings",
+    "PodmanClient",
+    "PodmanError",
+    "PodmanUnavailable",
+    "PodmanUnreadable",
+    "PullLine",
+    "Request",
+    "Response",
+    "StoreInfo",
+    "Streamed",
+    "Timeouts",
+    "Transport",
+    "UnixTransport",
+    "Upload",
+    "VersionInfo",
+    "VolumeInspect",
+    "quote",
+]

@@ -1,0 +1,225 @@
+"""The libpod answers podmand reads, as msgspec shapes: only the fields it uses.
+
+Every field has a default, so an older or newer Podman that leaves one out still
+decodes; unknown fields are ignored.  One set for the whole program (serve, ctl,
+doctor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+# ---------------------------------------------------------------- containers
+
+
+class HealthState(msgspec.Struct, rename="pascal"):
+    status: str = ""
+
+
+class ContainerState(msgspec.Struct, rename="pascal"):
+    status: str = ""
+    running: bool = False
+    paused: bool = False
+    exit_code: int = 0
+    oom_killed: bool = msgspec.field(default=False, name="OOMKilled")
+    started_at: str = ""
+    finished_at: str = ""
+    health: HealthState | None = None
+    stopped_by_user: bool = False
+
+
+class HealthConfig(msgspec.Struct, rename="pascal"):
+    test: list[str] | None = None
+
+
+class ContainerConfig(msgspec.Struct, rename="pascal"):
+    labels: dict[str, str] | None = None
+    healthcheck: HealthConfig | None = None
+    user: str = ""
+
+
+class IDMappings(msgspec.Struct, rename="pascal"):
+    """A container's user namespace, as ``/proc/<pid>/uid_map`` lines."""
+
+    uid_map: list[str] | None = None
+    gid_map: list[str] | None = None
+
+
+class HostConfig(msgspec.Struct, rename="pascal"):
+    cap_add: list[str] | None = None
+    cap_drop: list[str] | None = None
+    id_mappings: IDMappings | None = msgspec.field(default=None, name="IDMappings")
+    userns_mode: str = ""
+    network_mode: str = ""
+    security_opt: list[str] | None = None
+    privileged: bool = False
+    memory: int = 0
+    cpu_quota: int = 0
+    cpu_period: int = 0
+    pids_limit: int = 0
+
+
+class MountPoint(msgspec.Struct, rename="pascal"):
+    destination: str = ""
+    type: str = ""
+    rw: bool = msgspec.field(default=True, name="RW")
+
+
+class NetworkSettings(msgspec.Struct, rename="pascal"):
+    networks: dict[str, Any] | None = None
+
+
+class ContainerInspect(msgspec.Struct, rename="pascal"):
+    id: str
+    name: str = ""
+    created: str = ""
+    state: ContainerState = msgspec.field(default_factory=ContainerState)
+    config: ContainerConfig = msgspec.field(default_factory=ContainerConfig)
+    image: str = ""
+    effective_caps: list[str] | None = None
+    host_config: HostConfig = msgspec.field(default_factory=HostConfig)
+    mounts: list[MountPoint] | None = None
+    network_settings: NetworkSettings = msgspec.field(default_factory=NetworkSettings)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.config.labels or {}
+
+
+class ContainerListEntry(msgspec.Struct, rename="pascal"):
+    id: str
+    names: list[str] | None = None
+    state: str = ""
+    labels: dict[str, str] | None = None
+    exit_code: int = 0
+    exited: bool = False
+    exited_at: int = 0
+    started_at: int = 0
+    created: str = ""
+
+
+class ContainerCreated(msgspec.Struct, rename="pascal"):
+    id: str
+    warnings: list[str] | None = None
+
+
+class HealthcheckResult(msgspec.Struct, rename="pascal"):
+    status: str = ""
+
+
+# ---------------------------------------------------------------- images
+
+
+class ImageConfig(msgspec.Struct, rename="pascal"):
+    user: str = ""
+    env: list[str] | None = None
+
+
+class ImageInspect(msgspec.Struct, rename="pascal"):
+    id: str = ""
+    config: ImageConfig = msgspec.field(default_factory=ImageConfig)
+
+
+class ImageSummary(msgspec.Struct, rename="pascal"):
+    """One entry of ``GET /images/json``."""
+
+    id: str
+    names: list[str] | None = None
+
+
+class ImageImported(msgspec.Struct, rename="pascal"):
+    id: str = ""
+
+
+class PullLine(msgspec.Struct):
+    stream: str = ""
+    error: str = ""
+    id: str = ""
+    images: list[str] | None = None
+
+
+# ---------------------------------------------------------------- volumes and networks
+
+
+class VolumeInspect(msgspec.Struct, rename="pascal"):
+    name: str
+    labels: dict[str, str] | None = None
+    created_at: str = ""
+
+
+class NetworkInspect(msgspec.Struct):
+    name: str
+    labels: dict[str, str] | None = None
+    created: str = ""
+
+
+# ---------------------------------------------------------------- events
+
+
+class EventActor(msgspec.Struct, rename="pascal"):
+    id: str = msgspec.field(default="", name="ID")
+    attributes: dict[str, str] | None = None
+
+
+class Event(msgspec.Struct):
+    Type: str = ""
+    Action: str = ""
+    Actor: EventActor = msgspec.field(default_factory=EventActor)
+    timeNano: int = 0
+
+
+@dataclass
+class BadEvent:
+    """An event line podmand could not read (over-long or undecodable): skipped,
+    never a reason to drop the subscription."""
+
+    container_id: str
+    reason: str
+
+
+# ---------------------------------------------------------------- /info
+
+
+class IDMap(msgspec.Struct):
+    """One range of the rootless user's ID mapping, as ``/info`` reports it."""
+
+    container_id: int = 0
+    host_id: int = 0
+    size: int = 0
+
+
+class HostIDMappings(msgspec.Struct):
+    uidmap: list[IDMap] | None = None
+    gidmap: list[IDMap] | None = None
+
+
+class HostSecurity(msgspec.Struct):
+    rootless: bool = False
+    selinuxEnabled: bool | None = None  # None: this Podman does not say
+
+
+class HostInfo(msgspec.Struct):
+    cgroupVersion: str = ""
+    cgroupControllers: list[str] | None = None
+    idMappings: HostIDMappings | None = None
+    security: HostSecurity = msgspec.field(default_factory=HostSecurity)
+    ociRuntime: dict[str, Any] | None = None
+
+
+class StoreInfo(msgspec.Struct):
+    graphDriverName: str = ""
+    graphRoot: str = ""
+
+
+class VersionInfo(msgspec.Struct, rename="pascal"):
+    version: str = ""
+    api_version: str = msgspec.field(default="", name="APIVersion")
+
+
+class Info(msgspec.Struct):
+    host: HostInfo = msgspec.field(default_factory=HostInfo)
+    store: StoreInfo = msgspec.field(default_factory=StoreInfo)
+    version: VersionInfo = msgspec.field(default_factory=VersionInfo)
