@@ -5,7 +5,7 @@ The proxy reaches the supervisor only on its command line (its ``--upstream-prox
 flags have no environment fallback), so neither the image's ``ENV`` nor the
 caller's environment can change or disable it; the conventional ``HTTPS_PROXY``
 family stays the sandbox's own business (and out of the supervisor's environment,
-see ``spec.unsafe_env_key``). The credential travels as a root-only file in the
+see ``sandboxenv.unsafe_env_key``). The credential travels as a root-only file in the
 sandbox's state directory, never in env, labels or argv; the CA bundle as a
 read-only copy beside it. Both are read from the operator's paths again for each
 container, so a rotated credential applies to the next sandbox.

@@ -15,9 +15,9 @@ import pytest
 from podmand import admission, names, negotiation
 from podmand.config import Settings
 from podmand.driver import Driver
+from podmand.drivercfg import Mount
 from podmand.errors import FailedPrecondition, InvalidArgument, Unauthenticated
 from podmand.libpod import PodmanClient
-from podmand.spec import Mount
 from tests.fakes.libpod import FakeLibpod
 
 UPSTREAM_DEFAULT = (
