@@ -18,6 +18,8 @@ from typing import Any, Literal, get_args, get_origin
 
 import msgspec
 
+from .errors import StartupError
+
 DEFAULT_ADMISSION_LABELS = {
     "openshell.ai/sandbox-attachable": "true",
     "openshell.ai/workspace": "${workspace}",
@@ -39,7 +41,7 @@ IGNORED_ENV = frozenset(
 )
 
 
-class ConfigError(Exception):
+class ConfigError(StartupError):
     """A setting is invalid; the message names it."""
 
 
