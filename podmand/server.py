@@ -145,38 +145,13 @@ class Server:
         podman = PodmanClient(podman_path)
         stack.push_async_callback(podman.close)
         info = await read_info(podman, podman_path)
-
         rootless = info.host.security.rootless
-        if settings.userns_base == "keep-id" and not rootless:
-            raise ConfigError(
-                "invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman"
-            )
-        try:
-            driver = Driver(settings, podman, state_dir)
-            driver.files.setup()
-        except OSError as exc:
-            raise unusable(state_dir, exc) from exc
-        problem = await state_dir_problem(podman, state_dir)
-        if problem:
-            raise StateDirError(problem)
-        rootfs.prepare_staging(settings, state_dir)  # before the capabilities advertise it
+        driver = await self._driver(podman, rootless)
         hub = Hub(podman, driver, buffer=settings.watch_buffer, resync=settings.resync_interval)
         enforced = not (rootless and info.host.cgroupVersion == "v1")
         servicer = ComputeDriverServicer(driver, hub, capabilities(settings, limits_enforced=enforced))
         server, health_servicer = grpc_server(servicer)
-
-        # The public socket is podmand's peer gate; the servers listen on private sockets behind it.
-        stack.callback(self._remove_unless_ready, prepare_socket(socket_path))
-        internal = private_dir(socket_path)
-        stack.callback(remove_private_dir, internal)
-        allowed_path, denied_path = str(internal / "grpc.sock"), str(internal / "deny.sock")
-        with private_umask():
-            server.add_insecure_port(f"unix://{allowed_path}")
-            deny = deny_server(denied_path)
-        if settings.listen_tcp:  # loopback development only: no peer check over TCP
-            server.add_insecure_port(settings.listen_tcp)
-        gate = PeerGate(socket_path, allowed_path, denied_path, own_uid=os.geteuid(),
-                        allowed_uids=settings.allowed_peer_uids)
+        gate, deny = self._bind(stack, server)
 
         liveness = Liveness(settings.podman_down_grace)
         hub.link = lambda up: liveness.up() if up else liveness.down()
@@ -186,21 +161,11 @@ class Server:
             for name in ("", SERVICE):
                 await health_servicer.set(name, status)
 
-        # The hub first on the way out (it would start new work), then the driver's background work.
-        stack.push_async_callback(self._close_driver, driver)
-        hub_task = asyncio.create_task(hub.run())
-        hub_task.add_done_callback(self._hub_ended)
-        stack.push_async_callback(cancel_and_wait, hub_task)
-        try:
-            await asyncio.wait_for(hub.connected.wait(), CONNECT_TIMEOUT)
-        except TimeoutError:
-            raise StartupError(f"Podman's event stream did not connect within {CONNECT_TIMEOUT:.0f} s") from None
-
+        await self._connect(stack, hub, driver)
         stack.push_async_callback(self._close_front, server, deny, gate)
         await server.start()
         await deny.start()
         await gate.start()
-        log.debug("driver socket %s is spliced to %s (refused peers: %s)", socket_path, allowed_path, denied_path)
         stack.push_async_callback(end_serving, health_servicer, hub)
         resumed = await driver.resume()
         await publish(True)
@@ -221,6 +186,53 @@ class Server:
         notifier.send("READY=1", f"STATUS=serving unix://{socket_path}")
         stack.callback(notifier.send, "STOPPING=1", "STATUS=shutting down")
         self.ready = True
+
+    async def _driver(self, podman: PodmanClient, rootless: bool) -> Driver:
+        """The driver, once its settings fit this Podman and its state directory is usable."""
+        settings, state_dir = self.settings, self.state_dir
+        if settings.userns_base == "keep-id" and not rootless:
+            raise ConfigError(
+                "invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman"
+            )
+        try:
+            driver = Driver(settings, podman, state_dir)
+            driver.files.setup()
+        except OSError as exc:
+            raise unusable(state_dir, exc) from exc
+        problem = await state_dir_problem(podman, state_dir)
+        if problem:
+            raise StateDirError(problem)
+        rootfs.prepare_staging(settings, state_dir)  # before the capabilities advertise it
+        return driver
+
+    def _bind(self, stack: contextlib.AsyncExitStack, server: Any) -> tuple[PeerGate, Any]:
+        """The public socket is podmand's peer gate; the servers listen on private sockets
+        behind it (``server`` for allowed peers, the deny server for the others)."""
+        stack.callback(self._remove_unless_ready, prepare_socket(self.socket_path))
+        internal = private_dir(self.socket_path)
+        stack.callback(remove_private_dir, internal)
+        allowed_path, denied_path = str(internal / "grpc.sock"), str(internal / "deny.sock")
+        with private_umask():
+            server.add_insecure_port(f"unix://{allowed_path}")
+            deny = deny_server(denied_path)
+        if self.settings.listen_tcp:  # loopback development only: no peer check over TCP
+            server.add_insecure_port(self.settings.listen_tcp)
+        log.debug("driver socket %s is spliced to %s (refused peers: %s)", self.socket_path, allowed_path, denied_path)
+        gate = PeerGate(self.socket_path, allowed_path, denied_path, own_uid=os.geteuid(),
+                        allowed_uids=self.settings.allowed_peer_uids)
+        return gate, deny
+
+    async def _connect(self, stack: contextlib.AsyncExitStack, hub: Hub, driver: Driver) -> None:
+        """Run the hub until Podman's event stream is open. On the way out the hub stops
+        first (it would start new work), then the driver's background work."""
+        stack.push_async_callback(self._close_driver, driver)
+        hub_task = asyncio.create_task(hub.run())
+        hub_task.add_done_callback(self._hub_ended)
+        stack.push_async_callback(cancel_and_wait, hub_task)
+        try:
+            await asyncio.wait_for(hub.connected.wait(), CONNECT_TIMEOUT)
+        except TimeoutError:
+            raise StartupError(f"Podman's event stream did not connect within {CONNECT_TIMEOUT:.0f} s") from None
 
     def _hub_ended(self, task: asyncio.Task[None]) -> None:
         """Without the hub no watch stream can work: a crashed hub stops the server."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import importlib
 import os
+import pkgutil
 import shutil
 import signal
 import subprocess
@@ -23,6 +25,7 @@ from typing import Any
 import grpc
 import pytest
 
+import podmand
 from podmand import __main__ as cli
 from podmand import autostart, discovery, rundir, server, socketpath, statedir
 from podmand._proto import compute_driver_pb2 as pb
@@ -281,6 +284,11 @@ def all_subclasses(cls: type) -> set[type]:
     return {sub for direct in cls.__subclasses__() for sub in (direct, *all_subclasses(direct))}
 
 
+def import_all_of_podmand() -> None:
+    for module in pkgutil.iter_modules(podmand.__path__):
+        importlib.import_module(f"podmand.{module.name}")
+
+
 EXAMPLES: dict[type, StartupError] = {
     ConfigError: ConfigError("invalid setting stop_timeout (--stop-timeout / OPENSHELL_STOP_TIMEOUT): bad"),
     autostart.AutostartError: autostart.AutostartError("Podman's API service exited with status 125"),
@@ -293,6 +301,7 @@ EXAMPLES: dict[type, StartupError] = {
 
 def test_every_start_up_error_has_an_example() -> None:
     """So the next test covers each subclass (a new one must be added to EXAMPLES)."""
+    import_all_of_podmand()
     assert all_subclasses(StartupError) == set(EXAMPLES)
 
 
