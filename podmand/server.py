@@ -270,6 +270,6 @@ async def end_serving(health_servicer: Any, hub: Hub) -> None:
 
 
 async def cancel_and_wait(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and let it end; how it ended was reported by its done callback."""
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await asyncio.wait((task,))

@@ -33,6 +33,7 @@ from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand.config import ConfigError, Settings
 from podmand.credentials import KEY_BYTES
 from podmand.errors import StartupError
+from podmand.hub import Hub
 from podmand.server import Server
 from tests import wait
 from tests.fakes.libpod import FakeLibpod, Hang, Request
@@ -206,6 +207,35 @@ def test_signal_during_start_up_abandons_it(tmp: Path, fake: FakeLibpod, own_han
     assert not (tmp / "run").exists()
     assert lock_is_free(tmp / "state")
     assert signal.getsignal(signal.SIGTERM) is own_handlers[signal.SIGTERM]
+
+
+def test_a_crashed_hub_stops_the_server_with_status_1(tmp: Path, fake: FakeLibpod, monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """Without the hub no watch stream works: it crashing (here once serving) is a stop
+    that exits 1, so a supervisor that restarts on failure restarts podmand."""
+    crash = threading.Event()
+    real_run = Hub.run
+
+    async def run(hub: Hub) -> None:
+        serving = asyncio.ensure_future(real_run(hub))
+        await asyncio.to_thread(crash.wait)
+        serving.cancel()
+        raise RuntimeError("hub bug")
+
+    monkeypatch.setattr(Hub, "run", run)
+    srv = Server(settings_for(tmp, fake))
+
+    async def scenario(running: asyncio.Task[int]) -> None:
+        await until(lambda: srv.ready or running.done(), "podmand to serve")
+        crash.set()
+
+    with caplog.at_level("INFO", "podmand"):
+        assert run_server(srv, scenario) == 1
+    [record] = [r for r in caplog.records if r.getMessage() == "the watch hub crashed; shutting down"]
+    assert record.levelname == "CRITICAL"
+    assert "stopped" in caplog.text
+    assert os.listdir(tmp / "run") == []
+    assert lock_is_free(tmp / "state")
 
 
 def test_cli_second_sigterm_exits_1_and_cleans_up(tmp: Path, fake: FakeLibpod) -> None:
