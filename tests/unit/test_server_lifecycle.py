@@ -130,10 +130,12 @@ def own_handlers() -> Iterator[dict[signal.Signals, Callable[[int, Any], None]]]
             signal.signal(sig, handler)
 
 
-def test_sigterm_stops_gracefully_and_restores_the_handlers(
-        tmp: Path, fake: FakeLibpod, own_handlers: dict[signal.Signals, Any], caplog: pytest.LogCaptureFixture) -> None:
-    """One SIGTERM: exit status 0, socket and private sockets gone (the socket's directory
-    stays), lock released, and the handlers found before are back."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
+def test_one_signal_stops_gracefully_and_restores_the_handlers(
+        sig: signal.Signals, tmp: Path, fake: FakeLibpod, own_handlers: dict[signal.Signals, Any],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """One SIGTERM or SIGINT: exit status 0, socket and private sockets gone (the socket's
+    directory stays), lock released, and the handlers found before are back."""
     srv = Server(settings_for(tmp, fake))
 
     async def scenario(running: asyncio.Task[int]) -> None:
@@ -141,7 +143,7 @@ def test_sigterm_stops_gracefully_and_restores_the_handlers(
         assert signal.getsignal(signal.SIGTERM) is not own_handlers[signal.SIGTERM]  # captured while serving
         os.kill(os.getpid(), signal.SIGUSR1)  # a task dump, not the test's handler
         await until(lambda: "task " in caplog.text, "the task dump")
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), sig)
 
     with caplog.at_level("INFO", "podmand"):
         assert run_server(srv, scenario) == 0
