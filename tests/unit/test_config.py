@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from podmand import config
+from podmand import config, configoptions
 from podmand.__main__ import parser
 from podmand.config import ConfigError, Settings, load
 
@@ -211,6 +211,15 @@ def test_cli_exits_2_naming_bad_variable() -> None:
                            "expected a whole number of seconds, got 'abc'\n")
 
 
+@pytest.mark.parametrize("first", ["podmand.configchecks", "podmand.configoptions", "podmand.config"])
+def test_settings_modules_import_in_any_order(first: str) -> None:
+    """configchecks imports feature modules that import config, so config.load imports it
+    late: whichever of the three a fresh interpreter imports first, loading still works."""
+    code = f"import {first}\nimport podmand.config\nprint(podmand.config.load(environ={{}}).userns)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "auto\n"), proc.stderr
+
+
 def test_upstream_flag_names_are_aliases() -> None:
     """Upstream's --bind-socket and --bind-address work as podmand's --socket and --listen-tcp."""
     s = load(args=flags("--bind-socket", "/run/x.sock", "--bind-address", "127.0.0.1:50061"), environ={})
@@ -227,7 +236,7 @@ def test_bare_bool_flag_means_true() -> None:
 
 def test_admission_config_json_flag_overrides_env() -> None:
     """Upstream's --admission-config-json flag, above its environment variable."""
-    env = {config.ADMISSION_JSON_ENV: '{"allow_driver_config": false}'}
+    env = {configoptions.ADMISSION_JSON_ENV: '{"allow_driver_config": false}'}
     s = load(args=flags("--admission-config-json", '{"allow_driver_config": true}'), environ=env)
     assert s.allow_driver_config is True
     with pytest.raises(ConfigError, match="--admission-config-json"):
@@ -304,7 +313,7 @@ def test_unknown_openshell_env_named_in_one_warning() -> None:
         "PODMAND_STATE_DIR": "/tmp/x",
         "HOME": "/root",
     }
-    assert config.unknown_env(env) == ["OPENSHELL_NETWROK_NAME", "OPENSHELL_ZED"]
+    assert configoptions.unknown_env(env) == ["OPENSHELL_NETWROK_NAME", "OPENSHELL_ZED"]
     warnings = config.startup_warnings(load(args=None, environ=env), env)
     assert len(warnings) == 1
     assert "OPENSHELL_NETWROK_NAME, OPENSHELL_ZED" in warnings[0]
@@ -401,11 +410,11 @@ BAD: dict[str, tuple[str | int, str]] = {
 
 def test_every_setting_has_a_bad_value_case() -> None:
     """A new setting must come with its bad-value message checked below."""
-    assert set(BAD) == {opt.field for opt in config.OPTIONS}
+    assert set(BAD) == {opt.field for opt in configoptions.OPTIONS}
 
 
-@pytest.mark.parametrize("opt", config.OPTIONS, ids=lambda opt: opt.field)
-def test_bad_value_message_names_the_setting_and_what_it_takes(opt: config.Option, tmp_path: Path) -> None:
+@pytest.mark.parametrize("opt", configoptions.OPTIONS, ids=lambda opt: opt.field)
+def test_bad_value_message_names_the_setting_and_what_it_takes(opt: configoptions.Option, tmp_path: Path) -> None:
     """Every refusal names the setting with its flag and variable and says what it takes in
     words (valid values listed for choices), never msgspec's "Expected `int`, got `str`"."""
     value, needle = BAD[opt.field]
@@ -427,10 +436,10 @@ def test_bad_value_message_names_the_setting_and_what_it_takes(opt: config.Optio
     assert "Expected `" not in text and "Invalid enum" not in text
 
 
-@pytest.mark.parametrize("opt", [o for o in config.OPTIONS if BAD[o.field][1].startswith("expected true")
+@pytest.mark.parametrize("opt", [o for o in configoptions.OPTIONS if BAD[o.field][1].startswith("expected true")
                                  and o.field != "proxy_auth_allow_insecure"],  # tests/unit/test_proxy.py
                          ids=lambda opt: opt.field)
-def test_every_bool_flag_is_a_bare_switch_or_takes_a_value(opt: config.Option) -> None:
+def test_every_bool_flag_is_a_bare_switch_or_takes_a_value(opt: configoptions.Option) -> None:
     """``--flag`` alone means true and ``--flag=false`` false, for every boolean setting."""
     base = bool_context(opt.field)
     assert getattr(load(args=flags(opt.flag), environ={**base, opt.env: "false"}), opt.field) is True

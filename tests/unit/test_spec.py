@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from podmand import names, spec
+from podmand import drivercfg, names, sandboxenv, spec, usernamespace
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.errors import FailedPrecondition, InvalidArgument
@@ -275,9 +275,9 @@ def test_driver_config_tmpfs_volume_and_bind() -> None:
     plan = spec.validate(sandbox, settings)
     assert plan.driver_config_used is True
     assert plan.mounts == (
-        spec.Mount("tmpfs", "/scratch", "", False, ("rw", "nosuid", "nodev", "size=1048576", "mode=777")),
-        spec.Mount("volume", "/data", "shared-data", False),
-        spec.Mount("bind", "/models", "/srv/models", True),
+        drivercfg.Mount("tmpfs", "/scratch", "", False, ("rw", "nosuid", "nodev", "size=1048576", "mode=777")),
+        drivercfg.Mount("volume", "/data", "shared-data", False),
+        drivercfg.Mount("bind", "/models", "/srv/models", True),
     )
     built = build(plan, settings)
     bind = {"destination": "/models", "type": "bind", "source": "/srv/models", "options": ["rbind", "ro"]}
@@ -457,7 +457,7 @@ def test_unsafe_user_env_is_kept_from_the_supervisor(key: str) -> None:
     plan = spec.validate(make_sandbox(environment={key: "x", "SAFE": "y"}), Settings())
     env = build(plan, Settings())["env"]
     assert key not in env and env["SAFE"] == "y"
-    assert spec.unsafe_env_key(key) and not spec.unsafe_env_key("SAFE")
+    assert sandboxenv.unsafe_env_key(key) and not sandboxenv.unsafe_env_key("SAFE")
 
 
 def test_identity_is_the_supervisors_oci_mode(token_plan: spec.Plan) -> None:
@@ -509,7 +509,7 @@ def test_stop_reaches_the_workload(token_plan: spec.Plan) -> None:
 
 
 @pytest.mark.parametrize(("userns", "uidmap", "limit"), [
-    ("auto", [], spec.AUTO_USERNS_SIZE),
+    ("auto", [], usernamespace.AUTO_USERNS_SIZE),
     ("auto:size=4096", [], 4096),
     ("private", ["0:100000:500", "500:200000:100"], 600),
     ("private", ["0:100000:500", "700:200000:100"], 500),
@@ -536,7 +536,7 @@ def test_token_mount(token_plan: spec.Plan) -> None:
     [
         ("auto", {"userns": {"nsmode": "auto"},
                   "idmappings": {"HostUIDMapping": False, "HostGIDMapping": False, "AutoUserNs": True,
-                                 "AutoUserNsOpts": {"Size": spec.AUTO_USERNS_SIZE}}}),
+                                 "AutoUserNsOpts": {"Size": usernamespace.AUTO_USERNS_SIZE}}}),
         ("auto:size=2048", {"userns": {"nsmode": "auto", "value": "size=2048"},
                             "idmappings": {"HostUIDMapping": False, "HostGIDMapping": False, "AutoUserNs": True,
                                            "AutoUserNsOpts": {"Size": 2048}}}),
@@ -601,7 +601,7 @@ def test_main_process_spec() -> None:
     default = json.loads(build(spec.validate(make_sandbox(), Settings()), Settings())["env"][names.ENV_MAIN_PROCESS])
     assert default == {"version": 1, "command": ["/bin/bash", "-l"], "tty": True}
     plan = spec.validate(make_sandbox(command=["python", "-m", "app"], await_main_process_attachment=True), Settings())
-    doc = json.loads(spec.main_process_spec(plan))
+    doc = json.loads(sandboxenv.main_process_spec(plan))
     assert doc == {"version": 1, "command": ["python", "-m", "app"], "tty": False,
                    "await_main_process_attachment": True}
 
