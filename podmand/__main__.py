@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import logging
 import sys
 from typing import Any
 
 from . import config, logs, versions
+from .errors import StartupError
 
 # Subcommands living in their own modules: each has add_parser(subparsers) and run(args) -> int.
 TOOLS = ("ctl", "doctor", "health", "completion")
@@ -66,44 +68,24 @@ def main(argv: list[str] | None = None) -> int:
         result: int = importlib.import_module(f"podmand.{command}").run(args)
         return result
     try:
-        settings = config.load(args)
-    except config.ConfigError as exc:
+        return serve_main(config.load(args))
+    except StartupError as exc:
         print(f"podmand: {exc}", file=sys.stderr)
-        return 2
-    return serve_main(settings)
-
-
-def serve_main(settings: config.Settings) -> int:
-    """Run the server; every start-up failure is one ``podmand: <message>`` line and
-    exit 1 (configuration: 2), never a traceback, unless it is a bug."""
-    import logging
-
-    from .credentials import BadKeyFile
-    from .discovery import NoPodmanSocket
-    from .libpod import PodmanError, PodmanUnavailable, PodmanUnreadable
-    from .server import StartupError, serve
-
-    try:
-        return asyncio.run(serve(settings))
-    except config.ConfigError as exc:
-        print(f"podmand: {exc}", file=sys.stderr)
-        return 2
-    except (NoPodmanSocket, StartupError, BadKeyFile) as exc:
-        print(f"podmand: {exc}", file=sys.stderr)
-        return 1
-    except (PodmanError, PodmanUnavailable) as exc:
-        print(f"podmand: Podman failed during start-up: {exc}", file=sys.stderr)
-        return 1
-    except PodmanUnreadable as exc:
-        print(f"podmand: Podman answered something podmand cannot read: {exc}", file=sys.stderr)
-        return 1
-    except TimeoutError:
-        print("podmand: Podman's event stream did not connect within 10 s", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, config.ConfigError) else 1
     except Exception as exc:  # a bug: keep its traceback (through the redacting log handler)
         logging.getLogger("podmand").critical("unexpected error", exc_info=exc)
         print(f"podmand: unexpected error: {type(exc).__name__}: {logs.redact(str(exc))}", file=sys.stderr)
         return 1
+
+
+def serve_main(settings: config.Settings) -> int:
+    """Run the server (imported here: the tools need none of it). Every expected start-up
+    failure is a StartupError (errors.py says which layer raises what): one
+    ``podmand: <message>`` line, exit 1 (a setting: 2), never a traceback."""
+    from .server import serve
+
+    return asyncio.run(serve(settings))
+
 
 if __name__ == "__main__":
     sys.exit(main())

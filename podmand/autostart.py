@@ -32,6 +32,7 @@ from pathlib import Path
 from . import logs, rundir
 from .config import Settings
 from .discovery import NoPodmanSocket, answers, discover, podman_socket_in
+from .errors import StartupError
 
 log = logging.getLogger("podmand")
 READY_TIMEOUT = 30.0  # seconds for a started service to answer /_ping (a first start creates the store)
@@ -43,7 +44,7 @@ OVERLAY_FLAG = "--storage-driver=overlay"
 _PR_SET_PDEATHSIG = 1
 
 
-class AutostartError(Exception):
+class AutostartError(StartupError):
     """Podman's API service could not be started; the message says why and how to fix it."""
 
 

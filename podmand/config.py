@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args, get_origin
 import msgspec
 
 from .configoptions import ADMISSION_JSON_ENV, BOOL_FIELDS, LIST_FIELDS, OPTIONS, SECONDS, unknown_env
+from .errors import StartupError
 
 DEFAULT_ADMISSION_LABELS = {
     "openshell.ai/sandbox-attachable": "true",
@@ -27,7 +28,7 @@ PULL_POLICIES = ("always", "missing", "never", "newer")
 _PULL_ALIASES = {"ifnotpresent": "missing", "if_not_present": "missing", "if-not-present": "missing"}
 
 
-class ConfigError(Exception):
+class ConfigError(StartupError):
     """A setting is invalid; the message names it."""
 
 

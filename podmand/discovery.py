@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from . import rundir
+from .errors import StartupError
 from .libpod import PodmanClient, PodmanUnavailable
 
 
@@ -19,7 +20,7 @@ class Attempt:
     problem: str  # "" when the socket answered
 
 
-class NoPodmanSocket(Exception):
+class NoPodmanSocket(StartupError):
     """``why_not_started``: why podmand did not start Podman's API service itself."""
 
     def __init__(self, attempts: list[Attempt], why_not_started: str = "") -> None:

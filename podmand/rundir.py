@@ -19,10 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from .errors import StartupError
+
 Source = Literal["root", "XDG_RUNTIME_DIR", "/run/user", "fallback"]
 
 
-class RuntimeDirError(Exception):
+class RuntimeDirError(StartupError):
     """The runtime directory cannot be used safely; the message says why and what to do."""
 
 

@@ -1,24 +1,27 @@
-"""``podmand serve``: the process around the servicer.
+"""``podmand serve``: start-up, serving, shutdown.
 
-Locks the state directory (one podmand per state dir), finds Podman, binds
-the driver socket safely (parent 0700, socket 0600, only our own stale socket
-replaced) behind the peer check (peers.py), serves, and on SIGTERM/SIGINT stops
-accepting, finishes in-flight RPCs, ends watch streams and removes the socket.
-A start-up failure leaves nothing behind: no socket, no directory podmand
-created, the state-directory lock released.
+Start-up acquires what serving needs, in order, and hands each piece to one exit
+stack together with the step that undoes it: the state-directory lock (statedir.py),
+Podman's API (found, or started here and stopped at exit: autostart.py) and its
+client, the driver, the driver socket's directory and the private sockets behind the
+peer gate (socketpath.py, peers.py), the watch hub, the gRPC servers, the health
+status and systemd's readiness (notify.py). Shutdown is that stack unwinding: report
+NOT_SERVING, end watch streams, stop accepting, finish in-flight RPCs within a grace,
+stop the hub, bound background work, remove the sockets, stop an autostarted Podman,
+release the lock. A failed start unwinds the same way and leaves nothing behind, not
+even a socket directory podmand created; a stop asked for during start-up abandons it.
+How a stop is asked for and forced (signals): shutdown.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
-import signal
-import socket
-import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -26,136 +29,44 @@ from grpc_reflection.v1alpha import reflection
 
 from . import __version__, logs, rootfs, rundir
 from ._proto import compute_driver_pb2_grpc
-from .autostart import AutostartError, podman_api
+from .autostart import podman_api
 from .config import ConfigError, Settings, default_socket, default_state_dir, startup_warnings
 from .decoding import DecodeRequests
 from .driver import Driver
-from .files import ensure_dir
+from .errors import DriverError, StartupError
 from .hostpaths import state_dir_problem
 from .hub import Hub
-from .libpod import Info, PodmanClient, PodmanUnreadable
+from .libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 from .limits import raise_nofile_limit
 from .liveness import Liveness
 from .negotiation import capabilities
 from .notify import Notifier
-from .peers import MAX_UNIX_PATH, PeerGate, deny_server, private_dir, remove_private_dir
+from .peers import PeerGate, deny_server, private_dir, remove_private_dir
 from .servicer import ComputeDriverServicer
+from .shutdown import Stop, capture_signals
+from .socketpath import SocketError, prepare_socket, remove_dirs, socket_path_problem
+from .statedir import StateDirError, lock_state_dir, unlock_state_dir, unusable
 
 log = logging.getLogger("podmand")
 SERVICE = "openshell.compute.v1.ComputeDriver"
-LOCK_FILE = "podmand.lock"
-
-
-class StartupError(Exception):
-    """podmand cannot start; the message says why (``podmand: <message>``, exit 1)."""
-
-
+CONNECT_TIMEOUT = 10.0  # seconds for Podman's event stream to open at start
+GRACE = 10.0  # seconds for in-flight RPCs to finish once a stop is asked for
 SHUTDOWN_DEADLINE = 10.0  # seconds for background work to end after the RPCs have
 
 
-class SocketError(StartupError):
-    """The driver socket path cannot be used safely."""
-
-
-class StateDirError(StartupError):
-    """Podman cannot see the state directory at the path podmand uses."""
-
-
-def holder_record(pid: int, socket_path: str) -> bytes:
-    """What the lock file says about its holder, for the refusal message of the next one."""
-    return f"pid={pid}\nsocket={socket_path}\n".encode()
-
-
-def describe_holder(record: str) -> str:
-    fields = dict(line.split("=", 1) for line in record.splitlines() if "=" in line)
-    if not fields.get("pid"):
-        return "its PID is not recorded yet"
-    where = f", driver socket {fields['socket']}" if fields.get("socket") else ""
-    return f"PID {fields['pid']}{where}"
-
-
-def lock_state_dir(state_dir: Path, socket_path: str) -> int:
-    """Hold an exclusive flock on ``<state>/podmand.lock`` for the life of the process:
-    two podmands on one state dir would collect each other's token files as garbage.
-    The kernel drops the lock when its holder dies, so a stale file never blocks."""
-    try:
-        ensure_dir(state_dir)
-        fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise StateDirError(f"state directory {state_dir} is not usable: {exc.strerror}: {exc.filename}") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = describe_holder(os.pread(fd, 4096, 0).decode(errors="replace"))
-        os.close(fd)
-        raise StateDirError(
-            f"state directory {state_dir} is in use by another podmand ({holder}); stop it, or give this "
-            "one its own state directory (--state-dir / PODMAND_STATE_DIR)"
-        ) from None
-    record = holder_record(os.getpid(), socket_path)
-    os.pwrite(fd, record, 0)  # then cut: no reader ever sees an empty file while we hold it
-    os.ftruncate(fd, len(record))
-    return fd
-
-
-def unlock_state_dir(fd: int) -> None:
-    """Clear the holder record while still holding the lock, then release it."""
-    with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-    os.close(fd)
-
-
-def prepare_socket(path: str) -> list[Path]:
-    """Make the parent 0700 and ours; clear a stale socket of ours, refuse anything else.
-    Returns the directories it created (outermost first), for removal at exit."""
-    parent = Path(path).parent
-    if parent.is_symlink():
-        raise SocketError(f"driver socket directory {parent} is a symlink; refusing to use it")
-    created = [p for p in (*reversed(parent.parents), parent) if not p.exists()]
-    try:
-        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        remove_dirs(created)
-        raise SocketError(
-            f"cannot create the driver socket directory {parent}: {exc.strerror}; choose a --socket "
-            "(OPENSHELL_COMPUTE_DRIVER_SOCKET) in a directory this user may create or owns"
-        ) from None
-    st = parent.stat()
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        raise SocketError(f"driver socket directory {parent} must be a directory owned by uid {os.geteuid()}")
-    os.chmod(parent, 0o700)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return created
-    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
-        raise SocketError(f"driver socket path {path!r} exists but is not an owned Unix socket; remove it by hand")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(path)
-        except OSError:
-            os.unlink(path)  # stale: nobody listens
-            return created
-    raise SocketError(f"another process is already serving on {path}")
-
-
-def _dump_tasks() -> None:
-    """SIGUSR1: log every asyncio task's stack, for diagnosing a stuck daemon."""
-    for task in asyncio.all_tasks():
-        frames = task.get_stack(limit=8)
-        where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
-        log.warning("task %s: %s", task.get_name(), where or "(not started)")
-
-
-def socket_path_problem(path: str) -> str | None:
-    """Checked before anything is created: grpc would fail late, with a traceback."""
-    size = len(os.fsencode(path))
-    if size > MAX_UNIX_PATH:
-        return (
-            f"driver socket path {path!r} is {size} bytes; Unix sockets allow at most {MAX_UNIX_PATH} "
-            "(choose a shorter --socket / OPENSHELL_COMPUTE_DRIVER_SOCKET)"
-        )
-    return None
+async def serve(settings: Settings) -> int:
+    """The process around the server; its exit status."""
+    logs.setup(settings.log_level, settings.log_format)
+    for warning in startup_warnings(settings, os.environ):
+        log.warning("%s", warning)
+    server = Server(settings)
+    status = await server.run()
+    if server.stop.forced.is_set():
+        # The sockets and the lock are gone; the loop's own clean-up would wait for
+        # whatever work the second signal told podmand to abandon.
+        logging.shutdown()
+        os._exit(status)
+    return status
 
 
 async def read_info(podman: PodmanClient, path: str) -> Info:
@@ -168,135 +79,97 @@ async def read_info(podman: PodmanClient, path: str) -> Info:
         ) from None
 
 
-def remove_dirs(created: list[Path]) -> None:
-    """Remove the directories podmand created for its socket, deepest first, if empty."""
-    for path in reversed(created):
-        with contextlib.suppress(OSError):
-            path.rmdir()
-
-
-async def serve(settings: Settings) -> int:
-    logs.setup(settings.log_level, settings.log_format)
-    for warning in startup_warnings(settings, os.environ):
-        log.warning("%s", warning)
-    state_dir = Path(settings.state_dir or default_state_dir())
-    socket_path = settings.socket.removeprefix("unix://") or default_socket()
-    problem = socket_path_problem(socket_path)
-    if problem:
-        raise SocketError(problem)
-    raise_nofile_limit()
-    notifier = Notifier.from_environ(os.environ)  # before any child process is started
-    lock = lock_state_dir(state_dir, socket_path)
-    try:
-        return await _serve(settings, state_dir, socket_path, notifier)
-    finally:
-        unlock_state_dir(lock)
-
-
-async def _serve(settings: Settings, state_dir: Path, socket_path: str, notifier: Notifier) -> int:
-    """Discovers Podman's API, or starts (and at exit stops) the user's own: autostart.py."""
-    try:
-        rundir.ensure_holding(socket_path)
-        async with podman_api(settings) as podman_path:
-            podman = PodmanClient(podman_path)
-            try:
-                return await _serve_with(settings, state_dir, socket_path, podman, podman_path, notifier)
-            finally:
-                await podman.close()
-    except (AutostartError, rundir.RuntimeDirError) as exc:
-        raise StartupError(str(exc)) from None
-
-
-async def _serve_with(
-    settings: Settings, state_dir: Path, socket_path: str, podman: PodmanClient, podman_path: str,
-    notifier: Notifier,
-) -> int:
-    info = await read_info(podman, podman_path)
-    rootless = info.host.security.rootless
-    if settings.userns_base == "keep-id" and not rootless:
-        raise ConfigError("invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman")
-    try:
-        driver = Driver(settings, podman, state_dir)
-        driver.files.setup()
-    except OSError as exc:
-        raise StateDirError(f"state directory {state_dir} is not usable: {exc.strerror}: {exc.filename}") from exc
-    problem = await state_dir_problem(podman, state_dir)
-    if problem:
-        raise StateDirError(problem)
-    rootfs.prepare_staging(settings, state_dir)  # before the capabilities advertise it
-    hub = Hub(podman, driver, buffer=settings.watch_buffer, resync=settings.resync_interval)
-    stop = asyncio.Event()
-    enforced = not (rootless and info.host.cgroupVersion == "v1")
-    servicer = ComputeDriverServicer(driver, hub, capabilities(settings, limits_enforced=enforced))
-
+def grpc_server(servicer: ComputeDriverServicer) -> tuple[Any, Any]:
+    """The driver service, health and reflection on one server (not yet listening)."""
     server = grpc.aio.server(interceptors=(DecodeRequests(),))
     compute_driver_pb2_grpc.add_ComputeDriverServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     # Reflection lets operators poke the driver with grpcurl without the protos.
     reflection.enable_server_reflection((SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    return server, health_servicer
 
-    # The public socket is podmand's peer gate; the servers listen on private sockets behind it.
-    created = prepare_socket(socket_path)
-    internal = None
+
+@contextlib.contextmanager
+def private_umask() -> Iterator[None]:
+    """Sockets grpc binds are created 0600."""
+    old = os.umask(0o177)
     try:
-        internal = private_dir(socket_path)
-        allowed_path, denied_path = str(internal / "grpc.sock"), str(internal / "deny.sock")
-        old_umask = os.umask(0o177)
+        yield
+    finally:
+        os.umask(old)
+
+
+class Server:
+    """One run of ``podmand serve``: ``run`` starts, serves until stopped, shuts down."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.state_dir = Path(settings.state_dir or default_state_dir())
+        self.socket_path = settings.socket.removeprefix("unix://") or default_socket()
+        self.stop = Stop()
+        self.ready = False
+
+    async def run(self) -> int:
+        with capture_signals(self.stop.on_signal):
+            async with contextlib.AsyncExitStack() as stack:
+                if await self.stop.unless_asked(self.startup(stack)):
+                    await self.stop.asked.wait()
+                    log.info("shutting down: finishing in-flight RPCs")
+            log.info("stopped")
+        return self.stop.status
+
+    async def startup(self, stack: contextlib.AsyncExitStack) -> None:
+        """Everything serving needs, each undo on ``stack``. What the layers below raise
+        while podmand starts is a start-up failure: one ``podmand:`` line."""
         try:
-            server.add_insecure_port(f"unix://{allowed_path}")
-            deny = deny_server(denied_path)
-        finally:
-            os.umask(old_umask)
-        if settings.listen_tcp:  # loopback development only: no peer check over TCP
-            server.add_insecure_port(settings.listen_tcp)
-    except BaseException:
-        if internal is not None:
-            remove_private_dir(internal)
-        remove_dirs(created)
-        raise
-    gate = PeerGate(socket_path, allowed_path, denied_path, own_uid=os.geteuid(),
-                    allowed_uids=settings.allowed_peer_uids)
+            await self._startup(stack)
+        except DriverError as exc:
+            raise StartupError(exc.message) from None
+        except (PodmanError, PodmanUnavailable) as exc:
+            raise StartupError(f"Podman failed during start-up: {exc}") from None
+        except PodmanUnreadable as exc:
+            raise StartupError(f"Podman answered something podmand cannot read: {exc}") from None
 
-    liveness = Liveness(settings.podman_down_grace)
-    hub.link = lambda up: liveness.up() if up else liveness.down()
+    async def _startup(self, stack: contextlib.AsyncExitStack) -> None:
+        settings, state_dir, socket_path = self.settings, self.state_dir, self.socket_path
+        problem = socket_path_problem(socket_path)
+        if problem:
+            raise SocketError(problem)
+        raise_nofile_limit()
+        notifier = Notifier.from_environ(os.environ)  # before any child process is started
+        stack.callback(unlock_state_dir, lock_state_dir(state_dir, socket_path))
+        rundir.ensure_holding(socket_path)
+        podman_path = await stack.enter_async_context(podman_api(settings))
+        podman = PodmanClient(podman_path)
+        stack.push_async_callback(podman.close)
+        info = await read_info(podman, podman_path)
+        rootless = info.host.security.rootless
+        driver = await self._driver(podman, rootless)
+        hub = Hub(podman, driver, buffer=settings.watch_buffer, resync=settings.resync_interval)
+        enforced = not (rootless and info.host.cgroupVersion == "v1")
+        servicer = ComputeDriverServicer(driver, hub, capabilities(settings, limits_enforced=enforced))
+        server, health_servicer = grpc_server(servicer)
+        gate, deny = self._bind(stack, server)
 
-    async def publish(serving: bool) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-        for name in ("", SERVICE):
-            await health_servicer.set(name, status)
+        liveness = Liveness(settings.podman_down_grace)
+        hub.link = lambda up: liveness.up() if up else liveness.down()
 
-    liveness_task: asyncio.Task[None] | None = None
-    hub_task = asyncio.create_task(hub.run())
+        async def publish(serving: bool) -> None:
+            status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+            for name in ("", SERVICE):
+                await health_servicer.set(name, status)
 
-    # Without the hub no watch stream can work: a crashed hub stops the server.
-    def hub_ended(task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.critical("the watch hub crashed; shutting down", exc_info=task.exception())
-            stop.set()
-
-    hub_task.add_done_callback(hub_ended)
-    loop = asyncio.get_running_loop()
-
-    def on_signal() -> None:
-        """The first SIGTERM/SIGINT drains; a second one ends podmand at once."""
-        if stop.is_set():
-            log.warning("second signal: exiting without finishing")
-            os._exit(1)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
-    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
-    try:
-        await asyncio.wait_for(hub.connected.wait(), 10.0)
+        await self._connect(stack, hub, driver)
+        stack.push_async_callback(self._close_front, server, deny, gate)
         await server.start()
         await deny.start()
         await gate.start()
-        log.debug("driver socket %s is spliced to %s (refused peers: %s)", socket_path, allowed_path, denied_path)
+        stack.push_async_callback(end_serving, health_servicer, hub)
         resumed = await driver.resume()
         await publish(True)
         liveness_task = asyncio.create_task(liveness.run(publish))
+        stack.callback(liveness_task.cancel)
         log.info(
             "podmand %s ready: serving unix://%s%s (Podman %s at %s, %s, userns=%s, state %s%s)",
             __version__,
@@ -310,30 +183,92 @@ async def _serve_with(
             f", resumed {resumed} create(s)" if resumed else "",
         )
         notifier.send("READY=1", f"STATUS=serving unix://{socket_path}")
-        await stop.wait()
-        log.info("shutting down: finishing in-flight RPCs")
-    finally:
-        notifier.send("STOPPING=1", "STATUS=shutting down")
-        if liveness_task is not None:
-            liveness_task.cancel()
-        await health_servicer.enter_graceful_shutdown()  # NOT_SERVING from now on, whatever Podman does
-        hub.close()
+        stack.callback(notifier.send, "STOPPING=1", "STATUS=shutting down")
+        self.ready = True
+
+    async def _driver(self, podman: PodmanClient, rootless: bool) -> Driver:
+        """The driver, once its settings fit this Podman and its state directory is usable."""
+        settings, state_dir = self.settings, self.state_dir
+        if settings.userns_base == "keep-id" and not rootless:
+            raise ConfigError(
+                "invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman"
+            )
+        try:
+            driver = Driver(settings, podman, state_dir)
+            driver.files.setup()
+        except OSError as exc:
+            raise unusable(state_dir, exc) from exc
+        problem = await state_dir_problem(podman, state_dir)
+        if problem:
+            raise StateDirError(problem)
+        rootfs.prepare_staging(settings, state_dir)  # before the capabilities advertise it
+        return driver
+
+    def _bind(self, stack: contextlib.AsyncExitStack, server: Any) -> tuple[PeerGate, Any]:
+        """The public socket is podmand's peer gate; the servers listen on private sockets
+        behind it (``server`` for allowed peers, the deny server for the others)."""
+        stack.callback(self._remove_unless_ready, prepare_socket(self.socket_path))
+        internal = private_dir(self.socket_path)
+        stack.callback(remove_private_dir, internal)
+        allowed_path, denied_path = str(internal / "grpc.sock"), str(internal / "deny.sock")
+        with private_umask():
+            server.add_insecure_port(f"unix://{allowed_path}")
+            deny = deny_server(denied_path)
+        if self.settings.listen_tcp:  # loopback development only: no peer check over TCP
+            server.add_insecure_port(self.settings.listen_tcp)
+        log.debug("driver socket %s is spliced to %s (refused peers: %s)", self.socket_path, allowed_path, denied_path)
+        gate = PeerGate(self.socket_path, allowed_path, denied_path, own_uid=os.geteuid(),
+                        allowed_uids=self.settings.allowed_peer_uids)
+        return gate, deny
+
+    async def _connect(self, stack: contextlib.AsyncExitStack, hub: Hub, driver: Driver) -> None:
+        """Run the hub until Podman's event stream is open. On the way out the hub stops
+        first (it would start new work), then the driver's background work."""
+        stack.push_async_callback(self._close_driver, driver)
+        hub_task = asyncio.create_task(hub.run())
+        hub_task.add_done_callback(self._hub_ended)
+        stack.push_async_callback(cancel_and_wait, hub_task)
+        try:
+            await asyncio.wait_for(hub.connected.wait(), CONNECT_TIMEOUT)
+        except TimeoutError:
+            raise StartupError(f"Podman's event stream did not connect within {CONNECT_TIMEOUT:.0f} s") from None
+
+    def _hub_ended(self, task: asyncio.Task[None]) -> None:
+        """Without the hub no watch stream can work: a crashed hub stops the server."""
+        crash = None if task.cancelled() else task.exception()
+        if crash is not None:
+            self.stop.fail("the watch hub crashed; shutting down", crash)
+
+    def _remove_unless_ready(self, created: list[Path]) -> None:
+        """The socket's directory stays after serving: a gateway may bind-mount it, and
+        removing it would leave that mount pointing at a deleted directory across a restart."""
+        if not self.ready:
+            remove_dirs(created)
+
+    async def _close_front(self, server: Any, deny: Any, gate: PeerGate) -> None:
+        """Stop accepting, let in-flight RPCs finish (a forced stop cancels them), cut the rest."""
         gate.stop_accepting()
-        await server.stop(grace=10.0)
+        stopping = asyncio.ensure_future(server.stop(GRACE))
+        if not await self.stop.unless_forced(asyncio.shield(stopping)):
+            await server.stop(None)  # cancels every RPC still running
+        await stopping
         await deny.stop(None)
         gate.close()
-        # The hub first (it would start new work), then background work, bounded:
-        # a cancelled task's clean-up may wait on a slow Podman, and durable intent
-        # plus garbage collection finish what is cut short.
-        hub_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await hub_task
-        try:
-            await asyncio.wait_for(driver.close(), SHUTDOWN_DEADLINE)
-        except TimeoutError:
+
+    async def _close_driver(self, driver: Driver) -> None:
+        """Bounded: a cancelled task's clean-up may wait on a slow Podman, and durable
+        intent plus garbage collection finish what is cut short."""
+        if not await self.stop.unless_forced(driver.close(), SHUTDOWN_DEADLINE) and not self.stop.forced.is_set():
             log.warning("background work did not end within %ss; leaving it to the next start", SHUTDOWN_DEADLINE)
-        remove_private_dir(internal)
-        # The socket's directory stays: a gateway may bind-mount it, and removing it
-        # would leave that mount pointing at a deleted directory across a restart.
-    log.info("stopped")
-    return 0
+
+
+async def end_serving(health_servicer: Any, hub: Hub) -> None:
+    """NOT_SERVING from now on, whatever Podman does; watch streams end UNAVAILABLE."""
+    await health_servicer.enter_graceful_shutdown()
+    hub.close()
+
+
+async def cancel_and_wait(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and let it end; how it ended was reported by its done callback."""
+    task.cancel()
+    await asyncio.wait((task,))

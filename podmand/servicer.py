@@ -23,6 +23,19 @@ T = TypeVar("T")
 INTERNAL_MESSAGE = "internal error in podmand; its log has the details"
 
 
+def status_of(exc: Exception) -> tuple[grpc.StatusCode, str] | None:
+    """The status an RPC answers an expected failure with: the one mapping from podmand's
+    errors (errors.py) to gRPC. None: a bug, answered INTERNAL with INTERNAL_MESSAGE
+    (the exception's text may carry request data, so it stays in the log)."""
+    if isinstance(exc, DriverError):
+        return exc.code, exc.message
+    if isinstance(exc, PodmanUnavailable):
+        return grpc.StatusCode.UNAVAILABLE, f"Podman is unavailable: {exc}"
+    if isinstance(exc, PodmanError):
+        return grpc.StatusCode.INTERNAL, str(exc)
+    return None
+
+
 class ComputeDriverServicer:
     def __init__(self, driver: Driver, hub: Hub, capabilities: pb.GetCapabilitiesResponse) -> None:
         self.driver = driver
@@ -30,27 +43,21 @@ class ComputeDriverServicer:
         self.capabilities = capabilities
 
     async def _run(self, method: str, sandbox_id: str, context: Any, call: Callable[[], Awaitable[T]]) -> T:
-        """Run one RPC: map errors to status codes, log one line (never the request).
-
-        The one error boundary: known errors keep their codes, anything else is a
-        bug, logged with its traceback and answered INTERNAL with a short message
-        (exception text may carry request data, so it stays in the log)."""
+        """Run one RPC: a failure answers with ``status_of``'s status; one log line (never
+        the request), with the traceback when it was a bug."""
         started = time.monotonic()
         code, message = grpc.StatusCode.OK, ""
         unexpected: BaseException | None = None
         try:
             return await call()
-        except DriverError as exc:
-            code, message = exc.code, exc.message
-        except PodmanUnavailable as exc:
-            code, message = grpc.StatusCode.UNAVAILABLE, f"Podman is unavailable: {exc}"
-        except PodmanError as exc:
-            code, message = grpc.StatusCode.INTERNAL, str(exc)
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED  # the client went away (or podmand is stopping)
             raise
         except Exception as exc:
-            code, message, unexpected = grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE, exc
+            known = status_of(exc)
+            if known is None:  # a bug
+                known, unexpected = (grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE), exc
+            code, message = known
         finally:
             ok = code in (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.CANCELLED)
             ms = round((time.monotonic() - started) * 1000, 1)

@@ -1,0 +1,70 @@
+"""The driver socket's path: short enough, in a directory that is ours and private,
+and free (only our own stale socket is replaced). The socket itself is bound by the
+peer gate (peers.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import stat
+from pathlib import Path
+
+from .errors import StartupError
+from .peers import MAX_UNIX_PATH
+
+
+class SocketError(StartupError):
+    """The driver socket path cannot be used safely."""
+
+
+def socket_path_problem(path: str) -> str | None:
+    """Checked before anything is created: grpc would fail late, with a traceback."""
+    size = len(os.fsencode(path))
+    if size > MAX_UNIX_PATH:
+        return (
+            f"driver socket path {path!r} is {size} bytes; Unix sockets allow at most {MAX_UNIX_PATH} "
+            "(choose a shorter --socket / OPENSHELL_COMPUTE_DRIVER_SOCKET)"
+        )
+    return None
+
+
+def prepare_socket(path: str) -> list[Path]:
+    """Make the parent 0700 and ours; clear a stale socket of ours, refuse anything else.
+    Returns the directories it created (outermost first), for removal after a failed start."""
+    parent = Path(path).parent
+    if parent.is_symlink():
+        raise SocketError(f"driver socket directory {parent} is a symlink; refusing to use it")
+    created = [p for p in (*reversed(parent.parents), parent) if not p.exists()]
+    try:
+        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        remove_dirs(created)
+        raise SocketError(
+            f"cannot create the driver socket directory {parent}: {exc.strerror}; choose a --socket "
+            "(OPENSHELL_COMPUTE_DRIVER_SOCKET) in a directory this user may create or owns"
+        ) from None
+    st = parent.stat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise SocketError(f"driver socket directory {parent} must be a directory owned by uid {os.geteuid()}")
+    os.chmod(parent, 0o700)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return created
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+        raise SocketError(f"driver socket path {path!r} exists but is not an owned Unix socket; remove it by hand")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            os.unlink(path)  # stale: nobody listens
+            return created
+    raise SocketError(f"another process is already serving on {path}")
+
+
+def remove_dirs(created: list[Path]) -> None:
+    """Remove the directories podmand created for its socket, deepest first, if empty."""
+    for path in reversed(created):
+        with contextlib.suppress(OSError):
+            path.rmdir()

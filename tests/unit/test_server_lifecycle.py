@@ -1,0 +1,372 @@
+"""``podmand serve`` in-process against the fake libpod: start-up, signals, shutdown,
+and the start-up error boundary as ``__main__`` prints it.
+
+The server runs on this (the main) thread's loop, where signal handlers can live;
+the fake libpod serves from its own thread; the client is grpc.aio on the same loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import importlib
+import os
+import pkgutil
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+import podmand
+from podmand import __main__ as cli
+from podmand import autostart, discovery, rundir, server, socketpath, statedir
+from podmand._proto import compute_driver_pb2 as pb
+from podmand._proto import compute_driver_pb2_grpc as pb_grpc
+from podmand.config import ConfigError, Settings
+from podmand.credentials import KEY_BYTES
+from podmand.errors import StartupError
+from podmand.hub import Hub
+from podmand.server import Server
+from tests import wait
+from tests.fakes.libpod import FakeLibpod, Hang, Request
+
+DEADLINE = 15.0
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def tmp() -> Iterator[Path]:
+    # Short: AF_UNIX paths are limited to 107 bytes.
+    d = tempfile.mkdtemp(prefix="pdl-", dir="/tmp")
+    try:
+        yield Path(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def fake(tmp: Path) -> Iterator[FakeLibpod]:
+    fake = FakeLibpod().start_in_thread(str(tmp / "podman.sock"))
+    try:
+        yield fake
+    finally:
+        fake.stop_thread()
+
+
+def settings_for(tmp: Path, fake: FakeLibpod) -> Settings:
+    """The driver socket in a directory podmand has to create (a failed start removes it)."""
+    return Settings(socket=str(tmp / "run" / "d.sock"), podman_socket=fake.path, state_dir=str(tmp / "state"),
+                    sandbox_image="img:1", supervisor_image="sup:1", resync_interval=3600.0)
+
+
+async def until(predicate: Callable[[], Any], what: str) -> None:
+    """tests/wait.py's deadline-bound poll, off the loop (the server runs on it)."""
+    await asyncio.to_thread(wait.wait_until, predicate, DEADLINE, what)
+
+
+def hanging(hang: threading.Event, entered: threading.Event) -> Callable[[Request], Any]:
+    """Podman's container list: empty, until ``hang`` is set; then it never answers."""
+
+    def containers(_req: Request) -> Any:
+        if not hang.is_set():
+            return 200, {}, []
+        entered.set()
+        return Hang()
+
+    return containers
+
+
+def lock_is_free(state: Path) -> bool:
+    fd = os.open(state / statedir.LOCK_FILE, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def run_server(srv: Server, scenario: Callable[[asyncio.Task[int]], Awaitable[None]]) -> int:
+    """Run ``srv`` and ``scenario`` (given the server's task) on one loop; the exit status.
+    A failing scenario forces the server down before its error is raised."""
+
+    async def main() -> int:
+        running = asyncio.ensure_future(srv.run())
+        try:
+            await scenario(running)
+        except BaseException:
+            if not running.done():
+                srv.stop.on_signal(signal.SIGTERM)
+                srv.stop.on_signal(signal.SIGTERM)
+                await asyncio.wait((running,), timeout=DEADLINE)
+            raise
+        return await asyncio.wait_for(running, DEADLINE)
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def own_handlers() -> Iterator[dict[signal.Signals, Callable[[int, Any], None]]]:
+    """Handlers of the test's own on SIGTERM, SIGINT and SIGUSR1, put back afterwards."""
+
+    def mine(_sig: int, _frame: Any) -> None:
+        raise AssertionError("the test's own handler ran")
+
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+    before = {sig: signal.signal(sig, mine) for sig in signals}
+    try:
+        yield {sig: mine for sig in signals}
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
+def test_one_signal_stops_gracefully_and_restores_the_handlers(
+        sig: signal.Signals, tmp: Path, fake: FakeLibpod, own_handlers: dict[signal.Signals, Any],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """One SIGTERM or SIGINT: exit status 0, socket and private sockets gone (the socket's
+    directory stays), lock released, and the handlers found before are back."""
+    srv = Server(settings_for(tmp, fake))
+
+    async def scenario(running: asyncio.Task[int]) -> None:
+        await until(lambda: srv.ready or running.done(), "podmand to serve")
+        assert signal.getsignal(signal.SIGTERM) is not own_handlers[signal.SIGTERM]  # captured while serving
+        os.kill(os.getpid(), signal.SIGUSR1)  # a task dump, not the test's handler
+        await until(lambda: "task " in caplog.text, "the task dump")
+        os.kill(os.getpid(), sig)
+
+    with caplog.at_level("INFO", "podmand"):
+        assert run_server(srv, scenario) == 0
+    for sig, handler in own_handlers.items():
+        assert signal.getsignal(sig) is handler, sig
+    assert "shutting down: finishing in-flight RPCs" in caplog.text and "stopped" in caplog.text
+    assert "second signal" not in caplog.text
+    assert os.listdir(tmp / "run") == []  # no socket, no private directory; the directory itself stays
+    assert lock_is_free(tmp / "state")
+
+
+def test_second_sigterm_cuts_a_slow_graceful_shutdown_short(
+        tmp: Path, fake: FakeLibpod, own_handlers: dict[signal.Signals, Any], caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An RPC that never finishes holds the graceful stop for its grace (an hour here); the
+    second SIGTERM cancels it: exit status 1, sockets and lock still cleaned up."""
+    monkeypatch.setattr(server, "GRACE", 3600.0)
+    monkeypatch.setattr(server, "SHUTDOWN_DEADLINE", 3600.0)
+    hang, entered = threading.Event(), threading.Event()
+    fake.route("GET", "/containers/json", hanging(hang, entered))
+    srv = Server(settings_for(tmp, fake))
+    public = str(tmp / "run" / "d.sock")
+
+    async def scenario(running: asyncio.Task[int]) -> None:
+        await until(lambda: srv.ready or running.done(), "podmand to serve")
+        hang.set()
+        async with grpc.aio.insecure_channel(f"unix://{public}") as channel:
+            listing = asyncio.ensure_future(pb_grpc.ComputeDriverStub(channel).ListSandboxes(pb.ListSandboxesRequest()))
+            await until(entered.is_set, "the RPC to reach Podman")
+            os.kill(os.getpid(), signal.SIGTERM)
+            await until(lambda: not os.path.exists(public), "podmand to stop accepting")
+            assert not listing.done() and not running.done()  # held by the grace
+            os.kill(os.getpid(), signal.SIGTERM)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await asyncio.wait_for(listing, DEADLINE)
+            assert err.value.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE)
+
+    with caplog.at_level("INFO", "podmand"):
+        assert run_server(srv, scenario) == 1
+    assert "second signal (SIGTERM): exiting without finishing" in caplog.text
+    assert "did not end within" not in caplog.text
+    for sig, handler in own_handlers.items():
+        assert signal.getsignal(sig) is handler, sig
+    assert os.listdir(tmp / "run") == []
+    assert lock_is_free(tmp / "state")
+
+
+def test_signal_during_start_up_abandons_it(tmp: Path, fake: FakeLibpod, own_handlers: dict[signal.Signals, Any],
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    """Waiting for Podman's event stream (it never answers): SIGTERM ends the start-up with
+    exit status 0, leaving nothing behind, not even the socket directory it created."""
+    fake.route("GET", "/events", lambda _req: Hang())
+    srv = Server(settings_for(tmp, fake))
+
+    async def scenario(running: asyncio.Task[int]) -> None:
+        await until(lambda: fake.count(r"GET .*/events") or running.done(), "the event subscription")
+        await until(lambda: (tmp / "run").exists(), "the socket directory")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    with caplog.at_level("INFO", "podmand"):
+        assert run_server(srv, scenario) == 0
+    assert not srv.ready and "ready: serving" not in caplog.text
+    assert not (tmp / "run").exists()
+    assert lock_is_free(tmp / "state")
+    assert signal.getsignal(signal.SIGTERM) is own_handlers[signal.SIGTERM]
+
+
+def test_a_crashed_hub_stops_the_server_with_status_1(tmp: Path, fake: FakeLibpod, monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """Without the hub no watch stream works: it crashing (here once serving) is a stop
+    that exits 1, so a supervisor that restarts on failure restarts podmand."""
+    crash = threading.Event()
+    real_run = Hub.run
+
+    async def run(hub: Hub) -> None:
+        serving = asyncio.ensure_future(real_run(hub))
+        await asyncio.to_thread(crash.wait)
+        serving.cancel()
+        raise RuntimeError("hub bug")
+
+    monkeypatch.setattr(Hub, "run", run)
+    srv = Server(settings_for(tmp, fake))
+
+    async def scenario(running: asyncio.Task[int]) -> None:
+        await until(lambda: srv.ready or running.done(), "podmand to serve")
+        crash.set()
+
+    with caplog.at_level("INFO", "podmand"):
+        assert run_server(srv, scenario) == 1
+    [record] = [r for r in caplog.records if r.getMessage() == "the watch hub crashed; shutting down"]
+    assert record.levelname == "CRITICAL"
+    assert "stopped" in caplog.text
+    assert os.listdir(tmp / "run") == []
+    assert lock_is_free(tmp / "state")
+
+
+def test_cli_second_sigterm_exits_1_and_cleans_up(tmp: Path, fake: FakeLibpod) -> None:
+    """``podmand serve`` as a process: the forced stop still removes the sockets and
+    releases the lock, then exits 1 without waiting for the abandoned work."""
+    hang, entered = threading.Event(), threading.Event()
+    fake.route("GET", "/containers/json", hanging(hang, entered))
+    s = settings_for(tmp, fake)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENSHELL_", "PODMAND_"))}
+    env.update(OPENSHELL_COMPUTE_DRIVER_SOCKET=s.socket, OPENSHELL_PODMAN_SOCKET=fake.path,
+               PODMAND_STATE_DIR=s.state_dir, OPENSHELL_SANDBOX_IMAGE="img:1", OPENSHELL_SUPERVISOR_IMAGE="sup:1")
+    log = tmp / "podmand.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "podmand", "serve"], cwd=REPO_ROOT, env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    channel = grpc.insecure_channel(f"unix://{s.socket}")
+    try:
+        wait.wait_until(lambda: "ready: serving" in log.read_text() or proc.poll() is not None, DEADLINE, "ready")
+        hang.set()
+        listing = pb_grpc.ComputeDriverStub(channel).ListSandboxes.future(pb.ListSandboxesRequest())
+        wait.wait_until(entered.is_set, DEADLINE, "the RPC to reach Podman")
+        proc.send_signal(signal.SIGTERM)
+        wait.wait_until(lambda: not os.path.exists(s.socket), DEADLINE, "podmand to stop accepting")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(DEADLINE) == 1, log.read_text()
+        assert listing.exception(DEADLINE) is not None
+    finally:
+        channel.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert "second signal (SIGTERM): exiting without finishing" in text and "Traceback" not in text
+    assert os.listdir(tmp / "run") == []
+    assert lock_is_free(tmp / "state")
+
+
+def start_up_failure(tmp: Path, fake: FakeLibpod) -> StartupError:
+    srv = Server(settings_for(tmp, fake))
+
+    async def scenario(running: asyncio.Task[int]) -> None:
+        await until(running.done, "the start-up to fail")
+
+    with pytest.raises(StartupError) as err:
+        run_server(srv, scenario)
+    assert not (tmp / "run").exists()
+    assert lock_is_free(tmp / "state")
+    return err.value
+
+
+def test_bad_credential_key_is_a_start_up_error(tmp: Path, fake: FakeLibpod) -> None:
+    """The driver's BadKeyFile (a DriverError) becomes a StartupError with its message."""
+    (tmp / "state").mkdir(mode=0o700)
+    (tmp / "state" / "credential.key").write_bytes(b"\x01" * (KEY_BYTES - 5))
+    err = start_up_failure(tmp, fake)
+    assert str(err).startswith(f"credential key {tmp}/state/credential.key is not {KEY_BYTES} bytes long")
+
+
+def test_podman_error_at_start_is_a_start_up_error(tmp: Path, fake: FakeLibpod) -> None:
+    fake.route("GET", "/volumes/json", (500, {}, {"message": "volume store broken"}))
+    err = start_up_failure(tmp, fake)
+    assert str(err).startswith("Podman failed during start-up: ") and "volume store broken" in str(err)
+
+
+def test_event_stream_that_never_opens_is_a_start_up_error(tmp: Path, fake: FakeLibpod,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "CONNECT_TIMEOUT", 1.0)
+    fake.route("GET", "/events", lambda _req: Hang())
+    assert str(start_up_failure(tmp, fake)) == "Podman's event stream did not connect within 1 s"
+
+
+# ---------------------------------------------------------------- __main__
+
+
+def all_subclasses(cls: type) -> set[type]:
+    return {sub for direct in cls.__subclasses__() for sub in (direct, *all_subclasses(direct))}
+
+
+def import_all_of_podmand() -> None:
+    for module in pkgutil.iter_modules(podmand.__path__):
+        importlib.import_module(f"podmand.{module.name}")
+
+
+EXAMPLES: dict[type, StartupError] = {
+    ConfigError: ConfigError("invalid setting stop_timeout (--stop-timeout / OPENSHELL_STOP_TIMEOUT): bad"),
+    autostart.AutostartError: autostart.AutostartError("Podman's API service exited with status 125"),
+    discovery.NoPodmanSocket: discovery.NoPodmanSocket([discovery.Attempt("/x/podman.sock", "does not exist")]),
+    rundir.RuntimeDirError: rundir.RuntimeDirError("cannot create the runtime directory /tmp/x: Permission denied"),
+    socketpath.SocketError: socketpath.SocketError("another process is already serving on /x.sock"),
+    statedir.StateDirError: statedir.StateDirError("state directory /x is in use by another podmand (PID 1)"),
+}
+
+
+def test_every_start_up_error_has_an_example() -> None:
+    """So the next test covers each subclass (a new one must be added to EXAMPLES)."""
+    import_all_of_podmand()
+    assert all_subclasses(StartupError) == set(EXAMPLES)
+
+
+@pytest.mark.parametrize("kind", EXAMPLES, ids=lambda kind: kind.__name__)
+def test_start_up_errors_are_one_podmand_line(kind: type, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Raised while serving starts: ``podmand: <message>``, nothing else on stderr, exit 1
+    (a setting: 2, as a bad flag value)."""
+    for name in [n for n in os.environ if n.startswith(("OPENSHELL_", "PODMAND_"))]:
+        monkeypatch.delenv(name)
+    exc = EXAMPLES[kind]
+
+    def fail(_settings: Settings) -> int:
+        raise exc
+
+    monkeypatch.setattr(cli, "serve_main", fail)
+    assert cli.main(["serve"]) == (2 if kind is ConfigError else 1)
+    assert capsys.readouterr().err == f"podmand: {exc}\n"
+
+
+def test_a_bug_at_start_is_logged_with_its_traceback(capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Not a StartupError: one ``podmand: unexpected error`` line, the traceback in the log."""
+    for name in [n for n in os.environ if n.startswith(("OPENSHELL_", "PODMAND_"))]:
+        monkeypatch.delenv(name)
+
+    def fail(_settings: Settings) -> int:
+        raise KeyError("oops")
+
+    monkeypatch.setattr(cli, "serve_main", fail)
+    assert cli.main(["serve"]) == 1
+    assert capsys.readouterr().err == "podmand: unexpected error: KeyError: 'oops'\n"
+    [record] = [r for r in caplog.records if r.getMessage() == "unexpected error"]
+    assert record.levelname == "CRITICAL"
+    assert "Traceback (most recent call last)" in caplog.text and "KeyError: 'oops'" in caplog.text
