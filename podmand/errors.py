@@ -2,7 +2,8 @@
 
 - **libpod client** (Podman's REST API): ``PodmanUnavailable`` when Podman cannot be
   reached or the connection broke, ``PodmanError`` when it answered with an error
-  status. Nothing lower (socket errors, HTTP parsing) is meant to leave the client.
+  status, ``PodmanUnreadable`` when its answer does not decode. Nothing lower (socket
+  errors, HTTP parsing, JSON decoding) is meant to leave the client.
 - **driver and its parts** (spec, admission, identity, tokens, credentials, rootfs,
   cdi, ...): ``DriverError`` subclasses below, each naming the gRPC status it means.
   Podman errors pass through the driver unchanged. Errors that only describe an
@@ -13,7 +14,7 @@
   into a stream.
 - **servicer** (the gRPC edge): ``servicer.status_of`` is the one mapping. A
   ``DriverError`` answers with its code and message, ``PodmanUnavailable`` with
-  UNAVAILABLE, ``PodmanError`` with INTERNAL; anything else is a bug, answered
+  UNAVAILABLE, ``PodmanError`` and ``PodmanUnreadable`` with INTERNAL; anything else is a bug, answered
   INTERNAL with a fixed message and logged with its traceback. Requests that do not
   decode are refused INVALID_ARGUMENT before they reach it (``decoding.py``).
 - **start-up** (``podmand serve`` until it is ready): ``StartupError`` and its

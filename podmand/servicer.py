@@ -15,7 +15,7 @@ from ._proto import compute_driver_pb2 as pb
 from .driver import Driver
 from .errors import DriverError
 from .hub import End, Hub
-from .libpod import PodmanError, PodmanUnavailable
+from .libpod import PodmanError, PodmanUnavailable, PodmanUnreadable
 from .negotiation import check_gateway, with_gpus
 
 log = logging.getLogger("podmand.rpc")
@@ -33,6 +33,8 @@ def status_of(exc: Exception) -> tuple[grpc.StatusCode, str] | None:
         return grpc.StatusCode.UNAVAILABLE, f"Podman is unavailable: {exc}"
     if isinstance(exc, PodmanError):
         return grpc.StatusCode.INTERNAL, str(exc)
+    if isinstance(exc, PodmanUnreadable):
+        return grpc.StatusCode.INTERNAL, f"Podman answered something podmand cannot read: {exc}"
     return None
 
 
