@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import importlib.util
 import logging
+import os
 import sys
 from typing import Any
 
@@ -62,6 +64,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # tests/run.sh measures coverage in every process; the pex's venv skips coverage's .pth hook.
+    if "COVERAGE_PROCESS_CONFIG" in os.environ and importlib.util.find_spec("coverage"):
+        import coverage
+
+        if coverage.Coverage.current() is None:
+            coverage.process_startup()
     args = parser().parse_args(with_default_command(sys.argv[1:] if argv is None else argv))
     command = args.__dict__.pop("command")
     if command in TOOLS:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "completion",
         help="print a shell completion script",

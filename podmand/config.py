@@ -325,3 +325,9 @@ def default_socket() -> str:
     from .rundir import resolve
 
     return os.path.join(resolve().path, "podmand", "compute-driver.sock")
+
+
+def driver_socket(explicit: str | None) -> str:
+    """The driver socket a client should use: flag, then the server's own setting, then the default."""
+    path = (explicit or os.environ.get("OPENSHELL_COMPUTE_DRIVER_SOCKET") or default_socket()).removeprefix("unix://")
+    return os.path.abspath(path)  # gRPC reads unix://rel.sock as a host name

@@ -15,11 +15,15 @@ import contextlib
 import math
 import sys
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from . import __version__
-from .health import driver_socket
+from .config import driver_socket
+
+if TYPE_CHECKING:  # protobuf loads when a command needs it, not at start-up
+    from ._proto import compute_driver_pb2 as pb
+    from ._proto import extension_pb2 as ext
 
 IMPLEMENTATION_NAME = "podmand/ctl"
 
@@ -32,18 +36,20 @@ class _CommandParser(argparse.ArgumentParser):
     """A ctl command's parser: an unknown flag is reported with this command's usage
     (argparse would leave it to the top-level parser and print podmand's)."""
 
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        namespace, extras = super().parse_known_args(args, namespace)
+    def parse_known_args(  # type: ignore[override]  # typeshed overloads it; argparse calls it one way
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace or argparse.Namespace())
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return namespace, extras
+        return parsed, extras
 
 
 def _common(p: argparse.ArgumentParser, *, top: bool) -> None:
     """Shared options, accepted before or after the command; a command's copy
     defaults to SUPPRESS so it never overwrites a value given before the command."""
 
-    def default(value: Any) -> Any:
+    def default(value: object) -> object:
         return value if top else argparse.SUPPRESS
 
     p.add_argument(
@@ -66,7 +72,7 @@ def _common(p: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "ctl",
         help="inspect and operate sandboxes of a running podmand",
@@ -140,7 +146,7 @@ def seconds(text: str) -> float:
     return value
 
 
-def build_sandbox(args: argparse.Namespace) -> Any:
+def build_sandbox(args: argparse.Namespace) -> pb.DriverSandbox:
     """The DriverSandbox a ``create`` command line describes."""
     from google.protobuf import json_format
 
@@ -187,7 +193,7 @@ def build_sandbox(args: argparse.Namespace) -> Any:
     return box
 
 
-def gateway_metadata() -> Any:
+def gateway_metadata() -> ext.PeerMetadata:
     """ctl asks as a gateway would: the same protocol and capabilities."""
     from ._proto import extension_pb2 as ext
     from .negotiation import CONTRACT, LAUNCH_AUTHENTICATION, PROTOCOL_MAJOR, PROTOCOL_MINOR
@@ -201,7 +207,7 @@ def gateway_metadata() -> Any:
     )
 
 
-def redact(sandbox: Any) -> Any:
+def redact(sandbox: pb.DriverSandbox) -> pb.DriverSandbox:
     """A copy safe to print: the token and launch bundle blanked (snapshots carry
     no spec today; this keeps it so if that ever changes)."""
     copy = type(sandbox)()

@@ -1,5 +1,6 @@
 """The commands of ``podmand ctl``: each is one method of :class:`Ctl`, which
-makes the calls and hands what it got to ctlview to render."""
+makes the calls and hands what it got to ctlview to render. ctl imports this
+module only to run a command, so grpc and protobuf load at the top."""
 
 from __future__ import annotations
 
@@ -9,17 +10,24 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TextIO
+
+import grpc
 
 from . import ctlpodman, ctlview
+from ._proto import compute_driver_pb2 as pb
+from ._proto import compute_driver_pb2_grpc as pb_grpc
 from .ctl import build_sandbox, gateway_metadata, redact
 from .ctlview import emit_json, to_dict
 from .pullprogress import HEARTBEAT
 
 RETRY_CODES = ("UNAVAILABLE", "CANCELLED", "RESOURCE_EXHAUSTED", "INTERNAL", "UNKNOWN")
 MAX_BACKOFF = 10.0
+
+# What _pump hands create --wait: an event, None when the stream ended, or the stream's error.
+Pumped = pb.WatchSandboxesEvent | Exception | None
 
 
 class Steps:
@@ -32,7 +40,7 @@ class Steps:
         self.bar = False
         self.last: tuple[str, str, str] | None = None
 
-    def show(self, event: Any) -> None:
+    def show(self, event: pb.WatchSandboxesEvent) -> None:
         if ctlview.is_pull_progress(event) and self.tty:
             self.out.write("\r\x1b[K" + ctlview.progress_bar(event.platform_event.event.metadata))
             self.bar = True
@@ -70,22 +78,15 @@ def interruptible() -> Iterator[None]:
 
 class Ctl:
     def __init__(self, args: argparse.Namespace, path: str) -> None:
-        from ._proto import compute_driver_pb2 as pb
-
         self.args = args
         self.path = path
-        self.pb = pb
         self.timeout: float = args.timeout
         self.output = "json" if args.json or args.output == "json" else (args.output or "")
-        self._channel: Any = None
+        self._channel: grpc.Channel | None = None
         self._default_image: str | None = None
 
     @property
-    def stub(self) -> Any:
-        import grpc
-
-        from ._proto import compute_driver_pb2_grpc as pb_grpc
-
+    def stub(self) -> pb_grpc.ComputeDriverStub:
         if self._channel is None:
             self._channel = grpc.insecure_channel(f"unix://{self.path}")
         return pb_grpc.ComputeDriverStub(self._channel)  # type: ignore[no-untyped-call]
@@ -100,9 +101,10 @@ class Ctl:
     def json(self) -> bool:
         return self.output == "json"
 
-    def _caps(self) -> Any:
-        request = self.pb.GetCapabilitiesRequest(gateway=gateway_metadata())
-        return self.stub.GetCapabilities(request, timeout=self.timeout)
+    def _caps(self) -> pb.GetCapabilitiesResponse:
+        request = pb.GetCapabilitiesRequest(gateway=gateway_metadata())
+        answer: pb.GetCapabilitiesResponse = self.stub.GetCapabilities(request, timeout=self.timeout)
+        return answer
 
     def _facts(self) -> dict[str, ctlpodman.Facts]:
         """Podman's facts per sandbox, images defaulted to the driver's."""
@@ -126,7 +128,7 @@ class Ctl:
         from .discovery import NoPodmanSocket
         from .libpod import PodmanError, PodmanUnavailable
 
-        answer = self.stub.ListSandboxes(self.pb.ListSandboxesRequest(), timeout=self.timeout)
+        answer: pb.ListSandboxesResponse = self.stub.ListSandboxes(pb.ListSandboxesRequest(), timeout=self.timeout)
         boxes = sorted(answer.sandboxes, key=lambda b: (b.workspace, b.name, b.id))
         if self.args.quiet:
             sys.stdout.write("".join(f"{b.id}\n" for b in boxes))
@@ -144,7 +146,9 @@ class Ctl:
         return 0
 
     def do_get(self) -> int:
-        answer = self.stub.GetSandbox(self.pb.GetSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout)
+        answer: pb.GetSandboxResponse = self.stub.GetSandbox(
+            pb.GetSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout
+        )
         box = redact(answer.sandbox)
         if self.json:
             emit_json(to_dict(box))
@@ -156,9 +160,13 @@ class Ctl:
         from .discovery import NoPodmanSocket
         from .libpod import PodmanError, PodmanUnavailable
 
-        answer = self.stub.GetSandbox(self.pb.GetSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout)
+        answer: pb.GetSandboxResponse = self.stub.GetSandbox(
+            pb.GetSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout
+        )
         box = redact(answer.sandbox)
-        fact, events, problem = None, [], ""
+        fact: ctlpodman.Facts | None = None
+        events: list[ctlpodman.PastEvent] = []
+        problem = ""
         try:
             fact = self._facts().get(box.id)
             if fact is not None and fact.container_id:
@@ -192,7 +200,7 @@ class Ctl:
         return 0
 
     def do_stop(self) -> int:
-        self.stub.StopSandbox(self.pb.StopSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout)
+        self.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout)
         if self.json:
             emit_json({"id": self.args.id, "stopped": True})
         else:
@@ -200,7 +208,9 @@ class Ctl:
         return 0
 
     def do_start(self) -> int:
-        answer = self.stub.StartSandbox(self.pb.StartSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout)
+        answer: pb.StartSandboxResponse = self.stub.StartSandbox(
+            pb.StartSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout
+        )
         if self.json:
             emit_json({"id": self.args.id, "runtime_identity": answer.runtime_identity})
         else:
@@ -208,7 +218,9 @@ class Ctl:
         return 0
 
     def do_delete(self) -> int:
-        answer = self.stub.DeleteSandbox(self.pb.DeleteSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout)
+        answer: pb.DeleteSandboxResponse = self.stub.DeleteSandbox(
+            pb.DeleteSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout
+        )
         if self.json:
             emit_json({"id": self.args.id, "deleted": answer.deleted})
         else:
@@ -218,9 +230,11 @@ class Ctl:
     def do_create(self) -> int:
         box = build_sandbox(self.args)
         # Opened first so the wait cannot miss an early terminal state (it starts with a snapshot anyway).
-        stream = self.stub.WatchSandboxes(self.pb.WatchSandboxesRequest()) if self.args.wait else None
+        stream = self.stub.WatchSandboxes(pb.WatchSandboxesRequest()) if self.args.wait else None
         try:
-            answer = self.stub.CreateSandbox(self.pb.CreateSandboxRequest(sandbox=box), timeout=self.timeout)
+            answer: pb.CreateSandboxResponse = self.stub.CreateSandbox(
+                pb.CreateSandboxRequest(sandbox=box), timeout=self.timeout
+            )
             if self.json and not self.args.wait:
                 emit_json({"id": box.id, "runtime_identity": answer.runtime_identity})
             elif not self.json:
@@ -232,15 +246,15 @@ class Ctl:
             if stream is not None:
                 stream.cancel()
 
-    def _wait(self, stream: Any, sandbox_id: str, identity: str) -> int:
+    def _wait(self, stream: Iterable[pb.WatchSandboxesEvent], sandbox_id: str, identity: str) -> int:
         """Follow the sandbox until Ready=True or a Ready=False that will not recover,
         showing each step; give up only after ``timeout`` s without news of it."""
         from .names import TRANSIENT_REASONS
 
-        events: queue.Queue[Any] = queue.Queue()
+        events: queue.Queue[Pumped] = queue.Queue()
         threading.Thread(target=_pump, args=(stream, events), daemon=True).start()
         steps = Steps(sys.stderr, sys.stderr.isatty())
-        last: Any = None
+        last: pb.DriverCondition | None = None
         outcome = "timeout"
         deadline = time.monotonic() + self.timeout
         while True:
@@ -277,7 +291,7 @@ class Ctl:
         self._wait_result(sandbox_id, identity, outcome, last)
         return 0 if outcome == "ready" else 1
 
-    def _wait_result(self, sandbox_id: str, identity: str, outcome: str, last: Any) -> None:
+    def _wait_result(self, sandbox_id: str, identity: str, outcome: str, last: pb.DriverCondition | None) -> None:
         if self.json:
             ready = to_dict(last) if last is not None else None
             emit_json({"id": sandbox_id, "runtime_identity": identity, "outcome": outcome, "ready": ready})
@@ -295,14 +309,12 @@ class Ctl:
             print(f"podmand ctl: sandbox {outcome} while waiting", file=sys.stderr)
 
     def do_watch(self) -> int:
-        import grpc
-
         from .ctlerrors import message
 
         delay = 0.5
         with interruptible():
             while True:
-                stream = self.stub.WatchSandboxes(self.pb.WatchSandboxesRequest())
+                stream = self.stub.WatchSandboxes(pb.WatchSandboxesRequest())
                 try:
                     for event in stream:
                         delay = 0.5
@@ -330,7 +342,7 @@ class Ctl:
                 self.close()
 
 
-def _sandbox_of(event: Any) -> str:
+def _sandbox_of(event: pb.WatchSandboxesEvent) -> str:
     kind = event.WhichOneof("payload")
     if kind == "sandbox":
         return str(event.sandbox.sandbox.id)
@@ -341,15 +353,12 @@ def _sandbox_of(event: Any) -> str:
     return ""
 
 
-def _pump(stream: Any, events: queue.Queue[Any]) -> None:
+def _pump(stream: Iterable[pb.WatchSandboxesEvent], events: queue.Queue[Pumped]) -> None:
     """Move a stream's events into a queue: None when it ends, the error if it fails
     (a cancelled stream is the waiter's own doing and ends quietly)."""
-    import grpc
-
     try:
         for event in stream:
             events.put(event)
         events.put(None)
     except grpc.RpcError as exc:
         events.put(None if exc.code() == grpc.StatusCode.CANCELLED else exc)
-

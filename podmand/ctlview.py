@@ -7,38 +7,45 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from . import names, pullprogress, snapshots
+
+if TYPE_CHECKING:  # protobuf loads when a command needs it, not at start-up
+    from google.protobuf.message import Message
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    from ._proto import compute_driver_pb2 as pb
+    from .ctlpodman import Facts, PastEvent
 
 MESSAGE_WIDTH = 60
 BAR_WIDTH = 24
 
 
-def to_dict(message: Any) -> dict[str, Any]:
+def to_dict(message: Message) -> dict[str, object]:
     from google.protobuf import json_format
 
-    result: dict[str, Any] = json_format.MessageToDict(
+    result: dict[str, object] = json_format.MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
     return result
 
 
-def emit_json(value: Any, out: TextIO | None = None) -> None:
+def emit_json(value: object, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     out.write(json.dumps(value, sort_keys=False) + "\n")
     out.flush()
 
 
-def scalar(value: Any) -> str:
+def scalar(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-def flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+def flatten(value: object, prefix: str = "") -> Iterator[tuple[str, str]]:
     """``key: value`` pairs of a JSON-like value, nested keys dotted."""
     if isinstance(value, dict):
         if not value and prefix:
@@ -74,19 +81,19 @@ def short(text: str, width: int | None = MESSAGE_WIDTH) -> str:
     return text[: width - 1] + "…"
 
 
-def ready_of(sandbox: Any) -> Any | None:
+def ready_of(sandbox: pb.DriverSandbox) -> pb.DriverCondition | None:
     for cond in sandbox.status.conditions:
         if cond.type == names.READY:
             return cond
     return None
 
 
-def ready_text(sandbox: Any) -> str:
+def ready_text(sandbox: pb.DriverSandbox) -> str:
     cond = ready_of(sandbox)
     return f"{cond.status}/{cond.reason}" if cond is not None else "-"
 
 
-def timestamp(ts: Any) -> str:
+def timestamp(ts: Timestamp) -> str:
     if not ts.seconds and not ts.nanos:
         return "-"
     return str(ts.ToDatetime(tzinfo=UTC).isoformat(timespec="seconds"))
@@ -115,7 +122,9 @@ def age_since(created: datetime | None, now: datetime | None = None) -> str:
     return age(((now or datetime.now(UTC)) - created).total_seconds())
 
 
-def list_rows(boxes: list[Any], facts: dict[str, Any], *, wide: bool, now: datetime | None = None) -> list[list[str]]:
+def list_rows(
+    boxes: Sequence[pb.DriverSandbox], facts: Mapping[str, Facts], *, wide: bool, now: datetime | None = None
+) -> list[list[str]]:
     """``list``'s table; ``facts`` maps a sandbox id to its Podman-side facts (image, created)."""
     head = ["ID", "NAME", "WORKSPACE", "READY", "IMAGE", "AGE"]
     rows = [head + (["INSTANCE", "MESSAGE"] if wide else ["MESSAGE"])]
@@ -130,7 +139,7 @@ def list_rows(boxes: list[Any], facts: dict[str, Any], *, wide: bool, now: datet
     return rows
 
 
-def sandbox_pairs(sandbox: Any) -> list[tuple[str, str]]:
+def sandbox_pairs(sandbox: pb.DriverSandbox) -> list[tuple[str, str]]:
     """``get``'s key: value lines (messages whole)."""
     s = sandbox.status
     pairs = [
@@ -152,7 +161,7 @@ def sandbox_pairs(sandbox: Any) -> list[tuple[str, str]]:
     return pairs
 
 
-def identity_text(ident: Any) -> str:
+def identity_text(ident: pb.ResolvedWorkloadIdentity) -> str:
     groups = ",".join(str(g) for g in ident.supplementary_gids)
     return f"uid={ident.uid} gid={ident.gid} groups={groups or '-'} source={ident.source}"
 
@@ -161,7 +170,7 @@ def _clock() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def event_line(event: Any, *, wide: bool = False) -> str:
+def event_line(event: pb.WatchSandboxesEvent, *, wide: bool = False) -> str:
     """One human line per watch event."""
     width = None if wide else MESSAGE_WIDTH
     now = _clock()
@@ -183,7 +192,7 @@ def event_line(event: Any, *, wide: bool = False) -> str:
 # ---- create --wait: one line per step, a progress bar for pulls on a TTY
 
 
-def step_line(event: Any) -> str | None:
+def step_line(event: pb.WatchSandboxesEvent) -> str | None:
     """The stderr line of a step of one sandbox (a platform event or a Ready change)."""
     kind = event.WhichOneof("payload")
     if kind == "platform_event":
@@ -198,7 +207,7 @@ def step_line(event: Any) -> str | None:
     return None
 
 
-def is_pull_progress(event: Any) -> bool:
+def is_pull_progress(event: pb.WatchSandboxesEvent) -> bool:
     return bool(
         event.WhichOneof("payload") == "platform_event" and event.platform_event.event.reason == pullprogress.REASON
     )
@@ -213,7 +222,7 @@ def _human_bytes(n: int) -> str:
     return f"{n}B"
 
 
-def progress_bar(metadata: Any, width: int = BAR_WIDTH) -> str:
+def progress_bar(metadata: Mapping[str, str], width: int = BAR_WIDTH) -> str:
     """``[#####-----] 3/5 layers 12s image`` from a Pulling event's metadata; bytes
     drive the bar when Podman reported them, else layers done of layers seen."""
     meta = dict(metadata)
@@ -246,7 +255,9 @@ def describe_text(described: Described) -> str:
     return "\n".join(out) + "\n"
 
 
-def event_dict(event: Any, redact: Any) -> dict[str, Any]:
+def event_dict(
+    event: pb.WatchSandboxesEvent, redact: Callable[[pb.DriverSandbox], pb.DriverSandbox]
+) -> dict[str, object]:
     """A watch event as JSON, a snapshot's secrets blanked by ``redact``."""
     if event.WhichOneof("payload") == "sandbox":
         copy = type(event)()
@@ -256,21 +267,25 @@ def event_dict(event: Any, redact: Any) -> dict[str, Any]:
     return to_dict(event)
 
 
-def _runtime_identity(sandbox: Any, fact: Any) -> str:
+def _runtime_identity(sandbox: pb.DriverSandbox, fact: Facts | None) -> str:
     if fact is None or not fact.instance:
         return "-"
     generation = sandbox.status.fence_evidence.generation if sandbox.status.HasField("fence_evidence") else ""
     return names.runtime_identity(fact.instance, generation or "0")
 
 
-def _state(fact: Any) -> str:
+def _state(fact: Facts | None) -> str:
     if fact is None or not fact.container_id:
         return "no container yet"
     return f"{fact.state} (exit code {fact.exit_code})" if fact.exit_code is not None else fact.state
 
 
 def describe_sections(
-    sandbox: Any, fact: Any, events: list[Any], problem: str, now: datetime | None = None
+    sandbox: pb.DriverSandbox,
+    fact: Facts | None,
+    events: Sequence[PastEvent],
+    problem: str,
+    now: datetime | None = None,
 ) -> Described:
     """``describe``: the sandbox, its container, its conditions and Podman's events, nothing cut."""
     s = sandbox.status
@@ -303,8 +318,10 @@ def describe_sections(
     return main, [("Conditions", conditions), ("Events (Podman)", recent)]
 
 
-def describe_dict(sandbox: Any, fact: Any, events: list[Any], problem: str) -> dict[str, Any]:
-    podman: dict[str, Any] | None = None
+def describe_dict(
+    sandbox: pb.DriverSandbox, fact: Facts | None, events: Sequence[PastEvent], problem: str
+) -> dict[str, object]:
+    podman: dict[str, object] | None = None
     if fact is not None:
         podman = {
             "image": fact.image,

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from typing import Any
 
-from .config import default_socket
+from .config import driver_socket
 
 SERVICE = "openshell.compute.v1.ComputeDriver"
 
 
-def driver_socket(explicit: str | None) -> str:
-    """The driver socket a client should use: flag, then the server's own setting, then the default."""
-    path = (explicit or os.environ.get("OPENSHELL_COMPUTE_DRIVER_SOCKET") or default_socket()).removeprefix("unix://")
-    return os.path.abspath(path)  # gRPC reads unix://rel.sock as a host name
-
-
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("health", help="exit 0 when a podmand answers SERVING on its socket")
     p.add_argument("--socket", help="driver socket (default: OPENSHELL_COMPUTE_DRIVER_SOCKET or the default path)")
     p.add_argument("--timeout", type=float, default=3.0)

@@ -50,7 +50,25 @@ if [ "${1:-}" = --venv ]; then echo "$VENV"; exit 0; fi
 bash tests/setup-podman.sh all
 eval "$(bash tests/setup-podman.sh env)"
 PYTHON="$VENV/bin/python" ./build_pex.sh --all
+# Branch coverage of podmand/ over the whole suite, printed at the end: pytest runs under
+# coverage, which hands its settings to every process it starts (COVERAGE_PROCESS_CONFIG).
+# Each podmand, the pex included, measures itself; the pex finds coverage through
+# PEX_EXTRA_SYS_PATH in a copy of its own, readable by the rootless and throwaway users, who
+# write their data into the same sticky directory (a process ended by SIGKILL writes none).
+COVERAGE_DIR="${PODMAND_COVERAGE_DIR:-/tmp/podmand-coverage}"
+rm -rf "$COVERAGE_DIR"
+mkdir -m 1777 "$COVERAGE_DIR"
+mkdir -m 0755 "$COVERAGE_DIR/site"
+cp -R "$("$VENV/bin/python" -c 'import coverage, os; print(os.path.dirname(coverage.__file__))')" "$COVERAGE_DIR/site/"
+chmod -R a+rX "$COVERAGE_DIR/site"
+export COVERAGE_FILE="$COVERAGE_DIR/data" PEX_EXTRA_SYS_PATH="$COVERAGE_DIR/site"
 # A temporary directory of this run's own: the e2e tests open it to the rootless user, and
 # any other pytest run on the host resets the shared /tmp/pytest-of-<user> to 0700
 # (pytest empties this one at the start of each run).
-exec "$VENV/bin/python" -m pytest --basetemp="${PODMAND_TEST_TMP:-/tmp/podmand-tests}" "$@"
+status=0
+"$VENV/bin/python" -m coverage run -m pytest --basetemp="${PODMAND_TEST_TMP:-/tmp/podmand-tests}" "$@" || status=$?
+# The report fails the run only when the tests passed (their exit status comes first).
+if ! { "$VENV/bin/python" -m coverage combine --quiet && "$VENV/bin/python" -m coverage report; }; then
+    [ "$status" != 0 ] || status=1
+fi
+exit "$status"
