@@ -307,13 +307,7 @@ class PodmanClient:
 
     async def inspect_volume(self, name: str) -> VolumeInspect | None:
         """None when there is no such volume."""
-        resp = await self.request("GET", f"/volumes/{quote(name)}/json")
-        if resp.status >= 400:
-            error = _error(resp)
-            if error.gone:
-                return None
-            raise error
-        return _decode(resp.body, VolumeInspect, "a volume inspect")
+        return await self._inspect_or_none(f"/volumes/{quote(name)}/json", VolumeInspect, "a volume inspect")
 
     async def list_volumes(self, labels: list[str]) -> list[VolumeInspect]:
         resp = await self.call("GET", "/volumes/json", query={"filters": {"label": labels}})
@@ -329,13 +323,16 @@ class PodmanClient:
 
     async def inspect_network(self, name: str) -> NetworkInspect | None:
         """None when there is no such network."""
-        resp = await self.request("GET", f"/networks/{quote(name)}/json")
+        return await self._inspect_or_none(f"/networks/{quote(name)}/json", NetworkInspect, "a network inspect")
+
+    async def _inspect_or_none(self, path: str, shape: type[T], what: str) -> T | None:
+        resp = await self.request("GET", path)
         if resp.status >= 400:
             error = _error(resp)
             if error.gone:
                 return None
             raise error
-        return _decode(resp.body, NetworkInspect, "a network inspect")
+        return _decode(resp.body, shape, what)
 
     async def list_networks(self, labels: list[str]) -> list[NetworkInspect]:
         resp = await self.call("GET", "/networks/json", query={"filters": {"label": labels}})
