@@ -33,7 +33,7 @@ from .decoding import DecodeRequests
 from .driver import Driver
 from .files import ensure_dir
 from .hostpaths import state_dir_problem
-from .hub import Hub
+from .hub import Hub, Inbox
 from .limits import raise_nofile_limit
 from .liveness import Liveness
 from .negotiation import capabilities
@@ -217,7 +217,8 @@ async def _serve_with(
     if settings.userns_base == "keep-id" and not rootless:
         raise ConfigError("invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman")
     try:
-        driver = Driver(settings, podman, state_dir)
+        inbox = Inbox()  # the driver's event sink and the hub's input: made first, given to both
+        driver = Driver(settings, podman, state_dir, inbox)
         driver.files.setup()
     except OSError as exc:
         raise StateDirError(f"state directory {state_dir} is not usable: {exc.strerror}: {exc.filename}") from exc
@@ -225,7 +226,7 @@ async def _serve_with(
     if problem:
         raise StateDirError(problem)
     rootfs.prepare_staging(settings, state_dir)  # before the capabilities advertise it
-    hub = Hub(podman, driver, buffer=settings.watch_buffer, resync=settings.resync_interval)
+    hub = Hub(podman, driver, inbox, buffer=settings.watch_buffer, resync=settings.resync_interval)
     stop = asyncio.Event()
     enforced = not (rootless and info.host.cgroupVersion == "v1")
     servicer = ComputeDriverServicer(driver, hub, capabilities(settings, limits_enforced=enforced))
