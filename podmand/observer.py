@@ -64,6 +64,18 @@ def changes_state(event: Event) -> bool:
     return bool(attrs.get(names.SANDBOX_ID)) and owned and event.Action in STATE_ACTIONS
 
 
+def ended_before(finished_at: str, since: float) -> bool:
+    """Whether Podman's ``FinishedAt`` (sub-second precision kept) lies before ``since``."""
+    seconds = snapshots.epoch(finished_at)
+    return seconds is not None and seconds >= 1 and seconds < since
+
+
+def listed_before(exited_at: int, since: float) -> bool:
+    """The list endpoint's guess (whole seconds): only an exit in an earlier second
+    is known to lie before ``since``; an inspect's verdict, once cached, wins."""
+    return 0 < exited_at < int(since)
+
+
 @dataclass(frozen=True)
 class Facts:
     """What one inspect of a container said that the list endpoint does not."""
@@ -108,8 +120,7 @@ class Observer:
             health=facts.health if facts else "",
             oom=facts.oom if facts else False,
             stopped=self._stopped(sandbox_id, entry.id),
-            watching_since=self.watching_since,
-            unwatched=facts.unwatched if facts else None,
+            unwatched=facts.unwatched if facts else listed_before(entry.exited_at, self.watching_since),
             fence=facts.fence if facts else None,
         )
 
@@ -118,7 +129,7 @@ class Observer:
         return Facts(
             health=info.state.health.status if info.state.health else "",
             oom=info.state.oom_killed,
-            unwatched=snapshots.ended_before(info.state.finished_at, self.watching_since),
+            unwatched=ended_before(info.state.finished_at, self.watching_since),
             fence=fence.evidence(fence_facts(info), self.files.generation(sandbox_id)),
         )
 
@@ -128,7 +139,7 @@ class Observer:
             info,
             health=facts.health,
             stopped=self._stopped(sandbox_id, info.id),
-            watching_since=self.watching_since,
+            unwatched=facts.unwatched,
             fence=facts.fence,
         )
 

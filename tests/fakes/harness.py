@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podmand import names
+from podmand import names, snapshots
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
+from podmand.events import EventSink
 from podmand.podman import PodmanClient
 from tests.fakes.libpod import FakeLibpod, Feed, Reply, Request, Stream
 
@@ -58,6 +59,7 @@ def labels_for(sandbox_id: str, workspace: str = "ws") -> dict[str, str]:
         names.SANDBOX_NAME: f"name-{sandbox_id}",
         names.SANDBOX_WORKSPACE: workspace,
         names.INSTANCE: f"inst-{sandbox_id}",
+        names.DRIVER_CONFIG_USED: "false",
     }
 
 
@@ -101,8 +103,9 @@ class Containers:
             labels = box["Config"]["Labels"]
             if all(labels.get(k) == v for k, _, v in (w.partition("=") for w in wanted)):
                 state = box["State"]
+                exited_at = max(0, int(snapshots.epoch(state["FinishedAt"]) or 0))  # whole seconds, as Podman
                 out.append({"Id": box["Id"], "Names": [box["Name"]], "State": state["Status"], "Labels": labels,
-                            "ExitCode": state["ExitCode"], "Created": box["Created"]})
+                            "ExitCode": state["ExitCode"], "ExitedAt": exited_at, "Created": box["Created"]})
         return 200, {}, out
 
     def _inspect(self, req: Request) -> Reply:
@@ -145,15 +148,18 @@ class Rig:
 
 
 @contextlib.asynccontextmanager
-async def driver_on(settings: Callable[[Path], Settings] = lambda _tmp: Settings()) -> AsyncIterator[Rig]:
-    """A Driver (state directory set up) on a fake libpod; ``settings`` gets a scratch directory."""
+async def driver_on(
+    settings: Callable[[Path], Settings] = lambda _tmp: Settings(), sink: EventSink | None = None
+) -> AsyncIterator[Rig]:
+    """A Driver (state directory set up) on a fake libpod; ``settings`` gets a scratch
+    directory; events go to ``sink`` (the hub's inbox) or to a :class:`Sink` (``rig.sink``)."""
     with tempfile.TemporaryDirectory(prefix="pdd-", dir="/tmp") as tmp:
         async with libpod() as (fake, client):
-            sink = Sink()
-            driver = Driver(settings(Path(tmp)), client, Path(tmp) / "state", sink)
+            recorder = Sink()
+            driver = Driver(settings(Path(tmp)), client, Path(tmp) / "state", sink or recorder)
             driver.files.setup()
             try:
-                yield Rig(driver, fake, sink, Containers(fake), Path(tmp))
+                yield Rig(driver, fake, recorder, Containers(fake), Path(tmp))
             finally:
                 await driver.close()
 
