@@ -70,6 +70,7 @@ class Containers:
         self.fake = fake
         self.boxes: dict[str, dict[str, Any]] = {}  # container id -> inspect JSON
         self.waits = Feed(fake)  # one line answers every /wait open at that moment
+        fake.route("POST", "/containers/create", self._create)
         fake.route("GET", "/containers/json", self._list)
         fake.route("GET", "/containers/(?P<c>[^/]+)/json", self._inspect)
         fake.route("DELETE", "/containers/(?P<c>[^/]+)", self._remove)
@@ -89,6 +90,16 @@ class Containers:
             "Config": {"Labels": labels_for(sandbox_id, workspace)},
         }
         return cid
+
+    def _create(self, req: Request) -> Reply:
+        """A sandbox container joins the model (created, not started); an image reader does not."""
+        spec = req.json()
+        sandbox_id = (spec.get("labels") or {}).get(names.SANDBOX_ID)
+        if sandbox_id is None:
+            return 201, {}, {"Id": "reader", "Warnings": []}
+        cid = self.add(sandbox_id, "created")
+        self.boxes[cid]["Config"]["Labels"] = spec["labels"]
+        return 201, {}, {"Id": cid, "Warnings": []}
 
     def end(self, cid: str, exit_code: int, *, oom: bool = False) -> None:
         """The container's process ended (Podman's view; no event is sent)."""

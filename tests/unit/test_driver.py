@@ -15,8 +15,9 @@ import pytest
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
+from podmand.driver import Driver
 from podmand.errors import NotFound
-from tests.fakes.harness import Rig, driver_on, eventually
+from tests.fakes.harness import Rig, Sink, driver_on, eventually
 from tests.fakes.libpod import Request
 
 DEADLINE = 30.0
@@ -132,6 +133,24 @@ def test_a_container_gone_is_dropped_from_the_cache() -> None:
 # ---------------------------------------------------------------- pending creates
 
 
+def test_a_create_provisions_and_starts_its_container() -> None:
+    async def body(rig: Rig) -> None:
+        identity = await rig.driver.create(box("sb-1"))
+        pending = rig.driver.provisioning.get("sb-1")
+        assert pending is not None and identity == names.runtime_identity(pending.instance, "0")
+        await eventually(lambda: "Started" in rig.sink.reasons(), "the Started event")
+        [cid] = rig.boxes.boxes
+        assert rig.sink.refreshes == [(cid, "sb-1")]  # the hub takes the running snapshot from here
+        assert [r for r in rig.sink.reasons() if r != "Pulling"] == ["Scheduled", "Pulled", "Started"]
+        assert rig.sink.sandbox_reasons() == ["Starting", "Starting", "ContainerStarting"]
+        assert rig.driver.provisioning.get("sb-1") is None
+        assert ready(await rig.driver.get("sb-1")) == "ContainerRunning"
+        assert await rig.driver.create(box("sb-1")) == identity  # an identical retry
+        assert rig.fake.count("POST .*/containers/create") == 3  # two image readers and the sandbox
+
+    run(body)
+
+
 def failing_pulls(rig: Rig, message: str) -> None:
     """The sandbox image cannot be pulled; the supervisor image can."""
     default = (200, {"Transfer-Encoding": "chunked"}, b'{"stream":"pulling"}\n')
@@ -153,6 +172,23 @@ def test_a_pull_failure_leaves_a_pending_sandbox_with_its_reason() -> None:
         assert rig.sink.sandbox_reasons()[0] == "Starting" and rig.sink.sandbox_reasons()[-1] == "ImagePullFailed"
         assert rig.driver.files.failure("sb-1") == ("ImagePullFailed", snap.status.conditions[0].message)
         assert [s.id for s in await rig.driver.list_sandboxes()] == ["sb-1"]
+
+    run(body)
+
+
+def test_a_restart_reports_a_terminal_failure_again_without_provisioning() -> None:
+    async def body(rig: Rig) -> None:
+        failing_pulls(rig, "manifest unknown")
+        await rig.driver.create(box("sb-1"))
+        await eventually(lambda: "ImagePullFailed" in rig.sink.reasons(), "the ImagePullFailed event")
+        pulls = rig.fake.count("POST .*/images/pull")
+        again = Driver(rig.driver.settings, rig.driver.podman, rig.driver.state_dir, Sink())
+        try:
+            assert await again.resume() == 0
+            assert ready(await again.get("sb-1")) == "ImagePullFailed"
+            assert rig.fake.count("POST .*/images/pull") == pulls and len(again.tasks) == 0
+        finally:
+            await again.close()
 
     run(body)
 
