@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import imagefiles, lookup, names, rootfs, snapshots
@@ -54,29 +55,19 @@ async def remove_stale_readers(podman: PodmanClient, state_dir: Path) -> list[st
     return removed
 
 
+@dataclass(frozen=True)
 class Collector:
     """``pending`` (id -> workspace) and ``deleting`` name sandboxes that exist
     without a container, or are on their way out: theirs is never garbage."""
 
-    def __init__(
-        self,
-        podman: PodmanClient,
-        settings: Settings,
-        state_dir: Path,
-        files: SandboxFiles,
-        locks: LockTable,
-        networks: Networks,
-        pending: Callable[[], Mapping[str, str]],
-        deleting: Callable[[], AbstractSet[str]],
-    ) -> None:
-        self.podman = podman
-        self.settings = settings
-        self.state_dir = state_dir
-        self.files = files
-        self.locks = locks
-        self.networks = networks
-        self.pending = pending
-        self.deleting = deleting
+    podman: PodmanClient
+    settings: Settings
+    state_dir: Path
+    files: SandboxFiles
+    locks: LockTable
+    networks: Networks
+    pending: Callable[[], Mapping[str, str]]
+    deleting: Callable[[], AbstractSet[str]]
 
     async def collect(self) -> list[str]:
         """Remove leftovers older than the grace period: token directories, workspace

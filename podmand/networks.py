@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from . import lookup, names
 from .config import Settings
@@ -16,16 +17,14 @@ from .spec import check_name
 log = logging.getLogger("podmand.driver")
 
 
+@dataclass(frozen=True)
 class Networks:
     """``pending`` says which sandboxes (id -> workspace) have no container yet."""
 
-    def __init__(
-        self, podman: PodmanClient, settings: Settings, locks: LockTable, pending: Callable[[], Mapping[str, str]]
-    ) -> None:
-        self.podman = podman
-        self.settings = settings
-        self.locks = locks
-        self.pending = pending
+    podman: PodmanClient
+    settings: Settings
+    locks: LockTable
+    pending: Callable[[], Mapping[str, str]]
 
     def name(self, workspace: str) -> str:
         return names.network_name(self.settings.network_name, workspace)

@@ -1,9 +1,8 @@
-"""Creates from request to running container, in the background.
+"""Creates from recorded request to running container, in the background.
 
-A create request is recorded durably as the labels of the sandbox's workspace
-volume before anything slow happens; pulling, creating and starting then
-continue in a task and are reported on the watch stream.  Until its container
-exists a sandbox is :class:`Pending`, owned here.
+Once records.py has recorded a create, pulling, importing, creating and
+starting continue in a task and are reported on the watch stream.  Until its
+container exists a sandbox is :class:`~podmand.pending.Pending`, owned here.
 """
 
 from __future__ import annotations
