@@ -104,13 +104,16 @@ class Observer:
 
     async def read(self, container_id: str) -> pb.DriverSandbox | None:
         """A fresh snapshot of one container, or None when it is gone."""
+        info = await self._inspect(container_id)
+        return None if info is None else self._snapshot(info, self._facts_of(info))
+
+    async def _inspect(self, container_id: str) -> ContainerInspect | None:
         try:
-            info = await self.podman.inspect_container(container_id)
+            return await self.podman.inspect_container(container_id)
         except PodmanError as exc:
             if exc.gone:
                 return None
             raise
-        return self._snapshot(info, self._facts_of(info))
 
     def from_list(self, entry: ContainerListEntry, sandbox_id: str) -> pb.DriverSandbox:
         """A snapshot from a list entry and what earlier inspects cached."""
@@ -151,13 +154,10 @@ class Observer:
     async def observe(self, container_id: str) -> pb.DriverSandbox | None:
         """Like :meth:`read`, and remember the facts, watch a running container
         for its end, and announce an abnormal end once."""
-        try:
-            info = await self.podman.inspect_container(container_id)
-        except PodmanError as exc:
-            if exc.gone:
-                self.drop(container_id)
-                return None
-            raise
+        info = await self._inspect(container_id)
+        if info is None:
+            self.drop(container_id)
+            return None
         sandbox_id = info.labels.get(names.SANDBOX_ID, "")
         before = self._facts.get(info.id)
         facts = self._facts[info.id] = dataclasses.replace(
