@@ -14,36 +14,30 @@ import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 
 from . import names
 from ._proto import compute_driver_pb2 as pb
-from .driver import Driver, deleted_event, sandbox_event
 from .errors import Unavailable
+from .events import deleted_event, sandbox_event
 from .libpod import BadEvent, Event, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
+from .observer import changes_state
 
 log = logging.getLogger("podmand.hub")
 
-# libpod says "died" for a natural exit ("die" only on the Docker-compat API).
-STATE_ACTIONS = frozenset(
-    {
-        "create",
-        "init",
-        "start",
-        "restart",
-        "died",
-        "die",
-        "cleanup",
-        "kill",
-        "stop",
-        "pause",
-        "unpause",
-        "health_status",
-        "remove",
-        "oom",
-    }
-)
+
+class Sandboxes(Protocol):
+    """What the hub needs of the driver: the event path, never the RPCs."""
+
+    async def snapshot_all(self) -> list[pb.DriverSandbox]: ...
+
+    async def observe(self, container_id: str) -> pb.DriverSandbox | None: ...
+
+    async def forget(self, sandbox_id: str) -> bool: ...
+
+    async def collect_garbage(self) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -104,24 +98,99 @@ class Stream:
         return self._items.popleft()
 
 
+# ------------------------------------------------------------ the inbox and its messages
+
+
+@dataclass(frozen=True)
+class Publish:
+    """The driver's own event, for every stream."""
+
+    event: pb.WatchSandboxesEvent
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """Look at a container again (the driver changed it, or its exit waiter answered)."""
+
+    container_id: str
+    sandbox_id: str
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    stream: Stream
+
+
+@dataclass(frozen=True)
+class Resync:
+    """Compare Podman with what every stream was told."""
+
+
+@dataclass(frozen=True)
+class PodmanEvent:
+    event: Event
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A Podman event line that could not be read."""
+
+    bad: BadEvent
+
+
+@dataclass(frozen=True)
+class Lost:
+    """Podman's event stream ended (``error``: how it broke, None: it ended cleanly)."""
+
+    error: Exception | None
+
+
+Message = Publish | Refresh | Subscribe | Resync | PodmanEvent | Unreadable | Lost
+
+
+class Inbox:
+    """Everything the hub task handles, in order.  Made before the driver and the
+    hub, it is the driver's event sink and the hub's input."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[Message] = asyncio.Queue()
+
+    def put(self, message: Message) -> None:
+        self._queue.put_nowait(message)
+
+    async def get(self) -> Message:
+        return await self._queue.get()
+
+    def get_nowait(self) -> Message | None:
+        """The next message, or None when the inbox is empty."""
+        try:
+            return self._queue.get_nowait()
+        except asyncio.QueueEmpty:
+            return None
+
+    def publish(self, event: pb.WatchSandboxesEvent) -> None:
+        self.put(Publish(event))
+
+    def refresh(self, container_id: str, sandbox_id: str) -> None:
+        self.put(Refresh(container_id, sandbox_id))
+
+
 class Hub:
-    def __init__(self, podman: PodmanClient, driver: Driver, *, buffer: int = 1024, resync: float = 30.0) -> None:
+    def __init__(
+        self, podman: PodmanClient, sandboxes: Sandboxes, inbox: Inbox, *, buffer: int = 1024, resync: float = 30.0
+    ) -> None:
         self.podman = podman
-        self.driver = driver
+        self.sandboxes = sandboxes
+        self.inbox = inbox
         self.buffer = buffer
         self.resync = resync
         self.connected = asyncio.Event()
-        self._inbox: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
         self._streams: set[Stream] = set()
         self._closed = False
         self._unreadable: set[str] = set()  # containers whose unreadable events were logged
         self._down = False  # the last subscription attempt failed (its loss is logged once)
         # Told when the event subscription opens (True) or is lost or cannot be made (False).
         self.link: Callable[[bool], None] = lambda _up: None
-        driver.publish = lambda event: self._inbox.put_nowait(("publish", event))
-        driver.refresh = lambda container_id, sandbox_id: self._inbox.put_nowait(
-            ("refresh", (container_id, sandbox_id))
-        )
 
     # ------------------------------------------------------------ public
 
@@ -133,7 +202,7 @@ class Hub:
         except TimeoutError as exc:
             raise Unavailable("podmand is not connected to Podman's event stream") from exc
         stream = Stream(self.buffer)
-        self._inbox.put_nowait(("subscribe", stream))
+        self.inbox.put(Subscribe(stream))
         return stream
 
     def unsubscribe(self, stream: Stream) -> None:
@@ -191,71 +260,67 @@ class Hub:
             return
         while True:
             await asyncio.sleep(self.resync)
-            self._inbox.put_nowait(("resync", None))
+            self.inbox.put(Resync())
 
     async def _pump(self, events: object) -> None:
         try:
             async for event in events:  # type: ignore[attr-defined]
-                self._inbox.put_nowait(("unreadable" if isinstance(event, BadEvent) else "event", event))
+                self.inbox.put(Unreadable(event) if isinstance(event, BadEvent) else PodmanEvent(event))
         except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
-            self._inbox.put_nowait(("lost", exc))
+            self.inbox.put(Lost(exc))
         else:
-            self._inbox.put_nowait(("lost", None))
+            self.inbox.put(Lost(None))
 
     async def _process(self) -> None:
         while True:
-            kind, item = await self._inbox.get()
-            if kind == "lost":
-                if isinstance(item, Exception):
-                    raise item
+            message = await self.inbox.get()
+            if isinstance(message, Lost):
+                if message.error is not None:
+                    raise message.error
                 return
             try:
-                await self._handle(kind, item)
+                await self._handle(message)
             except PodmanUnavailable:
                 raise
             except PodmanError as exc:
-                log.warning("watch: Podman error while handling %s: %s", kind, exc)
+                log.warning("watch: Podman error while handling %s: %s", type(message).__name__, exc)
             except Exception:  # one bad item must not stop every watch stream
-                log.exception("watch: failed to handle %s", kind)
+                log.exception("watch: failed to handle %s", type(message).__name__)
 
-    async def _handle(self, kind: str, item: object) -> None:
-        if kind == "subscribe":
-            assert isinstance(item, Stream)
-            if self._closed:
-                item.close(grpc.StatusCode.UNAVAILABLE, "podmand is shutting down")
-                return
-            try:
-                snaps = await self.driver.snapshot_all()
-            except BaseException as exc:
-                # A stream whose snapshot failed must not wait forever for one.
-                item.close(grpc.StatusCode.UNAVAILABLE, f"snapshot failed: {exc}")
-                raise
-            for snap in snaps:
-                item.put(sandbox_event(snap))
-            self._streams.add(item)
-        elif kind == "publish":
-            assert isinstance(item, pb.WatchSandboxesEvent)
-            self._emit(item)
-        elif kind == "refresh":
-            assert isinstance(item, tuple)
-            await self._observe(*item)
-        elif kind == "resync":
-            await self._resync()
-        elif kind == "unreadable":
-            assert isinstance(item, BadEvent)
-            await self._unreadable_event(item)
-        elif kind == "event":
-            assert isinstance(item, Event)
-            attrs = item.Actor.attributes or {}
-            sandbox_id = attrs.get(names.SANDBOX_ID, "")
-            if sandbox_id and attrs.get(names.OWNER) == names.OWNER_VALUE and item.Action in STATE_ACTIONS:
-                await self._observe(item.Actor.id, sandbox_id)
+    async def _handle(self, message: Message) -> None:
+        match message:
+            case Subscribe(stream):
+                await self._subscribe(stream)
+            case Publish(event):
+                self._emit(event)
+            case Refresh(container_id, sandbox_id):
+                await self._observe(container_id, sandbox_id)
+            case Resync():
+                await self._resync()
+            case Unreadable(bad):
+                await self._unreadable_event(bad)
+            case PodmanEvent(event) if changes_state(event):
+                await self._observe(event.Actor.id, (event.Actor.attributes or {})[names.SANDBOX_ID])
+
+    async def _subscribe(self, stream: Stream) -> None:
+        if self._closed:
+            stream.close(grpc.StatusCode.UNAVAILABLE, "podmand is shutting down")
+            return
+        try:
+            snaps = await self.sandboxes.snapshot_all()
+        except BaseException as exc:
+            # A stream whose snapshot failed must not wait forever for one.
+            stream.close(grpc.StatusCode.UNAVAILABLE, f"snapshot failed: {exc}")
+            raise
+        for snap in snaps:
+            stream.put(sandbox_event(snap))
+        self._streams.add(stream)
 
     async def _observe(self, container_id: str, sandbox_id: str) -> None:
-        snap = await self.driver.observe(container_id)
+        snap = await self.sandboxes.observe(container_id)
         if snap is not None:
             self._emit(sandbox_event(snap))
-        elif sandbox_id and await self.driver.forget(sandbox_id):
+        elif sandbox_id and await self.sandboxes.forget(sandbox_id):
             self._emit(deleted_event(sandbox_id))
 
     async def _unreadable_event(self, bad: BadEvent) -> None:
@@ -272,15 +337,15 @@ class Hub:
         await self._resync()
 
     async def _resync(self) -> None:
-        snaps = await self.driver.snapshot_all()
+        snaps = await self.sandboxes.snapshot_all()
         for snap in snaps:
             self._emit(sandbox_event(snap))
         present = {s.id for s in snaps}
         told = {sid for stream in self._streams for sid, value in stream.seen.items() if value != b"deleted"}
         for sandbox_id in sorted(told - present):
-            if await self.driver.forget(sandbox_id):
+            if await self.sandboxes.forget(sandbox_id):
                 self._emit(deleted_event(sandbox_id))
-        await self.driver.collect_garbage()
+        await self.sandboxes.collect_garbage()
 
     def _emit(self, event: pb.WatchSandboxesEvent) -> None:
         for stream in list(self._streams):

@@ -35,7 +35,7 @@ from .decoding import DecodeRequests
 from .driver import Driver
 from .errors import DriverError, StartupError
 from .hostpaths import state_dir_problem
-from .hub import Hub
+from .hub import Hub, Inbox
 from .libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 from .limits import raise_nofile_limit
 from .liveness import Liveness
@@ -145,8 +145,9 @@ class Server:
         stack.push_async_callback(podman.close)
         info = await read_info(podman, podman_path)
         rootless = info.host.security.rootless
-        driver = await self._driver(podman, rootless)
-        hub = Hub(podman, driver, buffer=settings.watch_buffer, resync=settings.resync_interval)
+        inbox = Inbox()  # the driver's event sink and the hub's input: made first, given to both
+        driver = await self._driver(podman, rootless, inbox)
+        hub = Hub(podman, driver, inbox, buffer=settings.watch_buffer, resync=settings.resync_interval)
         enforced = not (rootless and info.host.cgroupVersion == "v1")
         servicer = ComputeDriverServicer(driver, hub, capabilities(settings, limits_enforced=enforced))
         server, health_servicer = grpc_server(servicer)
@@ -186,7 +187,7 @@ class Server:
         stack.callback(notifier.send, "STOPPING=1", "STATUS=shutting down")
         self.ready = True
 
-    async def _driver(self, podman: PodmanClient, rootless: bool) -> Driver:
+    async def _driver(self, podman: PodmanClient, rootless: bool, inbox: Inbox) -> Driver:
         """The driver, once its settings fit this Podman and its state directory is usable."""
         settings, state_dir = self.settings, self.state_dir
         if settings.userns_base == "keep-id" and not rootless:
@@ -194,7 +195,7 @@ class Server:
                 "invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman"
             )
         try:
-            driver = Driver(settings, podman, state_dir)
+            driver = Driver(settings, podman, state_dir, inbox)
             driver.files.setup()
         except OSError as exc:
             raise unusable(state_dir, exc) from exc

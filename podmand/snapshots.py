@@ -200,10 +200,10 @@ def from_inspect(
     *,
     health: str = "",
     stopped: bool = False,
-    watching_since: float = 0,
+    unwatched: bool = False,
     fence: pb.DriverFenceEvidence | None = None,
 ) -> pb.DriverSandbox:
-    """``watching_since``: Unix time podmand began watching; exits before it are unwatched."""
+    """``unwatched``: the container ended before podmand was watching (the observer knows)."""
     state = info.state
     stopped = stopped and state.status in ("exited", "stopped", "stopping")
     ready = ready_from_state(
@@ -212,7 +212,7 @@ def from_inspect(
         oom=state.oom_killed,
         health=health if info.config.healthcheck and info.config.healthcheck.test else "",
         stopped=stopped,
-        unwatched=ended_before(state.finished_at, watching_since),
+        unwatched=unwatched,
         started=parse_time(state.started_at),
         finished=parse_time(state.finished_at),
         created=parse_time(info.created),
@@ -234,12 +234,11 @@ def from_list_entry(
     health: str = "",
     oom: bool = False,
     stopped: bool = False,
-    watching_since: float = 0,
-    unwatched: bool | None = None,
+    unwatched: bool = False,
     fence: pb.DriverFenceEvidence | None = None,
 ) -> pb.DriverSandbox:
-    """``health``, ``oom`` and ``unwatched`` come from earlier inspects: the list
-    endpoint lacks them (and has exit times in whole seconds only)."""
+    """``health``, ``oom`` and ``unwatched`` come from the observer: the list
+    endpoint lacks the first two (and has exit times in whole seconds only)."""
     stopped = stopped and entry.state in ("exited", "stopped", "stopping")
     ready = ready_from_state(
         entry.state,
@@ -247,7 +246,7 @@ def from_list_entry(
         oom=oom,
         health=health,
         stopped=stopped,
-        unwatched=unwatched if unwatched is not None else 0 < entry.exited_at < int(watching_since),
+        unwatched=unwatched,
         started=timestamp(entry.started_at),
         finished=timestamp(entry.exited_at),
         created=parse_time(entry.created),
@@ -262,12 +261,6 @@ def from_list_entry(
         deleting=entry.state == "removing",
         fence=fence,
     )
-
-
-def ended_before(finished_at: str, since: float) -> bool:
-    """Whether Podman's ``FinishedAt`` (sub-second precision kept) lies before ``since``."""
-    seconds = epoch(finished_at)
-    return seconds is not None and seconds >= 1 and seconds < since
 
 
 def pending(

@@ -18,6 +18,7 @@ from podmand.driver import Driver
 from podmand.drivercfg import Mount
 from podmand.errors import FailedPrecondition, InvalidArgument, Unauthenticated
 from podmand.libpod import PodmanClient
+from tests.fakes.harness import Sink
 from tests.fakes.libpod import FakeLibpod
 
 UPSTREAM_DEFAULT = (
@@ -179,7 +180,7 @@ def run_driver(settings: Settings, state: Path, setup: Any, body: Any) -> FakeLi
         await fake.start(sock)
         client = PodmanClient(sock)
         try:
-            await asyncio.wait_for(body(Driver(settings, client, state)), 10)
+            await asyncio.wait_for(body(Driver(settings, client, state, Sink())), 10)
         finally:
             await client.close()
             await fake.close()

@@ -15,9 +15,9 @@ import pytest
 
 from podmand import names, snapshots
 from podmand._proto import compute_driver_pb2 as pb
-from podmand.driver import deleted_event, platform_event, sandbox_event
 from podmand.errors import Unavailable
-from podmand.hub import End, Hub, Stream
+from podmand.events import deleted_event, platform_event, sandbox_event
+from podmand.hub import End, Hub, Inbox, Lost, Resync, Stream, Unreadable
 from podmand.libpod import PodmanError
 
 T = TypeVar("T")
@@ -25,11 +25,9 @@ DEADLINE = 5.0
 
 
 class StubDriver:
-    """Just what the hub calls; ``publish``/``refresh`` are set by Hub.__init__."""
+    """Just what the hub calls (hub.Sandboxes)."""
 
     def __init__(self) -> None:
-        self.publish: Callable[[pb.WatchSandboxesEvent], None] = lambda _e: None
-        self.refresh: Callable[[str, str], None] = lambda _c, _s: None
         self.snaps: list[pb.DriverSandbox] = []
         self.snapshot_calls = 0
         self.gone: set[str] = set()  # forget() says True for these
@@ -66,7 +64,7 @@ def run(body: Callable[[Hub, StubDriver], Awaitable[T]], *, buffer: int = 1024) 
 
     async def main() -> T:
         driver = StubDriver()
-        hub = Hub(None, driver, buffer=buffer, resync=0)  # type: ignore[arg-type]
+        hub = Hub(None, driver, Inbox(), buffer=buffer, resync=0)  # type: ignore[arg-type]
         hub.connected.set()
         return await asyncio.wait_for(body(hub, driver), DEADLINE)
 
@@ -75,9 +73,9 @@ def run(body: Callable[[Hub, StubDriver], Awaitable[T]], *, buffer: int = 1024) 
 
 async def drain(hub: Hub) -> None:
     """Process everything queued in the inbox, as Hub._process would."""
-    while not hub._inbox.empty():
-        kind, item = hub._inbox.get_nowait()
-        await hub._handle(kind, item)
+    while (message := hub.inbox.get_nowait()) is not None:
+        assert not isinstance(message, Lost)
+        await hub._handle(message)
 
 
 async def subscribe(hub: Hub) -> Stream:
@@ -88,7 +86,7 @@ async def subscribe(hub: Hub) -> Stream:
 
 async def publish(hub: Hub, *events: pb.WatchSandboxesEvent) -> None:
     for event in events:
-        hub.driver.publish(event)
+        hub.inbox.publish(event)
     await drain(hub)
 
 
@@ -149,7 +147,7 @@ def test_publication_queued_before_subscription_is_not_replayed_after_snapshot()
     gateway's view back."""
 
     async def body(hub: Hub, driver: StubDriver) -> list[tuple[str, ...]]:
-        hub.driver.publish(sandbox_event(snap("s1", "Starting", "False")))  # older than the truth
+        hub.inbox.publish(sandbox_event(snap("s1", "Starting", "False")))  # older than the truth
         driver.snaps = [snap("s1")]
         stream = await hub.subscribe()
         await drain(hub)
@@ -293,7 +291,7 @@ def test_resync_emits_changes_and_deletes_what_vanished_then_collects_garbage() 
         await take(stream, 2)
         driver.snaps = [snap("s1", "ContainerExited", "False")]
         driver.gone = {"s2"}
-        await hub._handle("resync", None)
+        await hub._handle(Resync())
         await publish(hub, marker("M"))
         return [describe(e) for e in await take(stream, 3)], list(driver.forgot), driver.gc_calls
 
@@ -313,10 +311,10 @@ def test_resync_sends_no_deleted_when_forget_declines_and_nothing_when_unchanged
         stream = await subscribe(hub)
         await take(stream, 2)
         driver.snaps = [snap("s1")]
-        await hub._handle("resync", None)  # s2 missing, forget declines
+        await hub._handle(Resync())  # s2 missing, forget declines
         driver.gone = {"s2"}
-        await hub._handle("resync", None)  # now it is really gone
-        await hub._handle("resync", None)  # already told: nothing more
+        await hub._handle(Resync())  # now it is really gone
+        await hub._handle(Resync())  # already told: nothing more
         await publish(hub, marker("M"))
         return [describe(e) for e in await take(stream, 2)], list(driver.forgot), driver.gc_calls
 
@@ -337,7 +335,7 @@ def test_subscribe_whose_snapshot_fails_ends_the_stream() -> None:
     async def body(hub: Hub, driver: StubDriver) -> tuple[End | pb.WatchSandboxesEvent, bool]:
         driver.snapshot_error = PodmanError(500, "boom")
         stream = await hub.subscribe()
-        hub._inbox.put_nowait(("lost", None))  # let _process return after the subscribe
+        hub.inbox.put(Lost(None))  # let _process return after the subscribe
         await hub._process()  # logs the PodmanError and goes on
         return await stream.get(), stream in hub._streams
 
@@ -385,7 +383,7 @@ def test_unreadable_event_resyncs_instead_of_ending_streams() -> None:
         await drain(hub)
         assert await stream.get() == sandbox_event(snap("a"))
         driver.snaps = [snap("a", "ContainerExited", "False")]
-        hub._inbox.put_nowait(("unreadable", BadEvent("cid-a", "too long")))
+        hub.inbox.put(Unreadable(BadEvent("cid-a", "too long")))
         await drain(hub)
         assert await stream.get() == sandbox_event(snap("a", "ContainerExited", "False"))
         assert stream.end is None and stream in hub._streams

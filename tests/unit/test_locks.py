@@ -14,6 +14,7 @@ from podmand.driver import Driver
 from podmand.errors import NotFound
 from podmand.libpod import PodmanClient
 from podmand.locks import LockTable
+from tests.fakes.harness import Sink
 from tests.fakes.libpod import FakeLibpod
 
 DEADLINE = 30.0
@@ -83,7 +84,7 @@ def test_unknown_ids_leave_the_driver_lock_table_empty() -> None:
             fake = FakeLibpod()
             await fake.start(f"{tmp}/podman.sock")
             podman = PodmanClient(fake.path)
-            driver = Driver(Settings(), podman, Path(tmp) / "state")
+            driver = Driver(Settings(), podman, Path(tmp) / "state", Sink())
             driver.files.setup()
             try:
                 for i in range(500):
@@ -93,7 +94,7 @@ def test_unknown_ids_leave_the_driver_lock_table_empty() -> None:
                     with pytest.raises(NotFound):
                         await driver.start(sandbox_id)
                     assert await driver.delete(sandbox_id) is False
-                assert len(driver._locks) == 0
+                assert len(driver.locks) == 0
                 assert not any((Path(tmp) / "state" / "sandboxes").iterdir())
             finally:
                 await podman.close()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from podmand import driver, names, pullprogress
+from podmand import names, pullprogress, pulls
 from podmand.libpod import PodmanError, PullLine
 
 # What Podman 4.3.1's /libpod/images/pull sent for a one-layer image from a local registry.
@@ -98,7 +98,8 @@ class FakeClock:
 def fake_driver(podman: FakePodman, inactivity: float = 600.0) -> tuple[Any, list[Any]]:
     published: list[Any] = []
     settings = SimpleNamespace(pull_inactivity_timeout=inactivity)
-    return SimpleNamespace(podman=podman, publish=published.append, settings=settings), published
+    sink = SimpleNamespace(publish=published.append)
+    return pulls.Puller(podman, settings, sink), published  # type: ignore[arg-type]
 
 
 def pulling(published: list[Any]) -> list[dict[str, str]]:
@@ -108,19 +109,19 @@ def pulling(published: list[Any]) -> list[dict[str, str]]:
 
 def test_pull_lines_become_rate_limited_events() -> None:
     fake, published = fake_driver(FakePodman(RECORDED))
-    asyncio.run(driver.Driver._pull_reporting(fake, "img", "always", "sb-1"))
+    asyncio.run(fake.pull_reporting("img", "always", "sb-1"))
     metas = pulling(published)
     assert [(m[pullprogress.KEY_BLOBS_DONE], m[pullprogress.KEY_BLOBS_SEEN]) for m in metas] == [("0", "1"), ("1", "1")]
     assert all(e.platform_event.sandbox_id == "sb-1" for e in published)
 
 
 def test_silent_pull_publishes_heartbeats(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(driver, "PULL_HEARTBEAT", 0.01)
+    monkeypatch.setattr(pulls, "PULL_HEARTBEAT", 0.01)
     podman = FakePodman(RECORDED, stall_after=3)
     fake, published = fake_driver(podman)
 
     async def main() -> None:
-        task = asyncio.ensure_future(driver.Driver._pull_reporting(fake, "img", "always", "sb-1"))
+        task = asyncio.ensure_future(fake.pull_reporting("img", "always", "sb-1"))
         deadline = asyncio.get_running_loop().time() + 10
         while len(pulling(published)) < 3:  # the first blob's event, then heartbeats while stalled
             await asyncio.sleep(0.001)
@@ -137,7 +138,7 @@ def test_silent_pull_publishes_heartbeats(monkeypatch: pytest.MonkeyPatch) -> No
 def test_failed_pull_raises_after_its_progress() -> None:
     fake, published = fake_driver(FakePodman(RECORDED[:3], error="manifest unknown"))
     with pytest.raises(PodmanError, match="manifest unknown"):
-        asyncio.run(driver.Driver._pull_reporting(fake, "img", "always", "sb-1"))
+        asyncio.run(fake.pull_reporting("img", "always", "sb-1"))
     assert len(pulling(published)) == 1
 
 
@@ -164,7 +165,7 @@ def test_slow_but_steady_pull_is_never_cut() -> None:
     blobs = [f"Copying blob sha256:{str(i) * 64}\n" for i in range(1, 5)]
     podman = FakePodman(RECORDED[:3] + blobs + RECORDED[3:], clock=clock, step=9.0)
     fake, published = fake_driver(podman, inactivity=10.0)
-    asyncio.run(driver.Driver._pull_reporting(fake, "img", "always", "sb-1", clock=clock))
+    asyncio.run(fake.pull_reporting("img", "always", "sb-1", clock=clock))
     assert clock.now - 1000.0 == 90.0 and podman.closed
     last = pulling(published)[-1]
     assert (last[pullprogress.KEY_BLOBS_DONE], last[pullprogress.KEY_BLOBS_SEEN]) == ("5", "5")
@@ -174,18 +175,18 @@ def test_silent_pull_is_abandoned_and_its_stream_closed() -> None:
     podman = FakePodman(RECORDED, stall_after=3)
     fake, published = fake_driver(podman, inactivity=0.05)
     with pytest.raises(pullprogress.PullStalled, match=r"no progress from Podman for 0.05 s pulling 'img'"):
-        asyncio.run(driver.Driver._pull_reporting(fake, "img", "always", "sb-1"))
+        asyncio.run(fake.pull_reporting("img", "always", "sb-1"))
     assert podman.closed  # the connection is gone: libpod cancels the pull
     assert len(pulling(published)) == 1  # the first blob's event, nothing after the stall
 
 
 def test_zero_inactivity_timeout_waits_as_long_as_it_takes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(driver, "PULL_HEARTBEAT", 0.01)
+    monkeypatch.setattr(pulls, "PULL_HEARTBEAT", 0.01)
     podman = FakePodman(RECORDED, stall_after=3)
     fake, published = fake_driver(podman, inactivity=0.0)
 
     async def main() -> None:
-        task = asyncio.ensure_future(driver.Driver._pull_reporting(fake, "img", "always", "sb-1"))
+        task = asyncio.ensure_future(fake.pull_reporting("img", "always", "sb-1"))
         deadline = asyncio.get_running_loop().time() + 10
         while len(pulling(published)) < 6:  # five heartbeats of silence, still pulling
             await asyncio.sleep(0.001)

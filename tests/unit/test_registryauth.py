@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from podmand import driver, registryauth
+from podmand import pulls, registryauth
 from podmand.config import ConfigError, Settings
-from podmand.driver import ProvisionFailed
 from podmand.libpod import ImageInspect, PodmanError
+from podmand.pending import ProvisionFailed
 
 PASSWORD = "s3cret-Pässword:with:colons"
 # What Podman 4.3.1 says when the registry refuses the pull's credentials (or wanted some).
@@ -160,9 +159,8 @@ class FakePodman:
 
 def pull(podman: FakePodman, auth_file: str, ref: str = "127.0.0.1:5000/team/app:1") -> ImageInspect:
     settings = SimpleNamespace(registry_auth_file=auth_file, pull_inactivity_timeout=600.0)
-    fake: Any = SimpleNamespace(podman=podman, settings=settings, publish=lambda _e: None)
-    fake._pull_reporting = functools.partial(driver.Driver._pull_reporting, fake)
-    return asyncio.run(driver.Driver._pull(fake, ref, "always", "ImagePullFailed", "sb-1"))
+    puller = pulls.Puller(podman, settings, SimpleNamespace(publish=lambda _e: None))  # type: ignore[arg-type]
+    return asyncio.run(puller.pull(ref, "always", "ImagePullFailed", "sb-1"))
 
 
 def test_pull_sends_the_matching_entry(tmp_path: Path) -> None:

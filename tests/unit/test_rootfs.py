@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,11 @@ import pytest
 from podmand import drivercfg, names, negotiation, rootfs, snapshots, spec
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import ConfigError, Settings
-from podmand.driver import Driver, Pending
+from podmand.driver import Driver
 from podmand.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from podmand.libpod import PodmanClient
+from podmand.pending import Pending
 from podmand.snapshots import Condition
+from tests.fakes import harness
 from tests.fakes.libpod import FakeLibpod
 
 ROOT = "/srv/staging"
@@ -277,23 +277,15 @@ def test_prepare_staging_refuses_podmands_own_directories(tmp_path: Path) -> Non
 # restart mid-import) cannot be staged on demand with a real Podman: a fake libpod.
 
 
+def with_staging(tmp: Path) -> Settings:
+    (tmp / "staging").mkdir()
+    return Settings(rootfs_staging_dir=str(tmp / "staging"), rootfs_max_bytes=1024)
+
+
 @contextlib.asynccontextmanager
 async def driver_on() -> AsyncIterator[tuple[Driver, FakeLibpod, Path]]:
-    with tempfile.TemporaryDirectory(prefix="pdr-", dir="/tmp") as tmp:
-        fake = FakeLibpod()
-        await fake.start(f"{tmp}/podman.sock")
-        podman = PodmanClient(fake.path)
-        staging = Path(tmp) / "staging"
-        staging.mkdir()
-        settings = Settings(rootfs_staging_dir=str(staging), rootfs_max_bytes=1024)
-        driver = Driver(settings, podman, Path(tmp) / "state")
-        driver.files.setup()
-        try:
-            yield driver, fake, staging
-        finally:
-            await driver.close()
-            await podman.close()
-            await fake.close()
+    async with harness.driver_on(with_staging) as rig:
+        yield rig.driver, rig.fake, rig.tmp / "staging"
 
 
 def run(main: Callable[[], Any]) -> None:
@@ -330,7 +322,7 @@ def test_an_identical_retry_after_the_import_gets_the_sandbox_identity() -> None
             sandbox = rootfs_sandbox("sb-1", tar)
             record(driver, fake, sandbox, "inst1")
             shutil.rmtree(tar.parent)  # imported: the slot is gone
-            assert await driver.create(sandbox) == driver.runtime_identity("sb-1", "inst1")
+            assert await driver.create(sandbox) == driver.provisioning.runtime_identity("sb-1", "inst1")
 
     run(main)
 
@@ -344,7 +336,7 @@ def test_a_refusal_leaves_the_slot_of_the_create_under_way() -> None:
             tar = stage(staging, "req-1")
             sandbox = rootfs_sandbox("sb-1", tar)
             plan = spec.validate(sandbox, driver.settings)
-            driver._pending["sb-1"] = Pending(plan, "inst1", Condition("False", "Starting", "", snapshots.now()))
+            driver.provisioning.add(Pending(plan, "inst1", Condition("False", "Starting", "", snapshots.now())))
             with pytest.raises(AlreadyExists):
                 await driver.create(rootfs_sandbox("sb-1", tar, name="other"))
             assert tar.exists()
@@ -382,9 +374,9 @@ def test_a_staged_tar_is_imported_even_when_the_image_tag_exists() -> None:
             tar = stage(staging)
             plan = spec.validate(rootfs_sandbox("sb-1", tar), driver.settings)
             pending = Pending(plan, "inst1", Condition("False", "Starting", "", snapshots.now()))
-            await driver._import_rootfs(pending)
+            await driver.provisioning.import_rootfs(pending)
             assert fake.count("POST .*/images/import") == 1 and not tar.parent.exists()
-            await driver._import_rootfs(pending)  # after a restart: the slot is gone
+            await driver.provisioning.import_rootfs(pending)  # after a restart: the slot is gone
             assert fake.count("POST .*/images/import") == 1
 
     run(main)

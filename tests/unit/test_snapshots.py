@@ -292,27 +292,15 @@ def test_pending_snapshot() -> None:
     assert snap.status.conditions[1].transition_time.seconds == STARTED
 
 
-def test_ended_before_keeps_sub_second_precision() -> None:
-    """An exit in the same second podmand started watching is only 'unwatched' if it
-    really came first: whole seconds would misjudge a restart that fast."""
-    since = 1_795_972_800.5  # 2026-11-29T17:20:00.5Z
-    assert snapshots.ended_before("2026-11-29T17:20:00.400000000Z", since) is True
-    assert snapshots.ended_before("2026-11-29T17:20:00.600000000Z", since) is False
-    assert snapshots.ended_before("2026-11-29T18:20:00.4+01:00", since) is True
-    assert snapshots.ended_before("0001-01-01T00:00:00Z", since) is False
-    assert snapshots.ended_before("", since) is False
-
-
-def test_list_entry_uses_the_inspected_verdict_on_exits_within_the_start_second() -> None:
-    """The list endpoint has whole seconds only; a verdict from an earlier inspect wins."""
+def test_list_entry_says_when_an_exit_was_unwatched() -> None:
+    """Whether podmand was watching is the observer's verdict (observer.listed_before)."""
     entry = msgspec.json.decode(
         b'{"Id":"c1","Names":["n"],"State":"exited","ExitCode":143,"ExitedAt":1795972800,'
         b'"Labels":{"openshell.ai/sandbox-id":"s"}}',
         type=ContainerListEntry,
     )
-    since = 1_795_972_800.5
-    guessed = snapshots.from_list_entry(entry, watching_since=since)
-    told = snapshots.from_list_entry(entry, watching_since=since, unwatched=True)
-    assert guessed.status.conditions[0].reason == told.status.conditions[0].reason == "ContainerRuntimeRestart"
-    assert "podmand was not running" not in guessed.status.conditions[0].message
+    watched = snapshots.from_list_entry(entry)
+    told = snapshots.from_list_entry(entry, unwatched=True)
+    assert watched.status.conditions[0].reason == told.status.conditions[0].reason == "ContainerRuntimeRestart"
+    assert "podmand was not running" not in watched.status.conditions[0].message
     assert "podmand was not running" in told.status.conditions[0].message

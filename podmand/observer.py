@@ -1,0 +1,236 @@
+"""What podmand knows of each sandbox container, and every way it learns that one ended.
+
+Two ways to look at a container.  :meth:`Observer.read` (GetSandbox) only reads:
+inspect plus the facts cached so far.  :meth:`Observer.observe` is the event
+path (the hub's Podman events, refreshes, new watch streams): it caches what
+inspect knows and the list endpoint does not, keeps one exit waiter (and, when
+configured, one health prober) per running container, and announces each
+abnormal end once.  Exit detection is all here: which Podman events change a
+sandbox's state, Podman's ``/wait``, exits from before podmand was watching,
+and the announcement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from dataclasses import dataclass
+
+from . import fence, names, snapshots
+from ._proto import compute_driver_pb2 as pb
+from .config import Settings
+from .events import EventSink, platform_event
+from .files import SandboxFiles
+from .libpod import (
+    ContainerInspect,
+    ContainerListEntry,
+    Event,
+    IDMappings,
+    PodmanClient,
+    PodmanError,
+    PodmanUnavailable,
+)
+from .tasks import Tasks
+
+# libpod says "died" for a natural exit ("die" only on the Docker-compat API).
+STATE_ACTIONS = frozenset(
+    {
+        "create",
+        "init",
+        "start",
+        "restart",
+        "died",
+        "die",
+        "cleanup",
+        "kill",
+        "stop",
+        "pause",
+        "unpause",
+        "health_status",
+        "remove",
+        "oom",
+    }
+)
+
+# Ready reasons of a run that ended without StopSandbox asking: each is announced once.
+ABNORMAL_ENDS = frozenset({"OOMKilled", "ContainerRuntimeRestart", "ContainerExited", "WorkspaceValidationFailed"})
+
+
+def changes_state(event: Event) -> bool:
+    """Whether a Podman event may change what a podmand sandbox's snapshot says."""
+    attrs = event.Actor.attributes or {}
+    owned = attrs.get(names.OWNER) == names.OWNER_VALUE
+    return bool(attrs.get(names.SANDBOX_ID)) and owned and event.Action in STATE_ACTIONS
+
+
+def ended_before(finished_at: str, since: float) -> bool:
+    """Whether Podman's ``FinishedAt`` (sub-second precision kept) lies before ``since``."""
+    seconds = snapshots.epoch(finished_at)
+    return seconds is not None and seconds >= 1 and seconds < since
+
+
+def listed_before(exited_at: int, since: float) -> bool:
+    """The list endpoint's guess (whole seconds): only an exit in an earlier second
+    is known to lie before ``since``; an inspect's verdict, once cached, wins."""
+    return 0 < exited_at < int(since)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What one inspect of a container said that the list endpoint does not."""
+
+    health: str
+    oom: bool
+    unwatched: bool  # it ended before this podmand was watching
+    fence: pb.DriverFenceEvidence
+    announced: str = ""  # FinishedAt of the last end announced
+
+
+class Observer:
+    def __init__(
+        self, podman: PodmanClient, settings: Settings, files: SandboxFiles, sink: EventSink, tasks: Tasks
+    ) -> None:
+        self.podman = podman
+        self.settings = settings
+        self.files = files
+        self.sink = sink
+        self.tasks = tasks
+        # Exits before this moment happened while no podmand was watching.
+        self.watching_since = time.time()
+        self._facts: dict[str, Facts] = {}  # per container ID
+
+    # ------------------------------------------------------------ reading (no side effects)
+
+    async def read(self, container_id: str) -> pb.DriverSandbox | None:
+        """A fresh snapshot of one container, or None when it is gone."""
+        info = await self._inspect(container_id)
+        return None if info is None else self._snapshot(info, self._facts_of(info))
+
+    async def _inspect(self, container_id: str) -> ContainerInspect | None:
+        try:
+            return await self.podman.inspect_container(container_id)
+        except PodmanError as exc:
+            if exc.gone:
+                return None
+            raise
+
+    def from_list(self, entry: ContainerListEntry, sandbox_id: str) -> pb.DriverSandbox:
+        """A snapshot from a list entry and what earlier inspects cached."""
+        facts = self._facts.get(entry.id)
+        return snapshots.from_list_entry(
+            entry,
+            health=facts.health if facts else "",
+            oom=facts.oom if facts else False,
+            stopped=self._stopped(sandbox_id, entry.id),
+            unwatched=facts.unwatched if facts else listed_before(entry.exited_at, self.watching_since),
+            fence=facts.fence if facts else None,
+        )
+
+    def _facts_of(self, info: ContainerInspect) -> Facts:
+        sandbox_id = info.labels.get(names.SANDBOX_ID, "")
+        return Facts(
+            health=info.state.health.status if info.state.health else "",
+            oom=info.state.oom_killed,
+            unwatched=ended_before(info.state.finished_at, self.watching_since),
+            fence=fence.evidence(fence_facts(info), self.files.generation(sandbox_id)),
+        )
+
+    def _snapshot(self, info: ContainerInspect, facts: Facts) -> pb.DriverSandbox:
+        sandbox_id = info.labels.get(names.SANDBOX_ID, "")
+        return snapshots.from_inspect(
+            info,
+            health=facts.health,
+            stopped=self._stopped(sandbox_id, info.id),
+            unwatched=facts.unwatched,
+            fence=facts.fence,
+        )
+
+    def _stopped(self, sandbox_id: str, container_id: str) -> bool:
+        return self.files.stopped_container(sandbox_id) == container_id
+
+    # ------------------------------------------------------------ observing (the event path)
+
+    async def observe(self, container_id: str) -> pb.DriverSandbox | None:
+        """Like :meth:`read`, and remember the facts, watch a running container
+        for its end, and announce an abnormal end once."""
+        info = await self._inspect(container_id)
+        if info is None:
+            self.drop(container_id)
+            return None
+        sandbox_id = info.labels.get(names.SANDBOX_ID, "")
+        before = self._facts.get(info.id)
+        facts = self._facts[info.id] = dataclasses.replace(
+            self._facts_of(info), announced=before.announced if before else ""
+        )
+        if info.state.running:
+            self.tasks.ensure(("exit", info.id), lambda: self._wait_exit(info.id, sandbox_id))
+            if self.settings.health_check_interval and info.config.healthcheck:
+                self.tasks.ensure(("probe", info.id), lambda: self._probe(info.id, sandbox_id))
+        snap = self._snapshot(info, facts)
+        self._announce_exit(sandbox_id, info, snap)
+        return snap
+
+    def drop(self, container_id: str) -> None:
+        """Forget a container that no longer exists."""
+        self._facts.pop(container_id, None)
+
+    def __len__(self) -> int:
+        return len(self._facts)
+
+    def _announce_exit(self, sandbox_id: str, info: ContainerInspect, snap: pb.DriverSandbox) -> None:
+        """One platform event per abnormal end of a container run (OOM, runtime restart, exit)."""
+        cond = snap.status.conditions[0]
+        facts = self._facts[info.id]
+        if cond.reason not in ABNORMAL_ENDS or facts.announced == info.state.finished_at:
+            return
+        self._facts[info.id] = dataclasses.replace(facts, announced=info.state.finished_at)
+        self.sink.publish(platform_event(sandbox_id, cond.reason, cond.message, warning=True))
+
+    async def _wait_exit(self, container_id: str, sandbox_id: str) -> None:
+        """Podman's /wait answers as soon as Podman knows a container stopped."""
+        try:
+            await self.podman.wait_container(container_id)
+        except (PodmanError, PodmanUnavailable):
+            return  # gone, or Podman away: the hub's resubscription covers it
+        self.sink.refresh(container_id, sandbox_id)
+
+    async def _probe(self, container_id: str, sandbox_id: str) -> None:
+        """Run the container's healthcheck ourselves: no systemd timers here."""
+        facts = self._facts.get(container_id)
+        last = facts.health if facts else ""
+        while True:
+            try:
+                status = await self.podman.healthcheck(container_id)
+            except (PodmanError, PodmanUnavailable):
+                return  # stopped or gone: the hub reports that
+            if status != last:
+                last = status
+                self.sink.refresh(container_id, sandbox_id)
+            await asyncio.sleep(self.settings.health_check_interval if status == "healthy" else 1.0)
+
+
+def fence_facts(info: ContainerInspect) -> dict[str, object]:
+    """What the created container really is, from inspect (observed, not requested)."""
+    hc = info.host_config
+    maps = hc.id_mappings or IDMappings()
+    return {
+        "container_id": info.id,
+        "image_id": info.image,
+        "effective_caps": sorted(info.effective_caps or []),
+        "cap_add": sorted(hc.cap_add or []),
+        "cap_drop": sorted(hc.cap_drop or []),
+        "uid_map": list(maps.uid_map or []),
+        "gid_map": list(maps.gid_map or []),
+        "userns_mode": hc.userns_mode,
+        "network_mode": hc.network_mode,
+        "networks": sorted((info.network_settings.networks or {}).keys()),
+        "mounts": [{"destination": m.destination, "type": m.type, "rw": m.rw} for m in info.mounts or []],
+        "seccomp": next((o.split("=", 1)[1] for o in hc.security_opt or [] if o.startswith("seccomp=")), "default"),
+        "no_new_privileges": "no-new-privileges" in (hc.security_opt or []),
+        "privileged": hc.privileged,
+        "memory_limit": hc.memory,
+        "cpu_quota": hc.cpu_quota,
+        "cpu_period": hc.cpu_period,
+        "pids_limit": hc.pids_limit,
+    }

@@ -1,0 +1,119 @@
+"""Checking a create request against Podman before anything is made, and the
+identity the supervisor will select from the image's own account files."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from . import admission, cdi, identity, rootfs
+from ._proto import compute_driver_pb2 as pb
+from .config import Settings
+from .errors import FailedPrecondition
+from .identity import Resolved
+from .imagefiles import read_image_files
+from .libpod import PodmanClient, PodmanError
+from .pending import ProvisionFailed
+from .spec import Plan, userns_id_limit, validate
+
+log = logging.getLogger("podmand.driver")
+
+
+class Validator:
+    """Owns the account files read from images, once per image ID (and the GPU inventory)."""
+
+    def __init__(self, podman: PodmanClient, settings: Settings, state_dir: Path) -> None:
+        self.podman = podman
+        self.settings = settings
+        self.state_dir = state_dir
+        self.gpus = cdi.GpuSelector(tuple(settings.cdi_spec_dirs))
+        self._accounts: dict[str, tuple[str, ...]] = {}  # image ID -> (/etc/passwd, /etc/group)
+
+    async def validate(self, sandbox: pb.DriverSandbox | None, *, staged: bool = True) -> Plan:
+        """``staged=False``: leave the staged rootfs tar unchecked (create checks it
+        after the identical-retry check: the first create may have imported it)."""
+        plan = validate(sandbox, self.settings)
+        if plan.gpu_count:  # peek: only a create takes devices
+            self.gpus.peek(plan.gpu_count)
+        await admission.admit_mounts(self.podman, self.settings, str(self.state_dir), plan.workspace, plan.mounts)
+        if self.settings.image_pull_policy == "never":
+            await self._check_mount_images(plan)
+        if plan.rootfs_tar:
+            if staged:
+                self.check_rootfs(plan)
+            return plan
+        try:
+            image = await self.podman.inspect_image(plan.image)
+        except PodmanError as exc:
+            if exc.status != 404:
+                raise
+            if self.settings.image_pull_policy == "never":
+                raise FailedPrecondition(
+                    f"sandbox.spec.template.image: image {plan.image!r} is not present and the pull policy is 'never'"
+                ) from exc
+        else:  # present already: what the image declares can be checked before anything is made
+            try:
+                if image.id in self._accounts:  # validation allocates nothing: only account files read before
+                    self._resolve_from(plan, image.id, image.config.user)
+                else:
+                    self._check_declaration(plan, image.config.user)
+            except FailedPrecondition as exc:
+                raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {exc.message}") from exc
+        return plan
+
+    def check_rootfs(self, plan: Plan) -> None:
+        """The staged tar as it is now, and the identity: a rootfs tar declares no USER."""
+        rootfs.check_staged(plan.rootfs_tar, self.settings)
+        try:
+            self._check_declaration(plan, "")
+        except FailedPrecondition as exc:
+            raise FailedPrecondition(f"{rootfs.WHERE}: a rootfs tar declares no USER: {exc.message}") from exc
+
+    def _check_declaration(self, plan: Plan, image_user: str) -> None:
+        """What the supervisor would refuse of the image's ``USER`` and the policy's identity,
+        before the image's account files are read."""
+        limit = userns_id_limit(self.settings, plan.userns)
+        identity.check_declaration(plan.workload_user, plan.workload_group, image_user, id_limit=limit)
+
+    async def _check_mount_images(self, plan: Plan) -> None:
+        """Under pull policy 'never', each image mount's image must be here already."""
+        for i, m in enumerate(plan.mounts):
+            if m.kind != "image":
+                continue
+            try:
+                await self.podman.inspect_image(m.source)
+            except PodmanError as exc:
+                if exc.status != 404:
+                    raise
+                raise FailedPrecondition(
+                    f"sandbox.spec.template.driver_config.mounts[{i}].source: image {m.source!r} is not present "
+                    "and the pull policy is 'never'"
+                ) from exc
+
+    def assign_gpus(self, plan: Plan) -> Plan:
+        """Take ``gpu_count`` devices from the CDI inventory as it is now (round-robin); the
+        plan that comes back names them and asks for no more."""
+        if not plan.gpu_count:
+            return plan
+        try:
+            devices = self.gpus.take(plan.gpu_count)
+        except FailedPrecondition as exc:
+            raise ProvisionFailed("GpuUnavailable", exc.message) from exc
+        log.info("sandbox %s: assigned GPU(s) %s", plan.sandbox_id, ", ".join(devices))
+        return dataclasses.replace(plan, cdi_devices=tuple(devices), gpu_count=0)
+
+    def _resolve_from(self, plan: Plan, image_id: str, image_user: str) -> Resolved:
+        passwd, group = self._accounts[image_id]
+        limit = userns_id_limit(self.settings, plan.userns)
+        return identity.resolve(
+            plan.workload_user, plan.workload_group, image_user, passwd, group, image_id, id_limit=limit
+        )
+
+    async def resolve_identity(self, plan: Plan, image_id: str, image_user: str) -> Resolved:
+        """The identity the supervisor will select, from the image's own /etc/passwd and
+        /etc/group (read from a never-started container, once per image ID)."""
+        if image_id not in self._accounts:
+            files = await read_image_files(self.podman, image_id, ["/etc/passwd", "/etc/group"], str(self.state_dir))
+            self._accounts[image_id] = tuple((files[p] or b"").decode(errors="replace") for p in files)
+        return self._resolve_from(plan, image_id, image_user)

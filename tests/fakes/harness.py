@@ -1,0 +1,186 @@
+"""An in-process Driver on a fake libpod, in the test's own event loop.
+
+:func:`libpod` is the one place tests build a Podman client for in-process
+driver, observer, provisioning and hub tests.  :class:`Containers` is a small
+model of sandbox containers (list, inspect, wait, stop, start, remove) that the
+fake serves, so those tests can stage states Podman reaches on its own (an
+exit, an OOM kill, a container removed out of band).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from podmand import names, snapshots
+from podmand._proto import compute_driver_pb2 as pb
+from podmand.config import Settings
+from podmand.driver import Driver
+from podmand.events import EventSink
+from podmand.libpod import PodmanClient
+from tests.fakes.libpod import FakeLibpod, Feed, Reply, Request, Stream
+
+
+class Sink:
+    """An event sink that keeps what it is given (podmand's is the hub's inbox)."""
+
+    def __init__(self) -> None:
+        self.events: list[pb.WatchSandboxesEvent] = []
+        self.refreshes: list[tuple[str, str]] = []
+
+    def publish(self, event: pb.WatchSandboxesEvent) -> None:
+        self.events.append(event)
+
+    def refresh(self, container_id: str, sandbox_id: str) -> None:
+        self.refreshes.append((container_id, sandbox_id))
+
+    def reasons(self) -> list[str]:
+        """The reasons of the platform events published, in order."""
+        return [e.platform_event.event.reason for e in self.events if e.WhichOneof("payload") == "platform_event"]
+
+    def sandbox_reasons(self) -> list[str]:
+        """The Ready reasons of the sandbox events published, in order."""
+        return [e.sandbox.sandbox.status.conditions[0].reason for e in self.events
+                if e.WhichOneof("payload") == "sandbox"]
+
+
+def labels_for(sandbox_id: str, workspace: str = "ws") -> dict[str, str]:
+    return {
+        names.MANAGED: "true",
+        names.OWNER: names.OWNER_VALUE,
+        names.SANDBOX_ID: sandbox_id,
+        names.SANDBOX_NAME: f"name-{sandbox_id}",
+        names.SANDBOX_WORKSPACE: workspace,
+        names.INSTANCE: f"inst-{sandbox_id}",
+        names.DRIVER_CONFIG_USED: "false",
+    }
+
+
+class Containers:
+    """Sandbox containers as the fake libpod reports them."""
+
+    def __init__(self, fake: FakeLibpod) -> None:
+        self.fake = fake
+        self.boxes: dict[str, dict[str, Any]] = {}  # container id -> inspect JSON
+        self.waits = Feed(fake)  # one line answers every /wait open at that moment
+        fake.route("POST", "/containers/create", self._create)
+        fake.route("GET", "/containers/json", self._list)
+        fake.route("GET", "/containers/(?P<c>[^/]+)/json", self._inspect)
+        fake.route("DELETE", "/containers/(?P<c>[^/]+)", self._remove)
+        fake.route("POST", "/containers/(?P<c>[^/]+)/wait", lambda _req: Stream(self.waits))
+        fake.route("POST", "/containers/(?P<c>[^/]+)/stop", lambda req: self._set(req, "exited", running=False))
+        fake.route("POST", "/containers/(?P<c>[^/]+)/start", lambda req: self._set(req, "running", running=True))
+
+    def add(self, sandbox_id: str, status: str = "running", *, exit_code: int = 0, oom: bool = False,
+            finished_at: str = "", workspace: str = "ws") -> str:
+        cid = f"{sandbox_id}-cid".ljust(64, "0")
+        self.boxes[cid] = {
+            "Id": cid,
+            "Name": f"openshell-sandbox-{sandbox_id}",
+            "Created": "2026-11-29T17:00:00Z",
+            "State": {"Status": status, "Running": status == "running", "ExitCode": exit_code, "OOMKilled": oom,
+                      "StartedAt": "2026-11-29T17:00:01Z", "FinishedAt": finished_at or "0001-01-01T00:00:00Z"},
+            "Config": {"Labels": labels_for(sandbox_id, workspace)},
+        }
+        return cid
+
+    def _create(self, req: Request) -> Reply:
+        """A sandbox container joins the model (created, not started); an image reader does not."""
+        spec = req.json()
+        sandbox_id = (spec.get("labels") or {}).get(names.SANDBOX_ID)
+        if sandbox_id is None:
+            return 201, {}, {"Id": "reader", "Warnings": []}
+        cid = self.add(sandbox_id, "created")
+        self.boxes[cid]["Config"]["Labels"] = spec["labels"]
+        return 201, {}, {"Id": cid, "Warnings": []}
+
+    def end(self, cid: str, exit_code: int, *, oom: bool = False) -> None:
+        """The container's process ended (Podman's view; no event is sent)."""
+        state = self.boxes[cid]["State"]
+        now = time.strftime("%Y-%m-%dT%H:%M:%S.123456789Z", time.gmtime())
+        state.update(Status="exited", Running=False, ExitCode=exit_code, OOMKilled=oom, FinishedAt=now)
+
+    def _list(self, req: Request) -> Reply:
+        wanted = json.loads(req.query.get("filters", "{}")).get("label", [])
+        out = []
+        for box in self.boxes.values():
+            labels = box["Config"]["Labels"]
+            if all(labels.get(k) == v for k, _, v in (w.partition("=") for w in wanted)):
+                state = box["State"]
+                exited_at = max(0, int(snapshots.epoch(state["FinishedAt"]) or 0))  # whole seconds, as Podman
+                out.append({"Id": box["Id"], "Names": [box["Name"]], "State": state["Status"], "Labels": labels,
+                            "ExitCode": state["ExitCode"], "ExitedAt": exited_at, "Created": box["Created"]})
+        return 200, {}, out
+
+    def _inspect(self, req: Request) -> Reply:
+        box = self.boxes.get(req.path.rsplit("/", 2)[-2])
+        return (200, {}, box) if box else (404, {}, {"message": "no such container"})
+
+    def _remove(self, req: Request) -> Reply:
+        box = self.boxes.pop(req.path.rsplit("/", 1)[-1], None)
+        return (200, {}, [{"Id": box["Id"]}]) if box else (404, {}, {"message": "no such container"})
+
+    def _set(self, req: Request, status: str, *, running: bool) -> Reply:
+        box = self.boxes.get(req.path.rsplit("/", 2)[-2])
+        if box is None:
+            return 404, {}, {"message": "no such container"}
+        box["State"].update(Status=status, Running=running)
+        return 204, {}, b""
+
+
+@contextlib.asynccontextmanager
+async def libpod() -> AsyncIterator[tuple[FakeLibpod, PodmanClient]]:
+    """A fake libpod on this loop and a client talking to it."""
+    with tempfile.TemporaryDirectory(prefix="pdh-", dir="/tmp") as tmp:
+        fake = FakeLibpod()
+        await fake.start(f"{tmp}/podman.sock")
+        client = PodmanClient(fake.path)
+        try:
+            yield fake, client
+        finally:
+            await client.close()
+            await fake.close()
+
+
+@dataclass
+class Rig:
+    driver: Driver
+    fake: FakeLibpod
+    sink: Sink
+    boxes: Containers
+    tmp: Path
+
+
+@contextlib.asynccontextmanager
+async def driver_on(
+    settings: Callable[[Path], Settings] = lambda _tmp: Settings(), sink: EventSink | None = None
+) -> AsyncIterator[Rig]:
+    """A Driver (state directory set up) on a fake libpod; ``settings`` gets a scratch
+    directory; events go to ``sink`` (the hub's inbox) or to a :class:`Sink` (``rig.sink``)."""
+    with tempfile.TemporaryDirectory(prefix="pdd-", dir="/tmp") as tmp:
+        async with libpod() as (fake, client):
+            recorder = Sink()
+            driver = Driver(settings(Path(tmp)), client, Path(tmp) / "state", sink or recorder)
+            driver.files.setup()
+            try:
+                yield Rig(driver, fake, recorder, Containers(fake), Path(tmp))
+            finally:
+                await driver.close()
+
+
+async def eventually(predicate: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
+    """Yield to the loop until ``predicate()`` is truthy; fail at the deadline naming ``what``."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not (value := predicate()):
+        if loop.time() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+    return value

@@ -1,0 +1,279 @@
+"""The Driver in-process on a fake libpod: reads, the exit path, provisioning
+failures, delete and garbage collection (tests/fakes/harness.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podmand import names
+from podmand._proto import compute_driver_pb2 as pb
+from podmand.config import Settings
+from podmand.driver import Driver
+from podmand.errors import NotFound
+from tests.fakes.harness import Rig, Sink, driver_on, eventually
+from tests.fakes.libpod import Request
+
+DEADLINE = 30.0
+IMAGE = "registry.example/app:1"
+
+
+def run(body: Callable[[Rig], Awaitable[None]], settings: Callable[[Path], Settings] = lambda _t: Settings()) -> None:
+    async def main() -> None:
+        async with driver_on(settings) as rig:
+            await body(rig)
+
+    asyncio.run(asyncio.wait_for(main(), DEADLINE))
+
+
+def ready(snap: pb.DriverSandbox) -> str:
+    return snap.status.conditions[0].reason
+
+
+def box(sandbox_id: str) -> pb.DriverSandbox:
+    template = pb.DriverSandboxTemplate(image=IMAGE)
+    return pb.DriverSandbox(id=sandbox_id, name="demo", workspace="ws", spec=pb.DriverSandboxSpec(template=template))
+
+
+# ---------------------------------------------------------------- reads have no side effects
+
+
+def test_get_and_list_read_without_starting_tasks_or_publishing() -> None:
+    async def body(rig: Rig) -> None:
+        cid = rig.boxes.add("sb-1")
+        rig.boxes.add("sb-2", "exited", exit_code=3, finished_at="2026-11-29T17:05:00Z")
+        got = await rig.driver.get("sb-1")
+        listed = await rig.driver.list_sandboxes()
+        assert (got.id, ready(got)) == ("sb-1", "ContainerRunning")
+        assert [(s.id, ready(s)) for s in listed] == [("sb-1", "ContainerRunning"), ("sb-2", "ContainerExited")]
+        assert (await rig.driver.get("sb-2")).status.conditions[0].message == "Container exited with code 3"
+        assert rig.sink.events == [] and rig.sink.refreshes == []  # an exit read is not announced
+        assert len(rig.driver.tasks) == 0 and len(rig.driver.observer) == 0
+        # The event path does what reads must not: an exit waiter, cached facts, the announcement.
+        assert ready(await rig.driver.observe(cid)) == "ContainerRunning"  # type: ignore[arg-type]
+        await rig.driver.snapshot_all()
+        assert len(rig.driver.tasks) == 1 and len(rig.driver.observer) == 2
+        assert rig.sink.reasons() == ["ContainerExited"]
+
+    run(body)
+
+
+def test_get_of_an_unknown_sandbox_is_not_found() -> None:
+    async def body(rig: Rig) -> None:
+        with pytest.raises(NotFound):
+            await rig.driver.get("sb-none")
+        assert len(rig.driver.locks) == 0
+
+    run(body)
+
+
+def test_list_uses_what_the_event_path_learned_from_inspect() -> None:
+    """The list endpoint does not say OOM: a list after an observed OOM kill does."""
+
+    async def body(rig: Rig) -> None:
+        cid = rig.boxes.add("sb-1", "exited", exit_code=137, oom=True, finished_at="2026-11-29T17:05:00Z")
+        assert [ready(s) for s in await rig.driver.list_sandboxes()] == ["ContainerRuntimeRestart"]
+        await rig.driver.observe(cid)
+        assert [ready(s) for s in await rig.driver.list_sandboxes()] == ["OOMKilled"]
+
+    run(body)
+
+
+# ---------------------------------------------------------------- the exit path
+
+
+def test_a_wait_answer_asks_for_a_refresh_and_the_exit_is_announced_once() -> None:
+    async def body(rig: Rig) -> None:
+        cid = rig.boxes.add("sb-1")
+        await rig.driver.observe(cid)
+        await eventually(lambda: rig.boxes.waits.opened == 1, "the exit waiter's /wait")
+        rig.boxes.end(cid, 1)
+        rig.boxes.waits.send(b"1")
+        await eventually(lambda: rig.sink.refreshes, "a refresh from the exit waiter")
+        assert rig.sink.refreshes == [(cid, "sb-1")]
+        await eventually(lambda: len(rig.driver.tasks) == 0, "the exit waiter to end")
+        # What the hub does with the refresh, twice (a died event follows the /wait answer):
+        snaps = [await rig.driver.observe(cid), await rig.driver.observe(cid)]
+        assert [ready(s) for s in snaps if s] == ["ContainerExited", "ContainerExited"]
+        assert rig.sink.reasons() == ["ContainerExited"]
+        warning = rig.sink.events[0].platform_event
+        assert (warning.sandbox_id, warning.event.type) == ("sb-1", "Warning")
+
+    run(body)
+
+
+def test_a_second_run_that_ends_is_announced_again() -> None:
+    async def body(rig: Rig) -> None:
+        cid = rig.boxes.add("sb-1", "exited", exit_code=2, finished_at="2026-11-29T17:05:00Z")
+        await rig.driver.observe(cid)
+        rig.boxes.boxes[cid]["State"].update(Status="exited", FinishedAt="2026-11-29T17:09:00Z", ExitCode=143)
+        await rig.driver.observe(cid)
+        assert rig.sink.reasons() == ["ContainerExited", "ContainerRuntimeRestart"]
+
+    run(body)
+
+
+def test_a_container_gone_is_dropped_from_the_cache() -> None:
+    async def body(rig: Rig) -> None:
+        cid = rig.boxes.add("sb-1", "exited", exit_code=1, finished_at="2026-11-29T17:05:00Z")
+        await rig.driver.observe(cid)
+        del rig.boxes.boxes[cid]
+        assert await rig.driver.observe(cid) is None
+        assert len(rig.driver.observer) == 0
+
+    run(body)
+
+
+# ---------------------------------------------------------------- pending creates
+
+
+def test_a_create_provisions_and_starts_its_container() -> None:
+    async def body(rig: Rig) -> None:
+        identity = await rig.driver.create(box("sb-1"))
+        pending = rig.driver.provisioning.get("sb-1")
+        assert pending is not None and identity == names.runtime_identity(pending.instance, "0")
+        await eventually(lambda: "Started" in rig.sink.reasons(), "the Started event")
+        [cid] = rig.boxes.boxes
+        assert rig.sink.refreshes == [(cid, "sb-1")]  # the hub takes the running snapshot from here
+        assert [r for r in rig.sink.reasons() if r != "Pulling"] == ["Scheduled", "Pulled", "Started"]
+        assert rig.sink.sandbox_reasons() == ["Starting", "Starting", "ContainerStarting"]
+        assert rig.driver.provisioning.get("sb-1") is None
+        assert ready(await rig.driver.get("sb-1")) == "ContainerRunning"
+        assert await rig.driver.create(box("sb-1")) == identity  # an identical retry
+        assert rig.fake.count("POST .*/containers/create") == 3  # two image readers and the sandbox
+
+    run(body)
+
+
+def failing_pulls(rig: Rig, message: str) -> None:
+    """The sandbox image cannot be pulled; the supervisor image can."""
+    default = (200, {"Transfer-Encoding": "chunked"}, b'{"stream":"pulling"}\n')
+
+    def pull(req: Request) -> Any:
+        return (500, {}, {"message": message}) if req.query.get("reference") == IMAGE else default
+
+    rig.fake.route("POST", "/images/pull", pull)
+
+
+def test_a_pull_failure_leaves_a_pending_sandbox_with_its_reason() -> None:
+    async def body(rig: Rig) -> None:
+        failing_pulls(rig, "manifest unknown")
+        await rig.driver.create(box("sb-1"))
+        await eventually(lambda: "ImagePullFailed" in rig.sink.reasons(), "the ImagePullFailed event")
+        snap = await rig.driver.get("sb-1")
+        assert ready(snap) == "ImagePullFailed" and "manifest unknown" in snap.status.conditions[0].message
+        assert rig.sink.reasons()[0] == "Scheduled"
+        assert rig.sink.sandbox_reasons()[0] == "Starting" and rig.sink.sandbox_reasons()[-1] == "ImagePullFailed"
+        assert rig.driver.files.failure("sb-1") == ("ImagePullFailed", snap.status.conditions[0].message)
+        assert [s.id for s in await rig.driver.list_sandboxes()] == ["sb-1"]
+
+    run(body)
+
+
+def test_a_restart_reports_a_terminal_failure_again_without_provisioning() -> None:
+    async def body(rig: Rig) -> None:
+        failing_pulls(rig, "manifest unknown")
+        await rig.driver.create(box("sb-1"))
+        await eventually(lambda: "ImagePullFailed" in rig.sink.reasons(), "the ImagePullFailed event")
+        pulls = rig.fake.count("POST .*/images/pull")
+        again = Driver(rig.driver.settings, rig.driver.podman, rig.driver.state_dir, Sink())
+        try:
+            assert await again.resume() == 0
+            assert ready(await again.get("sb-1")) == "ImagePullFailed"
+            assert rig.fake.count("POST .*/images/pull") == pulls and len(again.tasks) == 0
+        finally:
+            await again.close()
+
+    run(body)
+
+
+def test_stop_before_the_container_exists_ends_provisioning() -> None:
+    async def body(rig: Rig) -> None:
+        rig.fake.block_pulls()
+        await rig.driver.create(box("sb-1"))
+        await eventually(lambda: rig.fake.count("POST .*/images/pull"), "a pull under way")
+        await rig.driver.stop("sb-1")
+        snap = await rig.driver.get("sb-1")
+        assert ready(snap) == "ContainerStopped" and [c.type for c in snap.status.conditions][1:] == [names.SUSPENDED]
+        assert rig.driver.files.stopped_container("sb-1") == "-"
+        await eventually(lambda: len(rig.driver.tasks) == 0, "provisioning to end")
+
+    run(body)
+
+
+# ---------------------------------------------------------------- delete
+
+
+def test_delete_releases_the_lock_caches_and_pending_state() -> None:
+    async def body(rig: Rig) -> None:
+        cid = rig.boxes.add("sb-1", "exited", exit_code=1, finished_at="2026-11-29T17:05:00Z")
+        await rig.driver.observe(cid)
+        rig.fake.block_pulls()
+        await rig.driver.create(box("sb-2"))
+        assert len(rig.driver.observer) == 1 and rig.driver.provisioning.get("sb-2") is not None
+        assert await rig.driver.delete("sb-1") and await rig.driver.delete("sb-2")
+        assert len(rig.driver.locks) == 0 and len(rig.driver.observer) == 0
+        assert rig.driver.provisioning.get("sb-2") is None and len(rig.driver.tasks) == 0
+        deleted = [e.deleted.sandbox_id for e in rig.sink.events if e.WhichOneof("payload") == "deleted"]
+        assert deleted == ["sb-1", "sb-2"] and rig.boxes.boxes == {}
+        assert not (rig.driver.state_dir / "sandboxes" / "sb-2").exists()
+        assert await rig.driver.delete("sb-1") is False
+
+    run(body)
+
+
+def test_forget_cleans_up_after_a_container_removed_out_of_band() -> None:
+    async def body(rig: Rig) -> None:
+        cid = rig.boxes.add("sb-1")
+        rig.driver.files.write("sb-1", "driver.credential", b"x")
+        assert await rig.driver.forget("sb-1") is False  # still there
+        del rig.boxes.boxes[cid]
+        assert await rig.driver.forget("sb-1") is True
+        assert not rig.driver.files.dir("sb-1").exists() and len(rig.driver.locks) == 0
+
+    run(body)
+
+
+# ---------------------------------------------------------------- garbage collection
+
+
+def networks(rig: Rig, *entries: dict[str, Any]) -> None:
+    found = {e["name"]: e for e in entries}
+    rig.fake.route("GET", "/networks/json", (200, {}, list(found.values())))
+    rig.fake.route("GET", "/networks/(?P<n>[^/]+)/json",
+                   lambda req: (200, {}, found[n]) if (n := req.path.rsplit("/", 2)[-2]) in found else (404, {}, {}))
+
+
+def test_garbage_collection_takes_only_old_leftovers_of_vanished_sandboxes() -> None:
+    old = "2026-01-01T00:00:00Z"
+
+    async def body(rig: Rig) -> None:
+        d = rig.driver
+        rig.boxes.add("live", workspace="ws")
+        for sandbox_id in ("live", "vanished", "recent", "pending"):
+            d.files.write(sandbox_id, "driver.credential", b"x")
+        past = time.time() - 7200
+        for sandbox_id in ("live", "vanished", "pending"):
+            os.utime(d.files.dir(sandbox_id), (past, past))
+        rig.fake.block_pulls()
+        await d.create(box("pending"))
+        own = {names.OWNER: names.OWNER_VALUE}
+        networks(
+            rig,
+            {"name": d.networks.name("gone"), "labels": {**own, names.SANDBOX_WORKSPACE: "gone"}, "created": old},
+            {"name": d.networks.name("ws"), "labels": {**own, names.SANDBOX_WORKSPACE: "ws"}, "created": old},
+            {"name": "no-workspace", "labels": own, "created": old},
+        )
+        removed = await d.collect_garbage()
+        assert removed == ["files:vanished", f"network:{d.networks.name('gone')}"]
+        assert rig.fake.count(f"DELETE .*/networks/{d.networks.name('gone')}$") == 1
+        assert rig.fake.count("DELETE .*/networks/") == 1
+        assert {p.name for p in (d.state_dir / "sandboxes").iterdir()} == {"live", "recent", "pending"}
+
+    run(body, lambda _t: Settings(gc_grace=3600))
