@@ -137,16 +137,15 @@ class Containers:
 
 @contextlib.asynccontextmanager
 async def libpod() -> AsyncIterator[tuple[FakeLibpod, PodmanClient]]:
-    """A fake libpod on this loop and a client talking to it."""
-    with tempfile.TemporaryDirectory(prefix="pdh-", dir="/tmp") as tmp:
-        fake = FakeLibpod()
-        await fake.start(f"{tmp}/podman.sock")
-        client = PodmanClient(fake.path)
-        try:
-            yield fake, client
-        finally:
-            await client.close()
-            await fake.close()
+    """A fake libpod and a client talking to it in memory, through its transport seam
+    (no socket: the byte-level door is for tests/faults)."""
+    fake = FakeLibpod()
+    client = PodmanClient(transport=fake.transport())
+    try:
+        yield fake, client
+    finally:
+        await client.close()
+        await fake.close()
 
 
 @dataclass

@@ -405,6 +405,8 @@ class FakeLibpod:
     def transport(self) -> MockTransport:
         """The in-memory door: the same routes (Stream and Hang included), answered on
         the caller's loop with no socket, for driver and hub tests in-process."""
+        if self._loop is None:  # not also serving a socket: Feed and call() use this loop
+            self._loop = asyncio.get_running_loop()
         return MockTransport(self._answer)
 
     async def _answer(self, request: LibpodRequest) -> Response | Streamed:
