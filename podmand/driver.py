@@ -28,6 +28,7 @@ from .libpod import ContainerListEntry, PodmanClient, PodmanError
 from .locks import LockTable
 from .networks import Networks
 from .observer import Observer
+from .pending import Pending
 from .provisioning import Provisioner
 from .spec import Plan, check_name
 from .tasks import Tasks
@@ -144,15 +145,23 @@ class Driver:
     async def stop(self, sandbox_id: str) -> None:
         check_name("sandbox_id", sandbox_id, required=True)  # before any file or Podman call
         async with self.locks[sandbox_id]:
-            entry = await lookup.find(self.podman, sandbox_id)
-            if entry is None:
-                pending = self.provisioning.get(sandbox_id)
-                if pending is None:
-                    raise NotFound("sandbox not found")
-                await self.provisioning.stop_early(pending)
+            entry = await self._container_or_pending(sandbox_id)
+            if isinstance(entry, Pending):
+                await self.provisioning.stop_early(entry)
                 return
             await self._stop_container(sandbox_id, entry)
         self.sink.refresh(entry.id, sandbox_id)
+
+    async def _container_or_pending(self, sandbox_id: str) -> ContainerListEntry | Pending:
+        """The sandbox's container, or else its create still being provisioned; NotFound
+        when it has neither."""
+        entry = await lookup.find(self.podman, sandbox_id)
+        if entry is not None:
+            return entry
+        pending = self.provisioning.get(sandbox_id)
+        if pending is None:
+            raise NotFound("sandbox not found")
+        return pending
 
     async def _stop_container(self, sandbox_id: str, entry: ContainerListEntry) -> None:
         """Stop the sandbox's container and wait for it; reported as stopped (Suspended), not as an exit."""
@@ -206,14 +215,11 @@ class Driver:
             tokens.check_sandbox_token(bundle.supervisor.gateway_token, sandbox_id, where=where)
         identity = self.provisioning.runtime_identity
         async with self.locks[sandbox_id]:
-            entry = await lookup.find(self.podman, sandbox_id)
-            if entry is None:
-                pending = self.provisioning.get(sandbox_id)
-                if pending is None:
-                    raise NotFound("sandbox not found")
-                _check_expected(expected_runtime_identity, pending.instance)
-                await self.provisioning.resume_stopped(pending)  # admission under today's policy
-                return identity(sandbox_id, pending.instance)
+            entry = await self._container_or_pending(sandbox_id)
+            if isinstance(entry, Pending):
+                _check_expected(expected_runtime_identity, entry.instance)
+                await self.provisioning.resume_stopped(entry)  # admission under today's policy
+                return identity(sandbox_id, entry.instance)
             instance = (entry.labels or {}).get(names.INSTANCE, "")
             _check_expected(expected_runtime_identity, instance)
             wanted = generation_id or (bundle.supervisor.runtime_generation if bundle else "")
