@@ -31,6 +31,8 @@ class Pending:
     ready: Condition
     stopped: bool = False
     task: asyncio.Task[None] | None = None
+    # The container create Podman was last sent: it finishes even if provisioning is cancelled.
+    creating: asyncio.Future[tuple[str, list[str]]] | None = None
 
     def snapshot(self) -> pb.DriverSandbox:
         p = self.plan

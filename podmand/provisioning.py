@@ -120,6 +120,10 @@ class Provisioner:
         pending = self._pending.pop(sandbox_id, None)
         if pending is not None:
             await cancel(pending.task)
+            if pending.creating is not None:  # let Podman finish: the delete then finds that container
+                await asyncio.wait([pending.creating])
+                if not pending.creating.cancelled():
+                    pending.creating.exception()  # its failure is the delete's business no more
             if pending.plan.rootfs_tar:
                 rootfs.remove_slot(pending.plan.rootfs_tar, self.settings)
         return pending
@@ -316,7 +320,7 @@ class Provisioner:
                 mount_images=mount_images,
             )
             spec = container_spec(plan, s, prov)
-            container_id = await self._create_container(plan, spec)
+            container_id = await self._create_container(pending, spec)
             self.files.mark_created(plan.sandbox_id, container_id)
         info = await self.podman.inspect_container(container_id)
         if not info.state.running:
@@ -342,9 +346,13 @@ class Provisioner:
         )
         self.sink.refresh(container_id, plan.sandbox_id)
 
-    async def _create_container(self, plan: Plan, spec: dict[str, Any]) -> str:
+    async def _create_container(self, pending: Pending, spec: dict[str, Any]) -> str:
+        plan = pending.plan
+        # Podman carries out a create it was sent even when podmand stops waiting: the
+        # call is shielded and kept on ``pending`` so a delete waits for it (discard).
+        call = pending.creating = asyncio.ensure_future(self.podman.create_container(spec))
         try:
-            container_id, warnings = await self.podman.create_container(spec)
+            container_id, warnings = await asyncio.shield(call)
         except PodmanError as exc:
             # Whatever the status (Podman 4.3.1 says 500, not 409, for a name in
             # use): our own interrupted attempt, found by its labels, is adopted.

@@ -70,7 +70,7 @@ class Containers:
         self.fake = fake
         self.boxes: dict[str, dict[str, Any]] = {}  # container id -> inspect JSON
         self.waits = Feed(fake)  # one line answers every /wait open at that moment
-        fake.route("POST", "/containers/create", self._create)
+        fake.route("POST", "/containers/create", self.create)
         fake.route("GET", "/containers/json", self._list)
         fake.route("GET", "/containers/(?P<c>[^/]+)/json", self._inspect)
         fake.route("DELETE", "/containers/(?P<c>[^/]+)", self._remove)
@@ -91,7 +91,7 @@ class Containers:
         }
         return cid
 
-    def _create(self, req: Request) -> Reply:
+    def create(self, req: Request) -> Reply:
         """A sandbox container joins the model (created, not started); an image reader does not."""
         spec = req.json()
         sandbox_id = (spec.get("labels") or {}).get(names.SANDBOX_ID)

@@ -228,6 +228,34 @@ def test_delete_releases_the_lock_caches_and_pending_state() -> None:
     run(body)
 
 
+def test_delete_during_a_container_create_waits_for_podman_and_removes_that_container() -> None:
+    """Podman finishes a create it was sent even when provisioning is cancelled: the
+    delete waits for it, so the container it made is found and removed, not left behind."""
+
+    async def body(rig: Rig) -> None:
+        sent, release = asyncio.Event(), asyncio.Event()
+
+        async def slow_create(req: Request) -> Any:
+            if (req.json().get("labels") or {}).get(names.SANDBOX_ID) == "sb-1":
+                sent.set()
+                await release.wait()
+            return rig.boxes.create(req)
+
+        rig.fake.route("POST", "/containers/create", slow_create)
+        await rig.driver.create(box("sb-1"))
+        await asyncio.wait_for(sent.wait(), DEADLINE)
+        deleting = asyncio.ensure_future(rig.driver.delete("sb-1"))
+        await eventually(lambda: rig.driver.provisioning.get("sb-1") is None, "the pending create discarded")
+        assert not deleting.done()  # still waiting for Podman's answer to the create
+        release.set()
+        assert await deleting
+        assert rig.boxes.boxes == {}  # the container Podman made after all is gone too
+        with pytest.raises(NotFound):
+            await rig.driver.get("sb-1")
+
+    run(body)
+
+
 def test_forget_cleans_up_after_a_container_removed_out_of_band() -> None:
     async def body(rig: Rig) -> None:
         cid = rig.boxes.add("sb-1")
