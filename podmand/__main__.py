@@ -15,10 +15,11 @@ import os
 import sys
 from typing import Any
 
-from . import config, logs, versions
+from . import config, logs
+from .cli import versions
 from .errors import StartupError
 
-# Subcommands living in their own modules: each has add_parser(subparsers) and run(args) -> int.
+# Subcommands living in their own modules of podmand.cli: each has add_parser(subparsers) and run(args) -> int.
 TOOLS = ("ctl", "doctor", "health", "completion")
 COMMANDS = ("serve", *TOOLS)
 _TOP_LEVEL = ("-h", "--help", "--version")
@@ -59,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
     )
     config.add_arguments(serve)
     for name in TOOLS:
-        importlib.import_module(f"podmand.{name}").add_parser(sub)
+        importlib.import_module(f"podmand.cli.{name}").add_parser(sub)
     return p
 
 
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(with_default_command(sys.argv[1:] if argv is None else argv))
     command = args.__dict__.pop("command")
     if command in TOOLS:
-        result: int = importlib.import_module(f"podmand.{command}").run(args)
+        result: int = importlib.import_module(f"podmand.cli.{command}").run(args)
         return result
     try:
         return serve_main(config.load(args))

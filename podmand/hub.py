@@ -20,10 +20,10 @@ import grpc
 
 from . import names
 from ._proto import compute_driver_pb2 as pb
+from .driver.events import deleted_event, sandbox_event
+from .driver.observer import changes_state
 from .errors import Unavailable
-from .events import deleted_event, sandbox_event
 from .libpod import BadEvent, Event, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
-from .observer import changes_state
 
 log = logging.getLogger("podmand.hub")
 

@@ -23,7 +23,7 @@ from podmand import names, snapshots
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
-from podmand.events import EventSink
+from podmand.driver.events import EventSink
 from podmand.libpod import PodmanClient
 from tests.fakes.libpod import FakeLibpod, Feed, Reply, Request, Stream
 

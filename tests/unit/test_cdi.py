@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from podmand import cdi, negotiation
+from podmand.cli.doctorchecks import check_gpus
 from podmand.config import Settings
-from podmand.doctorchecks import check_gpus
 from podmand.errors import DriverError, FailedPrecondition
 
 # What NVIDIA's toolkit writes (nvidia-ctk cdi generate), shortened: block YAML, nested

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from podmand import completion
 from podmand.__main__ import parser
+from podmand.cli import completion
 
 
 def complete(script: str, *words: str) -> list[str]:

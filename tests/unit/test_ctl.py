@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-import podmand
-from podmand import ctlerrors
+import podmand.cli
 from podmand.__main__ import parser
 from podmand._proto import compute_driver_pb2 as pb
-from podmand.ctlcmds import Ctl
-from podmand.ctlpodman import Demux
+from podmand.cli import ctlerrors
+from podmand.cli.ctlcmds import Ctl
+from podmand.cli.ctlpodman import Demux
 
 
 def parse(*argv: str):  # type: ignore[no-untyped-def]
@@ -152,7 +152,7 @@ def test_timeout_must_be_finite_and_positive(value: str, capsys: pytest.CaptureF
 
 
 def test_a_token_file_that_is_not_text_is_a_usage_error(tmp_path: Path) -> None:
-    from podmand.ctl import Usage, build_sandbox
+    from podmand.cli.ctl import Usage, build_sandbox
 
     bad = tmp_path / "token"
     bad.write_bytes(b"\xff\xfe")
@@ -173,7 +173,7 @@ def test_a_pull_under_way_outlasts_a_short_timeout(capsys: pytest.CaptureFixture
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """podmand repeats Pulling only every HEARTBEAT s while Podman downloads a layer in
     silence: after a Pulling event the wait allows 1.5 heartbeats even with a shorter --timeout."""
-    from podmand import ctlcmds
+    from podmand.cli import ctlcmds
 
     monkeypatch.setattr(ctlcmds, "HEARTBEAT", 0.4)
     pulling = pb.WatchSandboxesEvent(platform_event=pb.WatchSandboxesPlatformEvent(
@@ -194,8 +194,8 @@ def test_a_pull_under_way_outlasts_a_short_timeout(capsys: pytest.CaptureFixture
 
 
 def test_ctl_modules_never_fall_back_to_any() -> None:
-    """Strict mypy checks ctl only as far as its types are real: typing.Any appears in none of ctl*.py."""
-    paths = sorted(Path(podmand.__file__).parent.glob("ctl*.py"))
+    """Strict mypy checks ctl only as far as its types are real: typing.Any appears in none of cli/ctl*.py."""
+    paths = sorted(Path(podmand.cli.__file__).parent.glob("ctl*.py"))
     assert len(paths) >= 5
     for path in paths:
         tree = ast.parse(path.read_text())

@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from podmand import ctlview, names, pullprogress
+from podmand import names, pullprogress
 from podmand._proto import compute_driver_pb2 as pb
-from podmand.ctlcmds import Steps
-from podmand.ctlpodman import Facts, PastEvent
+from podmand.cli import ctlview
+from podmand.cli.ctlcmds import Steps
+from podmand.cli.ctlpodman import Facts, PastEvent
 
 LONG = "image pull failed: " + "x" * 150 + " END-OF-MESSAGE"
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)

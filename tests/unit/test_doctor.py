@@ -1,4 +1,4 @@
-"""Unit tests for podmand.doctor: the decisions, from injected facts, and the output."""
+"""Unit tests for podmand.cli.doctor: the decisions, from injected facts, and the output."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from podmand import doctor
 from podmand.autostart import StorageFacts
-from podmand.discovery import Attempt
-from podmand.doctorchecks import (
+from podmand.cli import doctor
+from podmand.cli.doctorchecks import (
     Check,
     DriverSocketFact,
     ImageFact,
@@ -27,7 +26,7 @@ from podmand.doctorchecks import (
     check_tun,
     parse_subids,
 )
-from podmand.doctorpodman import (
+from podmand.cli.doctorpodman import (
     check_new_store,
     check_quadlet,
     check_runtime_dir,
@@ -35,6 +34,7 @@ from podmand.doctorpodman import (
     check_storage,
     check_version,
 )
+from podmand.discovery import Attempt
 from podmand.libpod import Info, PodmanClient, Timeouts
 from podmand.rundir import RuntimeDir
 from tests.fakes.libpod import FakeLibpod, Hang

@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
+from podmand.driver.observer import changes_state
 from podmand.hub import End, Hub, Inbox, Lost, PodmanEvent, Publish, Refresh, Stream
 from podmand.libpod import Event, EventActor
-from podmand.observer import changes_state
 from tests.fakes.harness import Rig, driver_on, labels_for
 
 DEADLINE = 30.0

@@ -15,8 +15,8 @@ import pytest
 
 from podmand import names, snapshots
 from podmand._proto import compute_driver_pb2 as pb
+from podmand.driver.events import deleted_event, platform_event, sandbox_event
 from podmand.errors import Unavailable
-from podmand.events import deleted_event, platform_event, sandbox_event
 from podmand.hub import End, Hub, Inbox, Lost, Resync, Stream, Unreadable
 from podmand.libpod import PodmanError
 

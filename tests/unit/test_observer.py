@@ -1,11 +1,11 @@
-"""Unit tests for podmand.observer: when an exit happened before podmand watched."""
+"""Unit tests for podmand.driver.observer: when an exit happened before podmand watched."""
 
 from __future__ import annotations
 
 import asyncio
 
-from podmand import observer
 from podmand.config import Settings
+from podmand.driver import observer
 from tests.fakes.harness import driver_on
 
 SINCE = 1_795_972_800.5  # 2026-11-29T17:20:00.5Z

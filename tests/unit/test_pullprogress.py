@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from podmand import names, pullprogress, pulls
+from podmand import names, pullprogress
+from podmand.driver import pulls
 from podmand.libpod import PodmanError, PullLine
 
 # What Podman 4.3.1's /libpod/images/pull sent for a one-layer image from a local registry.

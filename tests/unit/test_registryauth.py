@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from podmand import pulls, registryauth
+from podmand import registryauth
 from podmand.config import ConfigError, Settings
+from podmand.driver import pulls
+from podmand.driver.pending import ProvisionFailed
 from podmand.libpod import ImageInspect, PodmanError
-from podmand.pending import ProvisionFailed
 
 PASSWORD = "s3cret-Pässword:with:colons"
 # What Podman 4.3.1 says when the registry refuses the pull's credentials (or wanted some).

@@ -16,8 +16,8 @@ from podmand import drivercfg, names, negotiation, rootfs, snapshots, spec
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import ConfigError, Settings
 from podmand.driver import Driver
+from podmand.driver.pending import Pending
 from podmand.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from podmand.pending import Pending
 from podmand.snapshots import Condition
 from tests.fakes import harness
 from tests.fakes.libpod import FakeLibpod

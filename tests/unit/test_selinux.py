@@ -10,8 +10,8 @@ import pytest
 
 from podmand import names, selinux, spec
 from podmand._proto import compute_driver_pb2 as pb
+from podmand.cli.doctorchecks import check_selinux
 from podmand.config import Settings
-from podmand.doctorchecks import check_selinux
 from podmand.identity import Resolved
 from podmand.libpod import Info
 from tests.jwt import make_token

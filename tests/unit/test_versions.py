@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from podmand import __version__, discovery, versions
+from podmand import __version__, discovery
+from podmand.cli import versions
 
 VERSION = {"Version": "4.3.1", "ApiVersion": "1.41",
            "Components": [{"Name": "Podman Engine", "Details": {"APIVersion": "4.3.1"}}]}

@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TextIO
 
-from . import names, pullprogress, snapshots
+from .. import names, pullprogress, snapshots
 
 if TYPE_CHECKING:  # protobuf loads when a command needs it, not at start-up
     from google.protobuf.message import Message
     from google.protobuf.timestamp_pb2 import Timestamp
 
-    from ._proto import compute_driver_pb2 as pb
+    from .._proto import compute_driver_pb2 as pb
     from .ctlpodman import Facts, PastEvent
 
 MESSAGE_WIDTH = 60

@@ -20,8 +20,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from . import autostart, cdi, config, hostpaths, rundir, selinux
-from .discovery import Attempt, candidates, podman_socket_in, probe
+from .. import autostart, cdi, config, hostpaths, rundir, selinux
+from ..discovery import Attempt, candidates, podman_socket_in, probe
+from ..libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 from .doctorchecks import (
     TUN,
     Check,
@@ -47,7 +48,6 @@ from .doctorpodman import (
     check_storage,
     check_version,
 )
-from .libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 
 CONTAINER_MARKERS = ("/run/.containerenv", "/.dockerenv")  # Podman's, Docker's
 

@@ -10,7 +10,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from . import __version__
+from .. import __version__
 
 PODMAN_BUDGET = 1.0  # seconds the whole Podman part may take
 
@@ -33,8 +33,8 @@ def _grpc() -> str:
 async def _podman() -> str:
     import msgspec
 
-    from .discovery import NoPodmanSocket, discover
-    from .libpod import PodmanClient, Timeouts
+    from ..discovery import NoPodmanSocket, discover
+    from ..libpod import PodmanClient, Timeouts
 
     try:  # the socket serve would use, without waiting for one that does not answer yet
         path = await discover(os.environ.get("OPENSHELL_PODMAN_SOCKET", ""), 0.0)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import names
-from .libpod import ContainerListEntry, PodmanClient
+from .. import names
+from ..libpod import ContainerListEntry, PodmanClient
 
 
 async def containers(podman: PodmanClient, sandbox_id: str | None = None) -> list[ContainerListEntry]:

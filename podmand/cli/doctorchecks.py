@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from . import cdi, hostpaths, selinux
+from .. import cdi, hostpaths, selinux
 
 Status = Literal["OK", "WARN", "FAIL"]
 AUTO_SIZE = 1024  # podman's default --userns=auto size

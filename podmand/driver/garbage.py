@@ -13,12 +13,13 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import imagefiles, lookup, names, rootfs, snapshots
-from .config import Settings
-from .files import SandboxFiles
-from .imagefiles import READER_PREFIX
-from .libpod import PodmanClient, PodmanError
-from .locks import LockTable
+from .. import imagefiles, names, rootfs, snapshots
+from ..config import Settings
+from ..files import SandboxFiles
+from ..imagefiles import READER_PREFIX
+from ..libpod import PodmanClient, PodmanError
+from ..locks import LockTable
+from . import lookup
 from .networks import Networks
 
 log = logging.getLogger("podmand.driver")

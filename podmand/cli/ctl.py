@@ -18,12 +18,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from . import __version__
-from .config import driver_socket
+from .. import __version__
+from ..config import driver_socket
 
 if TYPE_CHECKING:  # protobuf loads when a command needs it, not at start-up
-    from ._proto import compute_driver_pb2 as pb
-    from ._proto import extension_pb2 as ext
+    from .._proto import compute_driver_pb2 as pb
+    from .._proto import extension_pb2 as ext
 
 IMPLEMENTATION_NAME = "podmand/ctl"
 
@@ -150,7 +150,7 @@ def build_sandbox(args: argparse.Namespace) -> pb.DriverSandbox:
     """The DriverSandbox a ``create`` command line describes."""
     from google.protobuf import json_format
 
-    from ._proto import compute_driver_pb2 as pb
+    from .._proto import compute_driver_pb2 as pb
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -195,8 +195,8 @@ def build_sandbox(args: argparse.Namespace) -> pb.DriverSandbox:
 
 def gateway_metadata() -> ext.PeerMetadata:
     """ctl asks as a gateway would: the same protocol and capabilities."""
-    from ._proto import extension_pb2 as ext
-    from .negotiation import CONTRACT, LAUNCH_AUTHENTICATION, PROTOCOL_MAJOR, PROTOCOL_MINOR
+    from .._proto import extension_pb2 as ext
+    from ..negotiation import CONTRACT, LAUNCH_AUTHENTICATION, PROTOCOL_MAJOR, PROTOCOL_MINOR
 
     return ext.PeerMetadata(
         protocol_version=ext.ProtocolVersion(major=PROTOCOL_MAJOR, minor=PROTOCOL_MINOR),
@@ -221,10 +221,10 @@ def redact(sandbox: pb.DriverSandbox) -> pb.DriverSandbox:
 def run(args: argparse.Namespace) -> int:
     import grpc
 
+    from ..discovery import NoPodmanSocket
+    from ..libpod import PodmanError, PodmanUnavailable
     from .ctlcmds import Ctl
     from .ctlerrors import message
-    from .discovery import NoPodmanSocket
-    from .libpod import PodmanError, PodmanUnavailable
 
     path = driver_socket(args.socket)
     command: str = args.ctl_command

@@ -7,15 +7,15 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from . import admission, cdi, identity, rootfs
-from ._proto import compute_driver_pb2 as pb
-from .config import Settings
-from .errors import FailedPrecondition
-from .identity import Resolved
-from .imagefiles import read_image_files
-from .libpod import PodmanClient, PodmanError
+from .. import admission, cdi, identity, rootfs
+from .._proto import compute_driver_pb2 as pb
+from ..config import Settings
+from ..errors import FailedPrecondition
+from ..identity import Resolved
+from ..imagefiles import read_image_files
+from ..libpod import PodmanClient, PodmanError
+from ..spec import Plan, userns_id_limit, validate
 from .pending import ProvisionFailed
-from .spec import Plan, userns_id_limit, validate
 
 log = logging.getLogger("podmand.driver")
 

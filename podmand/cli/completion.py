@@ -99,7 +99,7 @@ def zsh(parser: argparse.ArgumentParser, prog: str = "podmand") -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .__main__ import parser
+    from ..__main__ import parser
 
     sys.stdout.write(bash(parser()) if args.shell == "bash" else zsh(parser()))
     return 0

@@ -15,22 +15,23 @@ import time
 import uuid
 from pathlib import Path
 
-from . import admission, lookup, names, records, tokens
-from ._proto import compute_driver_pb2 as pb
-from .cdi import GpuSelector
-from .config import Settings
-from .credentials import BadCredential, CredentialSigner
-from .errors import DriverError, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
+from .. import admission, names, tokens
+from .._proto import compute_driver_pb2 as pb
+from ..cdi import GpuSelector
+from ..config import Settings
+from ..credentials import BadCredential, CredentialSigner
+from ..errors import DriverError, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
+from ..files import SandboxFiles
+from ..libpod import ContainerListEntry, PodmanClient, PodmanError
+from ..locks import LockTable
+from ..spec import Plan, check_name
+from . import lookup, records
 from .events import EventSink, deleted_event
-from .files import SandboxFiles
 from .garbage import Collector, remove_rootfs_image
-from .libpod import ContainerListEntry, PodmanClient, PodmanError
-from .locks import LockTable
 from .networks import Networks
 from .observer import Observer
 from .pending import Pending
 from .provisioning import Provisioner
-from .spec import Plan, check_name
 from .tasks import Tasks
 from .validation import Validator
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .config import driver_socket
+from ..config import driver_socket
 
 SERVICE = "openshell.compute.v1.ComputeDriver"
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import BinaryIO
 
-from . import names
+from .. import names
+from ..discovery import discover
+from ..libpod import PodmanClient, Timeouts
 from .ctlview import parse_time
-from .discovery import discover
-from .libpod import PodmanClient, Timeouts
 
 
 @dataclass
@@ -50,7 +50,7 @@ def socket_path(explicit: str | None) -> str:
 
 def _intent(labels: dict[str, str]) -> tuple[str, list[str]]:
     """(image, command) of the recorded create request ('' image: the driver's default)."""
-    from .spec import decode_intent
+    from ..spec import decode_intent
 
     try:
         box = decode_intent(labels.get(names.INTENT, ""))

@@ -7,12 +7,13 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from . import lookup, names
-from .config import Settings
-from .errors import FailedPrecondition
-from .libpod import PodmanClient, PodmanError
-from .locks import Hold, LockTable
-from .spec import check_name
+from .. import names
+from ..config import Settings
+from ..errors import FailedPrecondition
+from ..libpod import PodmanClient, PodmanError
+from ..locks import Hold, LockTable
+from ..spec import check_name
+from . import lookup
 
 log = logging.getLogger("podmand.driver")
 

@@ -2,7 +2,7 @@
 
 Once records.py has recorded a create, pulling, importing, creating and
 starting continue in a task and are reported on the watch stream.  Until its
-container exists a sandbox is :class:`~podmand.pending.Pending`, owned here.
+container exists a sandbox is :class:`~podmand.driver.pending.Pending`, owned here.
 """
 
 from __future__ import annotations
@@ -15,27 +15,27 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import admission, names, proxy, rootfs, selinux, snapshots
-from ._proto import compute_driver_pb2 as pb
-from .config import Settings
-from .credentials import CredentialSigner
-from .errors import DriverError, FailedPrecondition, InvalidArgument
-from .events import EventSink, platform_event, sandbox_event
-from .files import SandboxFiles
-from .libpod import ImageInspect, PodmanClient, PodmanError, PodmanUnavailable
-from .locks import LockTable
-from .lookup import find
-from .networks import Networks
-from .pending import STOPPED_EARLY, STOPPED_EARLY_MESSAGE, Pending, ProvisionFailed
-from .pulls import Puller, supervisor_pull_policy
-from .snapshots import Condition
-from .spec import (
+from .. import admission, names, proxy, rootfs, selinux, snapshots
+from .._proto import compute_driver_pb2 as pb
+from ..config import Settings
+from ..credentials import CredentialSigner
+from ..errors import DriverError, FailedPrecondition, InvalidArgument
+from ..files import SandboxFiles
+from ..libpod import ImageInspect, PodmanClient, PodmanError, PodmanUnavailable
+from ..locks import LockTable
+from ..snapshots import Condition
+from ..spec import (
     Plan,
     Provision,
     container_spec,
     filtered_user_env,
 )
-from .supervisor import SupervisorCache
+from ..supervisor import SupervisorCache
+from .events import EventSink, platform_event, sandbox_event
+from .lookup import find
+from .networks import Networks
+from .pending import STOPPED_EARLY, STOPPED_EARLY_MESSAGE, Pending, ProvisionFailed
+from .pulls import Puller, supervisor_pull_policy
 from .tasks import Tasks, cancel
 from .validation import Validator
 

@@ -13,16 +13,17 @@ import logging
 import uuid
 from pathlib import Path
 
-from . import lookup, names, rootfs, snapshots
-from ._proto import compute_driver_pb2 as pb
-from .config import Settings
-from .errors import AlreadyExists, DriverError
+from .. import names, rootfs, snapshots
+from .._proto import compute_driver_pb2 as pb
+from ..config import Settings
+from ..errors import AlreadyExists, DriverError
+from ..libpod import ContainerListEntry, PodmanError, PodmanUnavailable
+from ..snapshots import Condition
+from ..spec import Plan, decode_intent, gateway_token, intent_labels, validate
+from . import lookup
 from .garbage import remove_stale_readers
-from .libpod import ContainerListEntry, PodmanError, PodmanUnavailable
 from .pending import STOPPED_EARLY, STOPPED_EARLY_MESSAGE, Pending
 from .provisioning import Provisioner
-from .snapshots import Condition
-from .spec import Plan, decode_intent, gateway_token, intent_labels, validate
 
 log = logging.getLogger("podmand.driver")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import re
 
-from . import autostart, rundir
-from .discovery import Attempt
+from .. import autostart, rundir
+from ..discovery import Attempt
 from .doctorchecks import Check, fail, not_checked, ok, warn
 
 MIN_VERSION = (4, 3)

@@ -17,12 +17,11 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from . import fence, names, snapshots
-from ._proto import compute_driver_pb2 as pb
-from .config import Settings
-from .events import EventSink, platform_event
-from .files import SandboxFiles
-from .libpod import (
+from .. import fence, names, snapshots
+from .._proto import compute_driver_pb2 as pb
+from ..config import Settings
+from ..files import SandboxFiles
+from ..libpod import (
     ContainerInspect,
     ContainerListEntry,
     Event,
@@ -31,6 +30,7 @@ from .libpod import (
     PodmanError,
     PodmanUnavailable,
 )
+from .events import EventSink, platform_event
 from .tasks import Tasks
 
 # libpod says "died" for a natural exit ("die" only on the Docker-compat API).

@@ -8,14 +8,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import registryauth
-from .config import Settings
+from .. import registryauth
+from ..config import Settings
+from ..libpod import ImageInspect, PodmanClient, PodmanError, PodmanUnavailable
+from ..pullprogress import HEARTBEAT as PULL_HEARTBEAT
+from ..pullprogress import REASON as PULLING
+from ..pullprogress import Inactivity, PullProgress, PullStalled
 from .events import EventSink, platform_event
-from .libpod import ImageInspect, PodmanClient, PodmanError, PodmanUnavailable
 from .pending import ProvisionFailed
-from .pullprogress import HEARTBEAT as PULL_HEARTBEAT
-from .pullprogress import REASON as PULLING
-from .pullprogress import Inactivity, PullProgress, PullStalled
 
 
 def supervisor_pull_policy(image: str) -> str:

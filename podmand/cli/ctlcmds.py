@@ -16,12 +16,12 @@ from typing import TextIO
 
 import grpc
 
+from .._proto import compute_driver_pb2 as pb
+from .._proto import compute_driver_pb2_grpc as pb_grpc
+from ..pullprogress import HEARTBEAT
 from . import ctlpodman, ctlview
-from ._proto import compute_driver_pb2 as pb
-from ._proto import compute_driver_pb2_grpc as pb_grpc
 from .ctl import build_sandbox, gateway_metadata, redact
 from .ctlview import emit_json, to_dict
-from .pullprogress import HEARTBEAT
 
 RETRY_CODES = ("UNAVAILABLE", "CANCELLED", "RESOURCE_EXHAUSTED", "INTERNAL", "UNKNOWN")
 MAX_BACKOFF = 10.0
@@ -125,8 +125,8 @@ class Ctl:
         return 0
 
     def do_list(self) -> int:
-        from .discovery import NoPodmanSocket
-        from .libpod import PodmanError, PodmanUnavailable
+        from ..discovery import NoPodmanSocket
+        from ..libpod import PodmanError, PodmanUnavailable
 
         answer: pb.ListSandboxesResponse = self.stub.ListSandboxes(pb.ListSandboxesRequest(), timeout=self.timeout)
         boxes = sorted(answer.sandboxes, key=lambda b: (b.workspace, b.name, b.id))
@@ -157,8 +157,8 @@ class Ctl:
         return 0
 
     def do_describe(self) -> int:
-        from .discovery import NoPodmanSocket
-        from .libpod import PodmanError, PodmanUnavailable
+        from ..discovery import NoPodmanSocket
+        from ..libpod import PodmanError, PodmanUnavailable
 
         answer: pb.GetSandboxResponse = self.stub.GetSandbox(
             pb.GetSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout
@@ -181,7 +181,7 @@ class Ctl:
         return 0
 
     def do_logs(self) -> int:
-        from .names import is_id
+        from ..names import is_id
 
         if not is_id(self.args.id):
             print(f"podmand ctl logs: {self.args.id!r} is not a sandbox id", file=sys.stderr)
@@ -249,7 +249,7 @@ class Ctl:
     def _wait(self, stream: Iterable[pb.WatchSandboxesEvent], sandbox_id: str, identity: str) -> int:
         """Follow the sandbox until Ready=True or a Ready=False that will not recover,
         showing each step; give up only after ``timeout`` s without news of it."""
-        from .names import TRANSIENT_REASONS
+        from ..names import TRANSIENT_REASONS
 
         events: queue.Queue[Pumped] = queue.Queue()
         threading.Thread(target=_pump, args=(stream, events), daemon=True).start()
