@@ -15,12 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-import msgspec
-
 from . import names
 from .config import Settings, default_socket
 from .errors import FailedPrecondition
-from .libpod import PodmanClient, PodmanError, quote
+from .libpod import PodmanClient, VolumeInspect
 
 WORKSPACE_PLACEHOLDER = "${workspace}"
 NOT_ADMITTED = "external resource not admitted by required labels"
@@ -102,26 +100,7 @@ def check_host_path(where: str, source: str, protected: Iterable[str]) -> None:
 # ---------------------------------------------------------------- named volumes
 
 
-class VolumeFacts(msgspec.Struct, rename="pascal"):
-    """What admission needs of ``GET /volumes/{name}/json``."""
-
-    name: str
-    driver: str = ""
-    labels: dict[str, str] | None = None
-    options: dict[str, str] | None = None
-
-
-async def inspect_volume(podman: PodmanClient, name: str) -> VolumeFacts | None:
-    resp = await podman.request("GET", f"/volumes/{quote(name)}/json")
-    if resp.status >= 400:
-        error = PodmanError(resp.status, resp.error_message())
-        if error.gone:
-            return None
-        raise error
-    return msgspec.json.decode(resp.body, type=VolumeFacts)
-
-
-def host_source(facts: VolumeFacts) -> str | None:
+def host_source(facts: VolumeInspect) -> str | None:
     """The host path a ``local`` volume mounts (``o=bind``, or a device), else None."""
     if facts.driver not in ("", "local"):
         return None
@@ -136,7 +115,7 @@ def host_source(facts: VolumeFacts) -> str | None:
 
 
 def check_volume(
-    facts: VolumeFacts, pol: Policy, workspace: str, *, enable_bind_mounts: bool, protected: Iterable[str]
+    facts: VolumeInspect, pol: Policy, workspace: str, *, enable_bind_mounts: bool, protected: Iterable[str]
 ) -> None:
     """A named volume may be attached: not a hidden host bind, and labelled as admission requires."""
     label = f"podman volume {facts.name!r}"
@@ -170,7 +149,7 @@ async def admit_volumes(
     """Check each ``(where, volume name)``; the error names ``where``."""
     own = tuple(protected)
     for where, name in volumes:
-        facts = await inspect_volume(podman, name)
+        facts = await podman.inspect_volume(name)
         prefix = f"{where}: " if where else ""
         if facts is None:
             raise FailedPrecondition(f"{prefix}podman volume {name!r} does not exist")
@@ -180,19 +159,9 @@ async def admit_volumes(
             raise FailedPrecondition(prefix + exc.message) from exc
 
 
-class _Mount(msgspec.Struct, rename="pascal"):
-    type: str = ""
-    name: str = ""
-
-
-class _Inspect(msgspec.Struct, rename="pascal"):
-    mounts: list[_Mount] | None = None
-
-
 async def attached_volumes(podman: PodmanClient, container_id: str, sandbox_id: str) -> list[str]:
     """Named volumes a sandbox's container has, besides its own workspace volume."""
-    resp = await podman.call("GET", f"/containers/{quote(container_id)}/json")
-    info = msgspec.json.decode(resp.body, type=_Inspect)
+    info = await podman.inspect_container(container_id)
     own = names.volume_name(sandbox_id)
     return [m.name for m in info.mounts or () if m.type == "volume" and m.name and m.name != own]
 

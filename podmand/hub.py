@@ -127,6 +127,12 @@ class Resync:
 
 
 @dataclass(frozen=True)
+class Look:
+    """Observe every sandbox once (on connecting): containers running since before get
+    their exit waiters, whether or not anyone watches."""
+
+
+@dataclass(frozen=True)
 class PodmanEvent:
     event: Event
 
@@ -145,7 +151,7 @@ class Lost:
     error: Exception | None
 
 
-Message = Publish | Refresh | Subscribe | Resync | PodmanEvent | Unreadable | Lost
+Message = Publish | Refresh | Subscribe | Resync | Look | PodmanEvent | Unreadable | Lost
 
 
 class Inbox:
@@ -223,6 +229,7 @@ class Hub:
                     self._down = False
                     self.link(True)
                     delay = 0.25
+                    self.inbox.put(Look())
                     pump = asyncio.create_task(self._pump(events))
                     ticker = asyncio.create_task(self._tick())
                     try:
@@ -297,6 +304,8 @@ class Hub:
                 await self._observe(container_id, sandbox_id)
             case Resync():
                 await self._resync()
+            case Look():
+                await self._look()
             case Unreadable(bad):
                 await self._unreadable_event(bad)
             case PodmanEvent(event) if changes_state(event):
@@ -336,10 +345,14 @@ class Hub:
             log.debug("watch: skipped another unreadable event of %s", who)
         await self._resync()
 
-    async def _resync(self) -> None:
+    async def _look(self) -> list[pb.DriverSandbox]:
         snaps = await self.sandboxes.snapshot_all()
         for snap in snaps:
             self._emit(sandbox_event(snap))
+        return snaps
+
+    async def _resync(self) -> None:
+        snaps = await self._look()
         present = {s.id for s in snaps}
         told = {sid for stream in self._streams for sid, value in stream.seen.items() if value != b"deleted"}
         for sandbox_id in sorted(told - present):

@@ -27,9 +27,11 @@ class Stop:
         self.asked = asyncio.Event()
         self.forced = asyncio.Event()
         self.status = 0
+        self._signalled = False  # a crash asks too; only a second *signal* forces
 
     def on_signal(self, sig: signal.Signals) -> None:
-        if not self.asked.is_set():
+        if not self._signalled:
+            self._signalled = True
             self.asked.set()
             return
         if not self.forced.is_set():

@@ -19,6 +19,11 @@ _MIN_SECONDS = -62135596800
 _MAX_SECONDS = 253402300799
 
 
+# Podman states in which a container marked stopped reads as stopped (Suspended): one
+# never started ("created", "configured": a stop during its create) counts as well.
+STOPPED_STATES = ("exited", "stopped", "stopping", "created", "configured")
+
+
 def timestamp(seconds: int, nanos: int = 0) -> Timestamp | None:
     """A canonical Timestamp, or None for Go's zero time and other junk."""
     if seconds <= 0 or not _MIN_SECONDS <= seconds <= _MAX_SECONDS or not 0 <= nanos < 10**9:
@@ -205,7 +210,7 @@ def from_inspect(
 ) -> pb.DriverSandbox:
     """``unwatched``: the container ended before podmand was watching (the observer knows)."""
     state = info.state
-    stopped = stopped and state.status in ("exited", "stopped", "stopping")
+    stopped = stopped and state.status in STOPPED_STATES
     ready = ready_from_state(
         state.status,
         exit_code=state.exit_code,
@@ -239,7 +244,7 @@ def from_list_entry(
 ) -> pb.DriverSandbox:
     """``health``, ``oom`` and ``unwatched`` come from the observer: the list
     endpoint lacks the first two (and has exit times in whole seconds only)."""
-    stopped = stopped and entry.state in ("exited", "stopped", "stopping")
+    stopped = stopped and entry.state in STOPPED_STATES
     ready = ready_from_state(
         entry.state,
         exit_code=entry.exit_code,

@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     import grpc
 
     from ..discovery import NoPodmanSocket
-    from ..libpod import PodmanError, PodmanUnavailable
+    from ..libpod import PodmanError, PodmanUnavailable, PodmanUnreadable
     from .ctlcmds import Ctl
     from .ctlerrors import message
 
@@ -244,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     except NoPodmanSocket as exc:
         print(f"podmand ctl {command}: this needs Podman's API ({exc}); or pass --podman-socket", file=sys.stderr)
         return 1
-    except (PodmanError, PodmanUnavailable) as exc:
+    except (PodmanError, PodmanUnavailable, PodmanUnreadable) as exc:
         print(f"podmand ctl {command}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -126,7 +126,7 @@ class Ctl:
 
     def do_list(self) -> int:
         from ..discovery import NoPodmanSocket
-        from ..libpod import PodmanError, PodmanUnavailable
+        from ..libpod import PodmanError, PodmanUnavailable, PodmanUnreadable
 
         answer: pb.ListSandboxesResponse = self.stub.ListSandboxes(pb.ListSandboxesRequest(), timeout=self.timeout)
         boxes = sorted(answer.sandboxes, key=lambda b: (b.workspace, b.name, b.id))
@@ -140,7 +140,7 @@ class Ctl:
         if boxes:
             try:
                 facts = self._facts()
-            except (NoPodmanSocket, PodmanError, PodmanUnavailable) as exc:
+            except (NoPodmanSocket, PodmanError, PodmanUnavailable, PodmanUnreadable) as exc:
                 print(f"podmand ctl list: IMAGE and AGE unknown: {str(exc).splitlines()[0]}", file=sys.stderr)
         sys.stdout.write(ctlview.table_text(ctlview.list_rows(boxes, facts, wide=self.output == "wide")))
         return 0
@@ -158,7 +158,7 @@ class Ctl:
 
     def do_describe(self) -> int:
         from ..discovery import NoPodmanSocket
-        from ..libpod import PodmanError, PodmanUnavailable
+        from ..libpod import PodmanError, PodmanUnavailable, PodmanUnreadable
 
         answer: pb.GetSandboxResponse = self.stub.GetSandbox(
             pb.GetSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout
@@ -172,7 +172,7 @@ class Ctl:
             if fact is not None and fact.container_id:
                 path = ctlpodman.socket_path(self.args.podman_socket)
                 events = ctlpodman.past_events(path, fact.container_id, fact.created)
-        except (NoPodmanSocket, PodmanError, PodmanUnavailable) as exc:
+        except (NoPodmanSocket, PodmanError, PodmanUnavailable, PodmanUnreadable) as exc:
             problem = str(exc).splitlines()[0]
         if self.json:
             emit_json(ctlview.describe_dict(box, fact, events, problem))

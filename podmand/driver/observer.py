@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass
 
@@ -29,9 +30,12 @@ from ..libpod import (
     PodmanClient,
     PodmanError,
     PodmanUnavailable,
+    PodmanUnreadable,
 )
 from .events import EventSink, platform_event
 from .tasks import Tasks
+
+log = logging.getLogger("podmand.driver")
 
 # libpod says "died" for a natural exit ("die" only on the Docker-compat API).
 STATE_ACTIONS = frozenset(
@@ -193,6 +197,8 @@ class Observer:
             await self.podman.wait_container(container_id)
         except (PodmanError, PodmanUnavailable):
             return  # gone, or Podman away: the hub's resubscription covers it
+        except PodmanUnreadable as exc:  # it answered: something changed; inspect says what
+            log.warning("container %s: unreadable /wait answer (%s)", container_id[:12], exc)
         self.sink.refresh(container_id, sandbox_id)
 
     async def _probe(self, container_id: str, sandbox_id: str) -> None:
@@ -204,6 +210,9 @@ class Observer:
                 status = await self.podman.healthcheck(container_id)
             except (PodmanError, PodmanUnavailable):
                 return  # stopped or gone: the hub reports that
+            except PodmanUnreadable as exc:
+                log.warning("container %s: unreadable healthcheck answer; probing ends (%s)", container_id[:12], exc)
+                return
             if status != last:
                 last = status
                 self.sink.refresh(container_id, sandbox_id)

@@ -120,10 +120,7 @@ class Provisioner:
         pending = self._pending.pop(sandbox_id, None)
         if pending is not None:
             await cancel(pending.task)
-            if pending.creating is not None:  # let Podman finish: the delete then finds that container
-                await asyncio.wait([pending.creating])
-                if not pending.creating.cancelled():
-                    pending.creating.exception()  # its failure is the delete's business no more
+            await _finished(pending)  # the delete then finds the container Podman made
             if pending.plan.rootfs_tar:
                 rootfs.remove_slot(pending.plan.rootfs_tar, self.settings)
         return pending
@@ -177,6 +174,9 @@ class Provisioner:
         pending.stopped = True
         self.files.mark_stopped(pending.plan.sandbox_id, STOPPED_EARLY)  # a restart must not start it
         self._set(pending, "ContainerStopped", STOPPED_EARLY_MESSAGE)
+        container_id = await _finished(pending)
+        if container_id:  # Podman made it after all: that container is the stopped one (never started)
+            self.files.mark_stopped(pending.plan.sandbox_id, container_id)
 
     async def resume_stopped(self, pending: Pending) -> None:
         """StartSandbox of a pending sandbox: provision again unless that already runs."""
@@ -373,3 +373,15 @@ class Provisioner:
         for warning in warnings:
             self.sink.publish(platform_event(plan.sandbox_id, "PodmanWarning", warning, warning=True))
         return container_id
+
+
+async def _finished(pending: Pending) -> str:
+    """Wait for the container create Podman was sent for ``pending``, if any (provisioning
+    may have been cancelled while Podman carried it out); the ID it made, or ''."""
+    call = pending.creating
+    if call is None:
+        return ""
+    await asyncio.wait([call])
+    if call.cancelled() or call.exception() is not None:  # retrieved: nobody else will
+        return ""
+    return call.result()[0]

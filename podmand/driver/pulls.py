@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import registryauth
 from ..config import Settings
-from ..libpod import ImageInspect, PodmanClient, PodmanError, PodmanUnavailable
+from ..libpod import ImageInspect, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 from ..pullprogress import HEARTBEAT as PULL_HEARTBEAT
 from ..pullprogress import REASON as PULLING
 from ..pullprogress import Inactivity, PullProgress, PullStalled
@@ -99,6 +99,6 @@ class Puller:
             finally:
                 if next_line is not None:
                     next_line.cancel()
-                    ended = (asyncio.CancelledError, StopAsyncIteration, PodmanError, PodmanUnavailable)
-                    with contextlib.suppress(*ended):
+                    podman = (PodmanError, PodmanUnavailable, PodmanUnreadable)
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, *podman):
                         await next_line

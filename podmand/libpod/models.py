@@ -65,6 +65,7 @@ class HostConfig(msgspec.Struct, rename="pascal"):
 class MountPoint(msgspec.Struct, rename="pascal"):
     destination: str = ""
     type: str = ""
+    name: str = ""  # a named volume's
     rw: bool = msgspec.field(default=True, name="RW")
 
 
@@ -148,6 +149,8 @@ class VolumeInspect(msgspec.Struct, rename="pascal"):
     name: str
     labels: dict[str, str] | None = None
     created_at: str = ""
+    driver: str = ""
+    options: dict[str, str] | None = None  # a ``local`` volume's mount options (o=bind, device)
 
 
 class NetworkInspect(msgspec.Struct):

@@ -41,8 +41,9 @@ class Upload:
 class Request:
     method: str
     target: str  # path and query, as sent on the request line
-    headers: Mapping[str, str] = field(default_factory=dict)
-    body: bytes | Upload | None = None
+    # Never in a repr: headers carry X-Registry-Auth, bodies sandbox environments.
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    body: bytes | Upload | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -215,10 +216,11 @@ class UnixTransport(Transport):
         if isinstance(request.body, Upload):
             return await self._upload(request, request.body)
         raw = _head(request) + (request.body or b"")
-        # A pooled connection may have been closed by the server while idle:
-        # retry once on a fresh connection when the reused one breaks at once.
+        # A pooled connection may have been closed by the server while idle: retry
+        # once on a fresh connection when the reused one breaks, and drop the other
+        # idle ones, as old (after a Podman restart every one of them is dead).
         for attempt in range(2):
-            reused = bool(self._idle)
+            reused = attempt == 0 and bool(self._idle)
             conn = self._idle.pop() if reused else await self._connect()
             try:
                 conn.writer.write(raw)
@@ -227,7 +229,8 @@ class UnixTransport(Transport):
                 body = b"".join([chunk async for chunk in _iter_body(conn.reader, status, headers)])
             except (OSError, PodmanUnavailable, asyncio.IncompleteReadError) as exc:
                 conn.close()
-                if reused and attempt == 0:
+                if reused:
+                    self._drop_idle()
                     continue
                 raise PodmanUnavailable(f"connection to Podman failed: {exc}") from exc
             except BaseException:
@@ -236,6 +239,10 @@ class UnixTransport(Transport):
             self._release(conn, headers)
             return Response(status, headers, body)
         raise AssertionError("unreachable")
+
+    def _drop_idle(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
 
     async def _upload(self, request: Request, upload: Upload) -> Response:
         """Send the body as it is produced on a connection of its own; when Podman
@@ -274,8 +281,7 @@ class UnixTransport(Transport):
 
     async def close(self) -> None:
         self._closed = True
-        while self._idle:
-            self._idle.pop().close()
+        self._drop_idle()
 
 
 # ---------------------------------------------------------------- in memory

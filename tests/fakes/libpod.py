@@ -194,6 +194,7 @@ class FakeLibpod:
         self.route("POST", "/volumes/create", self._create_volume)
         self.route("GET", "/volumes/(?P<n>[^/]+)/json", self._inspect_volume)
         self.route("DELETE", "/volumes/(?P<n>[^/]+)", self._remove_volume)
+        self.route("GET", "/networks/json", (200, {}, []))
         self.route("POST", "/networks/create", (201, {}, {}))
         self.route("GET", "/networks/[^/]+/json", (404, {}, {"message": "no such network"}))
         self.route("DELETE", "/networks/[^/]+", ok)

@@ -20,7 +20,7 @@ from tests.faults import test_faults
 from tests.faults.test_faults import DEADLINE, Podmand, rpc_error, sandbox
 
 # The process fixtures of test_faults (a temp dir, the fake libpod, ``python -m podmand serve``).
-tmp, fake, launch = test_faults.tmp, test_faults.fake, test_faults.launch
+launch = test_faults.launch
 
 SERVICE = "/openshell.compute.v1.ComputeDriver"
 

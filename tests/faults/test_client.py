@@ -99,6 +99,23 @@ def test_idle_connection_closed_by_server_is_retried(sock: str) -> None:
     run(main())
 
 
+def test_a_pool_of_dead_connections_costs_one_retry(sock: str) -> None:
+    """After a Podman restart every pooled connection is dead: the next call retries on
+    a fresh connection (not on another dead one) and the rest of the pool is dropped."""
+    async def main() -> None:
+        async with serving(sock) as (fake, client):
+            await asyncio.gather(*(client.info() for _ in range(3)))  # three pooled connections
+            assert len(idle(client)) == 3
+            for writer in list(fake._writers):
+                writer.close()
+            await until(lambda: fake.disconnects == 3, "the server to drop every idle connection")
+            info = await client.info()
+            assert info.version.version == "4.3.1"
+            assert fake.connections == 4 and len(idle(client)) == 1
+
+    run(main())
+
+
 def test_chunked_body_is_reassembled(sock: str) -> None:
     """A chunked response body (split into 7-byte chunks) decodes as one JSON document."""
     containers = [{"Id": f"c{i}", "Names": [f"n{i}"], "State": "running", "Labels": {"k": "v" * 50}}

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -94,25 +92,6 @@ class Podmand:
         if self.proc.poll() is None:
             self.proc.kill()
         self.wait_exit()
-
-
-@pytest.fixture
-def tmp() -> Iterator[Path]:
-    # Short: AF_UNIX paths are limited to 107 bytes.
-    d = tempfile.mkdtemp(prefix="pdf-", dir="/tmp")
-    try:
-        yield Path(d)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def fake(tmp: Path) -> Iterator[FakeLibpod]:
-    fake = FakeLibpod().start_in_thread(str(tmp / "podman.sock"))
-    try:
-        yield fake
-    finally:
-        fake.stop_thread()
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from tests.faults.test_faults import DEADLINE, VOLUMES, Podmand, ready, rpc_erro
 from tests.faults.test_watch_faults import CID, LABELS, Container
 
 # The fault suite's fixtures, shared (pytest finds fixtures by module attribute).
-tmp, fake, launch = base.tmp, base.fake, base.launch
+launch = base.launch
 Reply = tuple[int, dict[str, str], Any]
 IN_USE = ('the container name "{name}" is already in use by {cid}. You have to remove that container '
           'to be able to reuse that name: that name is already in use')

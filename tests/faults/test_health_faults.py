@@ -17,7 +17,7 @@ from tests.fakes.libpod import FakeLibpod
 from tests.faults import test_faults as base
 from tests.faults.test_faults import ROOT, Podmand, wait_until
 
-tmp, fake, launch = base.tmp, base.fake, base.launch
+launch = base.launch
 
 SERVICE = "openshell.compute.v1.ComputeDriver"
 SERVING = health_pb2.HealthCheckResponse.SERVING

@@ -15,8 +15,8 @@ import pytest
 from podmand._proto import compute_driver_pb2 as pb
 from tests.fakes.libpod import FakeLibpod, Feed, Hang, Request, Stream
 
-# The fixtures (tmp, fake, launch) and helpers of the main fault tests, shared.
-from tests.faults.test_faults import Podmand, fake, launch, ready, sandbox, tmp, wait_until  # noqa: F401
+# The launch fixture and helpers of the main fault tests, shared (tmp and fake: tests/conftest.py).
+from tests.faults.test_faults import Podmand, launch, ready, sandbox, wait_until  # noqa: F401
 
 
 def get_ready(d: Podmand, sandbox_id: str) -> pb.DriverCondition:

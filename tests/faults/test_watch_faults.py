@@ -20,7 +20,7 @@ from tests.faults import test_faults as base
 from tests.faults.test_faults import DEADLINE, Podmand, ready, wait_until
 
 # The fault suite's fixtures, shared (pytest finds fixtures by module attribute).
-tmp, fake, launch = base.tmp, base.fake, base.launch
+launch = base.launch
 
 CID = "c0ffee" + "0" * 58
 LABELS = {

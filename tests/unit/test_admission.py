@@ -17,7 +17,7 @@ from podmand.config import Settings
 from podmand.driver import Driver
 from podmand.drivercfg import Mount
 from podmand.errors import FailedPrecondition, InvalidArgument, Unauthenticated
-from podmand.libpod import PodmanClient
+from podmand.libpod import PodmanClient, VolumeInspect
 from tests.fakes.harness import Sink
 from tests.fakes.libpod import FakeLibpod
 
@@ -28,12 +28,12 @@ UPSTREAM_DEFAULT = (
 ADMITTED = {"openshell.ai/sandbox-attachable": "true", "openshell.ai/workspace": "ws"}
 
 
-def facts(labels: dict[str, str] | None = None, driver: str = "local", **options: str) -> admission.VolumeFacts:
+def facts(labels: dict[str, str] | None = None, driver: str = "local", **options: str) -> VolumeInspect:
     return volume(labels, driver, options)
 
 
-def volume(labels: dict[str, str] | None, driver: str, options: dict[str, str]) -> admission.VolumeFacts:
-    return admission.VolumeFacts(name="data", driver=driver, labels=labels, options=options or None)
+def volume(labels: dict[str, str] | None, driver: str, options: dict[str, str]) -> VolumeInspect:
+    return VolumeInspect(name="data", driver=driver, labels=labels, options=options or None)
 
 
 # ---------------------------------------------------------------- one source

@@ -108,6 +108,22 @@ def test_a_wait_answer_asks_for_a_refresh_and_the_exit_is_announced_once() -> No
     run(body)
 
 
+def test_an_unreadable_wait_answer_still_asks_for_a_refresh() -> None:
+    """Podman answered /wait with something that is not an exit code: it answered, so
+    the waiter still has the hub look (inspect says what happened) and ends quietly."""
+
+    async def body(rig: Rig) -> None:
+        cid = rig.boxes.add("sb-1")
+        await rig.driver.observe(cid)
+        await eventually(lambda: rig.boxes.waits.opened == 1, "the exit waiter's /wait")
+        rig.boxes.waits.send(b"not an exit code")
+        await eventually(lambda: rig.sink.refreshes, "a refresh from the exit waiter")
+        assert rig.sink.refreshes == [(cid, "sb-1")]
+        await eventually(lambda: len(rig.driver.tasks) == 0, "the exit waiter to end")
+
+    run(body)
+
+
 def test_a_second_run_that_ends_is_announced_again() -> None:
     async def body(rig: Rig) -> None:
         cid = rig.boxes.add("sb-1", "exited", exit_code=2, finished_at="2026-11-29T17:05:00Z")
@@ -228,22 +244,29 @@ def test_delete_releases_the_lock_caches_and_pending_state() -> None:
     run(body)
 
 
+async def create_held_at_podman(rig: Rig) -> asyncio.Event:
+    """Create sb-1 and return once Podman was sent its container create, which it answers
+    only when the returned event is set."""
+    sent, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_create(req: Request) -> Any:
+        if (req.json().get("labels") or {}).get(names.SANDBOX_ID) == "sb-1":
+            sent.set()
+            await release.wait()
+        return rig.boxes.create(req)
+
+    rig.fake.route("POST", "/containers/create", slow_create)
+    await rig.driver.create(box("sb-1"))
+    await asyncio.wait_for(sent.wait(), DEADLINE)
+    return release
+
+
 def test_delete_during_a_container_create_waits_for_podman_and_removes_that_container() -> None:
     """Podman finishes a create it was sent even when provisioning is cancelled: the
     delete waits for it, so the container it made is found and removed, not left behind."""
 
     async def body(rig: Rig) -> None:
-        sent, release = asyncio.Event(), asyncio.Event()
-
-        async def slow_create(req: Request) -> Any:
-            if (req.json().get("labels") or {}).get(names.SANDBOX_ID) == "sb-1":
-                sent.set()
-                await release.wait()
-            return rig.boxes.create(req)
-
-        rig.fake.route("POST", "/containers/create", slow_create)
-        await rig.driver.create(box("sb-1"))
-        await asyncio.wait_for(sent.wait(), DEADLINE)
+        release = await create_held_at_podman(rig)
         deleting = asyncio.ensure_future(rig.driver.delete("sb-1"))
         await eventually(lambda: rig.driver.provisioning.get("sb-1") is None, "the pending create discarded")
         assert not deleting.done()  # still waiting for Podman's answer to the create
@@ -252,6 +275,27 @@ def test_delete_during_a_container_create_waits_for_podman_and_removes_that_cont
         assert rig.boxes.boxes == {}  # the container Podman made after all is gone too
         with pytest.raises(NotFound):
             await rig.driver.get("sb-1")
+
+    run(body)
+
+
+def test_stop_during_a_container_create_leaves_the_container_podman_made_stopped() -> None:
+    """A stop while Podman is creating the container: the stop waits for it, and that
+    container (never started) is the stopped one, reported Suspended, not started later."""
+
+    async def body(rig: Rig) -> None:
+        release = await create_held_at_podman(rig)
+        stopping = asyncio.ensure_future(rig.driver.stop("sb-1"))
+        await eventually(lambda: rig.driver.provisioning.get("sb-1").stopped, "provisioning stopped")  # type: ignore[union-attr]
+        assert not stopping.done()
+        release.set()
+        await stopping
+        [cid] = rig.boxes.boxes
+        assert rig.boxes.boxes[cid]["State"]["Status"] == "created"
+        assert rig.fake.count(f"POST .*/containers/{cid}/start") == 0
+        assert rig.driver.files.stopped_container("sb-1") == cid
+        snap = await rig.driver.get("sb-1")
+        assert [(c.type, c.reason) for c in snap.status.conditions][1] == (names.SUSPENDED, "ContainerStopped")
 
     run(body)
 

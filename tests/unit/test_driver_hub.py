@@ -12,7 +12,7 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand.driver.observer import changes_state
 from podmand.hub import End, Hub, Inbox, Lost, PodmanEvent, Publish, Refresh, Stream
 from podmand.libpod import Event, EventActor
-from tests.fakes.harness import Rig, driver_on, labels_for
+from tests.fakes.harness import Rig, driver_on, eventually, labels_for
 
 DEADLINE = 30.0
 
@@ -119,5 +119,23 @@ def test_a_vanished_container_becomes_deleted_once_forgotten() -> None:
         await drain(hub, inbox)
         assert await take(stream, 1) == [("deleted", "sb-1")]
         assert len(rig.driver.locks) == 0 and len(rig.driver.observer) == 0
+
+    run(body)
+
+
+def test_on_connecting_the_hub_looks_at_every_sandbox_so_exits_are_watched() -> None:
+    """A container running since before podmand (re)subscribed gets its exit waiter as
+    soon as the hub connects, with no watch stream open and no RPC asked."""
+
+    async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
+        rig.boxes.add("sb-1")
+        hub.connected.clear()
+        running = asyncio.ensure_future(hub.run())
+        try:
+            await eventually(lambda: rig.boxes.waits.opened == 1, "the exit waiter's /wait")
+        finally:
+            hub.close()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
 
     run(body)

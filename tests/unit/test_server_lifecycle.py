@@ -12,11 +12,9 @@ import fcntl
 import importlib
 import os
 import pkgutil
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -35,30 +33,12 @@ from podmand.credentials import KEY_BYTES
 from podmand.errors import StartupError
 from podmand.hub import Hub
 from podmand.server import Server
+from podmand.shutdown import Stop
 from tests import wait
 from tests.fakes.libpod import FakeLibpod, Hang, Request
 
 DEADLINE = 15.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def tmp() -> Iterator[Path]:
-    # Short: AF_UNIX paths are limited to 107 bytes.
-    d = tempfile.mkdtemp(prefix="pdl-", dir="/tmp")
-    try:
-        yield Path(d)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def fake(tmp: Path) -> Iterator[FakeLibpod]:
-    fake = FakeLibpod().start_in_thread(str(tmp / "podman.sock"))
-    try:
-        yield fake
-    finally:
-        fake.stop_thread()
 
 
 def settings_for(tmp: Path, fake: FakeLibpod) -> Settings:
@@ -370,3 +350,19 @@ def test_a_bug_at_start_is_logged_with_its_traceback(capsys: pytest.CaptureFixtu
     [record] = [r for r in caplog.records if r.getMessage() == "unexpected error"]
     assert record.levelname == "CRITICAL"
     assert "Traceback (most recent call last)" in caplog.text and "KeyError: 'oops'" in caplog.text
+
+
+def test_after_a_crash_asks_the_stop_the_first_signal_still_stops_gracefully() -> None:
+    """A crash asks for the stop (exit 1) but is not a signal: only a second *signal*
+    forces the stop and skips the graceful steps."""
+
+    async def main() -> None:
+        stop = Stop()
+        stop.fail("the hub crashed", RuntimeError("boom"))
+        assert stop.asked.is_set() and stop.status == 1
+        stop.on_signal(signal.SIGTERM)
+        assert not stop.forced.is_set()
+        stop.on_signal(signal.SIGTERM)
+        assert stop.forced.is_set()
+
+    asyncio.run(main())
