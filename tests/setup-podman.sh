@@ -242,10 +242,14 @@ ensure_user() {
 # ------------------------------------------------------------------ services
 # Both services run detached with stdin/stdout/stderr on a log file: a caller
 # that reads our output through a pipe must see EOF when this script ends.
+# Both start from /: a service keeps its start directory, and conmon fails every
+# container ("Failed to get working directory") once a caller's temporary
+# checkout it was started from is deleted.
 start_rootful() {
     api_up "$ROOTFUL_SOCK" && return 0
     mkdir -p "$(dirname "$ROOTFUL_SOCK")" "$LOGDIR"
     rm -f "$ROOTFUL_SOCK"
+    cd /
     setsid podman system service --time=0 "unix://$ROOTFUL_SOCK" \
         </dev/null >>"$LOGDIR/rootful.log" 2>&1 &
     local pid=$!
@@ -260,8 +264,8 @@ start_rootless() {
     mkdir -p "$LOGDIR"
     touch "$LOGDIR/rootless.log"; chown "$TEST_USER:" "$LOGDIR/rootless.log"
     # The inner shell records its own pid, then becomes the podman service.
-    # From /: rootless podman re-executes itself and returns to the caller's
-    # directory, which the test user may not be allowed to enter.
+    # From / also because rootless podman re-executes itself and returns to the
+    # caller's directory, which the test user may not be allowed to enter.
     cd /
     setsid runuser -u "$TEST_USER" -- env -i \
         HOME="$(home_of)" USER="$TEST_USER" LOGNAME="$TEST_USER" \
