@@ -148,7 +148,9 @@ class Driver:
         async with self.locks[sandbox_id]:
             entry = await self._container_or_pending(sandbox_id)
             if isinstance(entry, Pending):
-                await self.provisioning.stop_early(entry)
+                made = await self.provisioning.stop_early(entry)
+                if made:  # a container Podman made after all: the hub reports it stopped
+                    self.sink.refresh(made, sandbox_id)
                 return
             await self._stop_container(sandbox_id, entry)
         self.sink.refresh(entry.id, sandbox_id)

@@ -168,15 +168,18 @@ class Provisioner:
 
     # ------------------------------------------------------------ stop / start before a container
 
-    async def stop_early(self, pending: Pending) -> None:
-        """StopSandbox before the container exists: provisioning ends, and stays ended after a restart."""
+    async def stop_early(self, pending: Pending) -> str:
+        """StopSandbox before the container exists: provisioning ends, and stays ended after
+        a restart. The ID of a container Podman made after all (never started), or ''."""
         await cancel(pending.task)
         pending.stopped = True
         self.files.mark_stopped(pending.plan.sandbox_id, STOPPED_EARLY)  # a restart must not start it
         self._set(pending, "ContainerStopped", STOPPED_EARLY_MESSAGE)
         container_id = await _finished(pending)
-        if container_id:  # Podman made it after all: that container is the stopped one (never started)
+        if container_id:  # that container is the stopped one, and the sandbox is pending no more
             self.files.mark_stopped(pending.plan.sandbox_id, container_id)
+            self._pending.pop(pending.plan.sandbox_id, None)
+        return container_id
 
     async def resume_stopped(self, pending: Pending) -> None:
         """StartSandbox of a pending sandbox: provision again unless that already runs."""

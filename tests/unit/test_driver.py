@@ -294,6 +294,7 @@ def test_stop_during_a_container_create_leaves_the_container_podman_made_stopped
         assert rig.boxes.boxes[cid]["State"]["Status"] == "created"
         assert rig.fake.count(f"POST .*/containers/{cid}/start") == 0
         assert rig.driver.files.stopped_container("sb-1") == cid
+        assert rig.driver.provisioning.get("sb-1") is None and rig.sink.refreshes[-1] == (cid, "sb-1")
         snap = await rig.driver.get("sb-1")
         assert [(c.type, c.reason) for c in snap.status.conditions][1] == (names.SUSPENDED, "ContainerStopped")
 
