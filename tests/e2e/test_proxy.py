@@ -4,7 +4,8 @@ stop podmand at start with upstream's message.
 
 The stand-in supervisor checks and logs the proxy flags but never dials the proxy (it
 opens no network namespace), so the proxy here is only a URL: nothing would connect
-to a real one.
+to a real one. It plays upstream 2f7fb65, which has no --upstream-proxy-ca-bundle, unless
+the sandbox's environment has NEWER.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 import podman
 
 from podmand._proto import compute_driver_pb2 as pb
-from tests.e2e.conftest import USER, Podmand, containers_of, run_in, sandbox, volumes_of
+from tests.e2e.conftest import USER, Podmand, containers_of, ready, run_in, sandbox, volumes_of
 from tests.wait import wait_until
 
 SECRET = "corp-user:Pr0xy-S3cret-e2e"
@@ -33,6 +34,7 @@ FLAGS = [
     "--upstream-proxy-connect-by-hostname",
     f"--upstream-proxy-ca-bundle={CA_PATH}",
 ]
+NEWER = {"STANDIN_SUPERVISOR_NEWER": "1"}   # the stand-in plays a supervisor that has --upstream-proxy-ca-bundle
 
 
 def proxied(make_podmand: Callable[..., Podmand], **extra: str) -> Podmand:
@@ -63,8 +65,8 @@ def test_supervisor_gets_the_proxy_and_the_secret_stays_in_its_file(
     nowhere in Podman's view of the container, its volume, or either log."""
     daemon = proxied(make_podmand).start()
     watch = daemon.watch()
-    box = sandbox(environment={"HTTPS_PROXY": "http://evil.example:1", "https_proxy": "http://evil.example:2",
-                               "NO_PROXY": "*"})
+    box = sandbox(environment={**NEWER, "HTTPS_PROXY": "http://evil.example:1",
+                               "https_proxy": "http://evil.example:2", "NO_PROXY": "*"})
     cleanup.append(box.id)
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     watch.wait_reason(box.id, "ContainerRunning")
@@ -97,6 +99,25 @@ def test_supervisor_gets_the_proxy_and_the_secret_stays_in_its_file(
     assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
+def test_ca_bundle_needs_a_supervisor_newer_than_2f7fb65(
+        make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
+    """What the README warns about: with proxy_ca_bundle set and a 2f7fb65 supervisor (the
+    stand-in without NEWER), the supervisor refuses podmand's argv as clap does and the sandbox
+    never comes up; the exit code is podmand's reason and the refusal is in the container log."""
+    daemon = proxied(make_podmand).start()
+    watch = daemon.watch()
+    box = sandbox()
+    cleanup.append(box.id)
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    snap = watch.wait_reason(box.id, "ContainerExited")
+    assert ready(snap).message == "Container exited with code 2"
+    [container] = containers_of(podman_client, box.id)
+    log = b"".join(container.logs(stdout=True, stderr=True)).decode(errors="replace")
+    assert log.startswith("error: unexpected argument '--upstream-proxy-ca-bundle' found\n"), log
+    assert "openshell-sandbox: ready" not in log
+    assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+
+
 def test_bad_proxy_settings_stop_podmand_with_upstreams_message(make_podmand: Callable[..., Podmand]) -> None:
     """Refused at start, exit status 2, one line naming the setting with upstream's reason."""
     cases = {
@@ -124,7 +145,7 @@ def test_credential_is_read_again_for_each_sandbox(
     auth = daemon.workdir / "proxy-auth"
     watch = daemon.watch()
     auth.write_text("corp-user:R0tated-S3cret\n")
-    rotated, broken = sandbox(), sandbox()
+    rotated, broken = sandbox(environment=NEWER), sandbox(environment=NEWER)
     cleanup += [rotated.id, broken.id]
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=rotated))
     watch.wait_reason(rotated.id, "ContainerRunning")

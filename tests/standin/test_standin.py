@@ -36,6 +36,9 @@ PROXY_CA = "/etc/openshell/tls/proxy/ca-bundle.pem"
 PROXY_SECRET = "proxyuser:pr0xy-s3cret"
 PROXY_ARGS = ("--workdir", "/sandbox", "--upstream-proxy", "http://proxy.corp:3128")
 PROXY_INVALID = "invalid upstream corporate proxy configuration: "
+PROXY_CA_ARG = f"--upstream-proxy-ca-bundle={PROXY_CA}"
+PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+NEWER = {"STANDIN_SUPERVISOR_NEWER": "1"}    # stand in for a supervisor after 2f7fb65 (it has PROXY_CA_ARG)
 CLEARTEXT = ("--upstream-proxy-auth-file sends the credential as cleartext Basic auth over the plain-TCP proxy "
              "connection; refusing without --upstream-proxy-auth-allow-insecure")
 # the main process records what it is and sees, then exits 0
@@ -577,9 +580,12 @@ VIOLATIONS = [
     case("no-proxy-without-proxy", None,
          PROXY_INVALID + "--upstream-no-proxy is set but no upstream proxy is configured",
          args=("--workdir", "/sandbox", "--upstream-no-proxy=internal.corp")),
-    case("ca-without-proxy", None,
+    case("ca-bundle-flag-knob-not-1", {"STANDIN_SUPERVISOR_NEWER": "0"},
+         "error: unexpected argument '--upstream-proxy-ca-bundle' found", code=2,
+         args=(*PROXY_ARGS, PROXY_CA_ARG), setup=write(PROXY_CA, PEM)),
+    case("ca-without-proxy", NEWER,
          PROXY_INVALID + "--upstream-proxy-ca-bundle is set but no upstream proxy is configured",
-         args=("--workdir", "/sandbox", f"--upstream-proxy-ca-bundle={PROXY_CA}")),
+         args=("--workdir", "/sandbox", PROXY_CA_ARG)),
     case("auth-without-acknowledgement", None, PROXY_INVALID + CLEARTEXT,
          args=(*PROXY_ARGS, f"--upstream-proxy-auth-file={PROXY_AUTH}")),
     case("acknowledgement-without-auth", None, PROXY_INVALID + "--upstream-proxy-auth-allow-insecure is set but "
@@ -599,10 +605,10 @@ VIOLATIONS = [
     case("auth-credential-control", None, "credential contains control characters",
          args=(*PROXY_ARGS, "--upstream-proxy-auth-allow-insecure", f"--upstream-proxy-auth-file={PROXY_AUTH}"),
          setup=write(PROXY_AUTH, "proxy\ruser:x\n")),
-    case("ca-bundle-missing", None, f"--upstream-proxy-ca-bundle '{PROXY_CA}' could not be read: No such file",
-         args=(*PROXY_ARGS, f"--upstream-proxy-ca-bundle={PROXY_CA}")),
-    case("ca-bundle-not-pem", None, f"--upstream-proxy-ca-bundle '{PROXY_CA}' contains no PEM certificate blocks",
-         args=(*PROXY_ARGS, f"--upstream-proxy-ca-bundle={PROXY_CA}"), setup=write(PROXY_CA, "hello\n")),
+    case("ca-bundle-missing", NEWER, f"--upstream-proxy-ca-bundle '{PROXY_CA}' could not be read: No such file",
+         args=(*PROXY_ARGS, PROXY_CA_ARG)),
+    case("ca-bundle-not-pem", NEWER, f"--upstream-proxy-ca-bundle '{PROXY_CA}' contains no PEM certificate blocks",
+         args=(*PROXY_ARGS, PROXY_CA_ARG), setup=write(PROXY_CA, "hello\n")),
     # upstream's order: the first failing stage wins
     case("order-clap-before-spec", {"OPENSHELL_MAIN_PROCESS_SPEC": "", "OPENSHELL_PROXY_UID": "x"},
          "error: invalid value 'x'", code=2),
@@ -877,15 +883,31 @@ def test_corporate_proxy_flags_accepted_and_logged(box: Box) -> None:
     """Every proxy flag a driver passes is checked and logged (never the credential); the
     sandbox's own HTTPS_PROXY and NO_PROXY change nothing the supervisor uses."""
     write(PROXY_AUTH, f"  {PROXY_SECRET}\n")(box)
-    write(PROXY_CA, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")(box)
-    run = box.run({"HTTPS_PROXY": "http://evil:1", "NO_PROXY": "*"},
+    write(PROXY_CA, PEM)(box)
+    run = box.run({**NEWER, "HTTPS_PROXY": "http://evil:1", "NO_PROXY": "*"},
                   (*PROXY_ARGS, "--upstream-no-proxy=-x.corp,10.0.0.0/8", f"--upstream-proxy-auth-file={PROXY_AUTH}",
-                   "--upstream-proxy-auth-allow-insecure", "--upstream-proxy-connect-by-hostname",
-                   f"--upstream-proxy-ca-bundle={PROXY_CA}"))
+                   "--upstream-proxy-auth-allow-insecure", "--upstream-proxy-connect-by-hostname", PROXY_CA_ARG))
     assert run.proc.returncode == 0, run.stderr
     assert (f"upstream proxy proxy.corp:3128 no_proxy=-x.corp,10.0.0.0/8 auth_file={PROXY_AUTH} "
             f"allow_insecure=true connect_target=hostname ca_bundle={PROXY_CA}") in run.stderr
     assert PROXY_SECRET not in run.stderr and "evil" not in run.stderr
+
+
+def test_ca_bundle_flag_needs_a_supervisor_newer_than_2f7fb65(box: Box) -> None:
+    """2f7fb65 has no --upstream-proxy-ca-bundle: clap refuses it exactly as any other unknown
+    flag (exit 2, before the bundle is even read, nothing started); with the knob the stand-in
+    plays a newer supervisor and the same launch checks the bundle and runs."""
+    write(PROXY_CA, PEM)(box)
+    old = box.run(args=(*PROXY_ARGS, PROXY_CA_ARG))
+    assert old.proc.returncode == 2, old.stderr
+    assert old.stderr.startswith("error: unexpected argument '--upstream-proxy-ca-bundle' found\n")
+    unknown = box.run(args=(*PROXY_ARGS, "--upstream-proxy-bogus=x"))
+    assert unknown.proc.returncode == 2
+    assert old.stderr == unknown.stderr.replace("--upstream-proxy-bogus", "--upstream-proxy-ca-bundle")
+    assert not box.path("/tmp/probe.status").exists()
+    new = box.run(NEWER, (*PROXY_ARGS, PROXY_CA_ARG))
+    assert new.proc.returncode == 0, new.stderr
+    assert f"ca_bundle={PROXY_CA}" in new.stderr and box.path("/tmp/probe.status").exists()
 
 
 def test_process_only_mode_needs_no_network_caps(box: Box) -> None:

@@ -32,6 +32,8 @@
  *   STANDIN_POLICY_TCP=1            the policy has `protocol: tcp` endpoints
  *   STANDIN_POLICY_RUN_AS_USER=x    process.run_as_user (unset: omitted)
  *   STANDIN_POLICY_RUN_AS_GROUP=x   process.run_as_group (unset: omitted)
+ *   STANDIN_SUPERVISOR_NEWER=1      stand in for a supervisor newer than 2f7fb65: accept
+ *                                   --upstream-proxy-ca-bundle (2f7fb65 refuses it, clap style)
  *
  * Errors look like the real ones: "Error:   × <message>" and exit 1 (miette),
  * "error: ..." and exit 2 (clap). Lines starting "openshell-sandbox: " are the
@@ -407,7 +409,8 @@ struct opts {
     char **command;                      /* trailing positional argv, or NULL */
 };
 
-struct longopt { const char *name, *value_name; bool seen; };
+/* newer: a flag only supervisors after 2f7fb65 have; unknown unless STANDIN_SUPERVISOR_NEWER=1 */
+struct longopt { const char *name, *value_name; bool seen, newer; };
 
 static struct longopt longopts[] = {
     { "workdir", "WORKDIR", false },
@@ -417,8 +420,10 @@ static struct longopt longopts[] = {
     { "upstream-proxy-auth-file", "UPSTREAM_PROXY_AUTH_FILE", false },
     { "upstream-proxy-auth-allow-insecure", NULL, false },
     { "upstream-proxy-connect-by-hostname", NULL, false },
-    { "upstream-proxy-ca-bundle", "UPSTREAM_PROXY_CA_BUNDLE", false },
+    { "upstream-proxy-ca-bundle", "UPSTREAM_PROXY_CA_BUNDLE", .newer = true },
 };
+
+static bool newer_supervisor(void) { return streq(getenv("STANDIN_SUPERVISOR_NEWER"), "1"); }
 
 static _Noreturn void print_help(void)
 {
@@ -431,9 +436,9 @@ static _Noreturn void print_help(void)
          "      --upstream-no-proxy <UPSTREAM_NO_PROXY>\n"
          "      --upstream-proxy-auth-file <UPSTREAM_PROXY_AUTH_FILE>\n"
          "      --upstream-proxy-auth-allow-insecure\n"
-         "      --upstream-proxy-connect-by-hostname\n"
-         "      --upstream-proxy-ca-bundle <UPSTREAM_PROXY_CA_BUNDLE>\n"
-         "  -h, --help                     Print help\n"
+         "      --upstream-proxy-connect-by-hostname");
+    if (newer_supervisor()) puts("      --upstream-proxy-ca-bundle <UPSTREAM_PROXY_CA_BUNDLE>");
+    puts("  -h, --help                     Print help\n"
          "  -V, --version                  Print version");
     exit(0);
 }
@@ -473,7 +478,7 @@ static struct longopt *find_longopt(const char *name, size_t len)
 {
     for (size_t i = 0; i < sizeof longopts / sizeof *longopts; i++)
         if (strlen(longopts[i].name) == len && strncmp(longopts[i].name, name, len) == 0)
-            return &longopts[i];
+            return longopts[i].newer && !newer_supervisor() ? NULL : &longopts[i];
     return NULL;
 }
 
