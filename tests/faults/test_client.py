@@ -8,11 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import shutil
 import socket
-import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +23,8 @@ DEADLINE = 10.0
 
 
 @pytest.fixture
-def sock() -> Iterator[str]:
-    # Short path: AF_UNIX paths are limited to 107 bytes.
-    d = tempfile.mkdtemp(prefix="pdf-", dir="/tmp")
-    try:
-        yield str(Path(d) / "p.sock")
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+def sock(tmp: Path) -> str:
+    return str(tmp / "p.sock")  # tmp (tests/conftest.py) is short: AF_UNIX paths are too
 
 
 def run(coro: Awaitable[Any]) -> Any:
