@@ -37,14 +37,14 @@ def exit_dir_of(conmon_pid: int, container_id: str, proc: Path = Path("/proc")) 
     if conmon_pid <= 0 or not container_id:
         return None
     try:
-        argv = (proc / str(conmon_pid) / "cmdline").read_bytes().split(b"\0")
+        argv = (proc / str(conmon_pid) / "cmdline").read_bytes().rstrip(b"\0").split(b"\0")
     except OSError:
         return None
     args = [a.decode(errors="replace") for a in argv]
     if not args or not os.path.basename(args[0]).startswith("conmon") or container_id not in args:
         return None
     for i, arg in enumerate(args[:-1]):
-        if arg == "--exit-dir":
+        if arg == "--exit-dir" and args[i + 1].startswith("/"):
             return Path(args[i + 1])
     return None
 

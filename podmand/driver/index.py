@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from .. import names, snapshots
 from ..libpod import ContainerInspect, ContainerListEntry
 
-
 # What the list endpoint shows of a run: status, exit code, start and end (whole seconds).
 Run = tuple[str, int, int, int]
 

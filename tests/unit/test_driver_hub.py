@@ -10,8 +10,8 @@ from pathlib import Path
 
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
-from podmand.driver.observer import changes_state
 from podmand.config import Settings
+from podmand.driver.observer import changes_state
 from podmand.hub import End, Hub, Inbox, PodmanEvent, Publish, Refresh, Stream
 from podmand.libpod import Event, EventActor
 from tests.fakes.harness import Rig, driver_on, eventually, labels_for, settle
