@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import logging
 import os
 import struct
@@ -81,9 +80,8 @@ class ExitWatch:
 
     def start(self) -> bool:
         """Begin watching; False (and logged) when the kernel or the directory refuses."""
-        libc_name = ctypes.util.find_library("c")
         try:
-            libc = ctypes.CDLL(libc_name, use_errno=True)
+            libc = ctypes.CDLL(None, use_errno=True)  # the C library CPython itself links
             fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
             if fd < 0:
                 raise OSError(ctypes.get_errno(), "inotify_init1")

@@ -39,6 +39,9 @@ log = logging.getLogger("podmand.hub")
 # Inspects the hub runs at once: enough to look at 500 containers in well under a
 # second, few enough to leave the libpod pool to the RPCs.
 LOOKS = 4
+# Seconds new streams wait for the first looks after connecting: a container whose
+# inspect hangs (Podman holds its lock) must not keep every stream, and start-up, waiting.
+FIRST_LOOKS = 5.0
 
 
 class Sandboxes(Protocol):
@@ -241,6 +244,7 @@ class Hub:
         self._looking: dict[str, asyncio.Task[None]] = {}  # container id -> its look in flight
         self._again: dict[str, tuple[str, bool]] = {}  # looks asked for while one was in flight
         self._first: set[str] | None = None  # first looks still out after connecting
+        self._first_due: asyncio.TimerHandle | None = None
         self._work: set[asyncio.Task[None]] = set()  # lists and garbage collection
         self._listing = False
         self._looks = asyncio.Semaphore(LOOKS)
@@ -321,6 +325,9 @@ class Hub:
         self._work.clear()
         self._listing = False
         self._first = None
+        if self._first_due is not None:
+            self._first_due.cancel()
+            self._first_due = None
         self._told.clear()  # the next subscription tells everything afresh
         self._said_at.clear()
 
@@ -477,6 +484,7 @@ class Hub:
                 self._look(entry.id, sandbox_id)
         if message.first:
             self._first = set(self._looking)
+            self._first_due = asyncio.get_running_loop().call_later(FIRST_LOOKS, self._serve_anyway)
             self._served_if_ready()
             return
         pending = {s.id for s in self.sandboxes.pending(besides=set())}
@@ -485,9 +493,19 @@ class Hub:
                 self._keep(self._forget(sandbox_id))
         self._keep(self._collect())
 
+    def _serve_anyway(self) -> None:
+        if self._first:
+            log.warning("watch: %d container(s) not looked at after %.0f s; serving streams without them",
+                        len(self._first), FIRST_LOOKS)
+            self._first = set()
+            self._served_if_ready()
+
     def _served_if_ready(self) -> None:
         if not self._first:
             self._first = None
+            if self._first_due is not None:
+                self._first_due.cancel()
+                self._first_due = None
             self.connected.set()
             waiting, self._waiting = self._waiting, []
             for stream in waiting:

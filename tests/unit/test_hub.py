@@ -569,3 +569,34 @@ def test_unreadable_event_resyncs_instead_of_ending_streams() -> None:
         assert stream.end is None and stream in hub._streams
 
     run(body, boxes=("a",))
+
+
+def test_a_container_whose_first_look_hangs_does_not_keep_streams_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Podman can hold a container's lock for a long time: after FIRST_LOOKS seconds the
+    hub serves streams with what it has looked at, and the late look still arrives."""
+    import podmand.hub
+
+    monkeypatch.setattr(podmand.hub, "FIRST_LOOKS", 0.05)
+
+    async def main() -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+        driver = StubDriver()
+        driver.put("s1")
+        driver.hold = asyncio.Event()  # every look hangs
+        hub = Hub(None, driver, Inbox(), resync=0)  # type: ignore[arg-type]
+        hub._list(first=True)
+        while (message := hub.inbox.get_nowait()) is None:
+            await asyncio.sleep(0)
+        hub._handle(message)
+        await asyncio.wait_for(hub.connected.wait(), DEADLINE)
+        stream = await hub.subscribe()
+        hub._handle(hub.inbox.get_nowait())  # type: ignore[arg-type]
+        hub.inbox.publish(marker("M"))
+        hub._handle(hub.inbox.get_nowait())  # type: ignore[arg-type]
+        early = [describe(await stream.get())]
+        driver.hold.set()
+        await settle(hub, hub.inbox)
+        return early, [describe(await stream.get())]
+
+    early, late = asyncio.run(main())
+    assert early == [("platform", "M")]
+    assert late == [("sandbox", "s1", "ContainerRunning")]
