@@ -156,6 +156,7 @@ class Listed:
     entries: list[ContainerListEntry]
     first: bool
     told: frozenset[str]  # sandboxes the hub had told of when the list was asked for
+    subscription: int  # which event subscription asked (an answer to an earlier one is ignored)
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,7 @@ class Observed:
     snap: pb.DriverSandbox | None
     deleted: bool
     asked: int  # the hub's message count when the look was asked for
+    subscription: int = -1  # which event subscription asked (-1: any)
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,7 @@ class Hub:
         self._work: set[asyncio.Task[None]] = set()  # lists and garbage collection
         self._listing = False
         self._looks = asyncio.Semaphore(LOOKS)
+        self._subscription = 0  # counts event subscriptions: answers to an ended one are ignored
 
     # ------------------------------------------------------------ public
 
@@ -316,6 +319,7 @@ class Hub:
 
     async def _stop_work(self) -> None:
         """Cancel looks, lists and garbage collection of a subscription that ended."""
+        self._subscription += 1
         tasks = [*self._looking.values(), *self._work]
         for task in tasks:
             task.cancel()
@@ -404,12 +408,13 @@ class Hub:
             before = self._again.get(container_id)
             self._again[container_id] = (sandbox_id or (before[0] if before else ""), removed)
             return
-        self._looking[container_id] = self._spawn(self._looker(container_id, sandbox_id, removed, self._count))
+        looker = self._looker(container_id, sandbox_id, removed, self._count, self._subscription)
+        self._looking[container_id] = self._spawn(looker)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(coro)
 
-    async def _looker(self, container_id: str, sandbox_id: str, removed: bool, asked: int) -> None:
+    async def _looker(self, container_id: str, sandbox_id: str, removed: bool, asked: int, subscription: int) -> None:
         snap: pb.DriverSandbox | None = None
         deleted = False
         try:
@@ -424,9 +429,11 @@ class Hub:
             log.warning("watch: Podman error while looking at %s: %s", container_id[:12], exc)
         except Exception:
             log.exception("watch: failed to look at container %s", container_id[:12])
-        self.inbox.put(Observed(container_id, sandbox_id, snap, deleted, asked))
+        self.inbox.put(Observed(container_id, sandbox_id, snap, deleted, asked, subscription))
 
     def _observed(self, message: Observed) -> None:
+        if message.subscription not in (-1, self._subscription):
+            return  # a look of an ended subscription: its task was cancelled, and looks again now
         container_id, sandbox_id = message.container_id, message.sandbox_id
         self._looking.pop(container_id, None)
         if message.snap is not None:
@@ -451,7 +458,7 @@ class Hub:
         if self._listing:
             return
         self._listing = True
-        told = frozenset(self._told)
+        told, subscription = frozenset(self._told), self._subscription
 
         async def lister() -> None:
             try:
@@ -463,7 +470,7 @@ class Hub:
                     log.warning("watch: resync could not list containers: %s", exc)
                     self._listing = False
                 return
-            self.inbox.put(Listed(entries, first, told))
+            self.inbox.put(Listed(entries, first, told, subscription))
 
         self._keep(lister())
 
@@ -473,6 +480,8 @@ class Hub:
         task.add_done_callback(self._work.discard)
 
     def _listed(self, message: Listed) -> None:
+        if message.subscription != self._subscription:
+            return
         self._listing = False
         present: set[str] = set()
         for entry in message.entries:

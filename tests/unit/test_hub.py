@@ -17,7 +17,7 @@ from podmand import names, snapshots
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.driver.events import deleted_event, platform_event, sandbox_event
 from podmand.errors import Unavailable
-from podmand.hub import End, Hub, Inbox, Lost, PodmanEvent, Resync, Stream, Subscribe, Unreadable
+from podmand.hub import End, Hub, Inbox, Listed, Lost, Observed, PodmanEvent, Resync, Stream, Subscribe, Unreadable
 from podmand.libpod import ContainerListEntry, Event, EventActor, PodmanUnavailable
 from tests.fakes.harness import settle
 
@@ -600,3 +600,18 @@ def test_a_container_whose_first_look_hangs_does_not_keep_streams_waiting(monkey
     early, late = asyncio.run(main())
     assert early == [("platform", "M")]
     assert late == [("sandbox", "s1", "ContainerRunning")]
+
+
+def test_answers_to_an_ended_event_subscription_are_ignored() -> None:
+    """A list or a look that came back just as Podman's stream broke describes a world
+    the next subscription looks at afresh: it must not serve streams early or twice."""
+
+    async def body(hub: Hub, driver: StubDriver) -> tuple[int, int, bool]:
+        old = hub._subscription
+        await hub._stop_work()  # what the run loop does when the subscription ends
+        hub.connected.clear()
+        hub._handle(Listed([ContainerListEntry(id="cid-s1", labels={names.SANDBOX_ID: "s1"})], True, frozenset(), old))
+        hub._handle(Observed("cid-s1", "s1", snap("s1"), False, hub._count, old))
+        return len(hub._looking), len(hub._told), hub.connected.is_set()
+
+    assert run(body, boxes=("s1",)) == (0, 0, False)
