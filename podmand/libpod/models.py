@@ -29,6 +29,7 @@ class ContainerState(msgspec.Struct, rename="pascal"):
     finished_at: str = ""
     health: HealthState | None = None
     stopped_by_user: bool = False
+    conmon_pid: int = 0  # on the same host: where podmand finds Podman's exit directory (exitfiles.py)
 
 
 class HealthConfig(msgspec.Struct, rename="pascal"):
