@@ -50,7 +50,7 @@ class Driver:
         self.locks = LockTable()  # per sandbox id (and "net:<network>"): an entry only while in use
         self._deleting: set[str] = set()  # sandboxes a DeleteSandbox is removing
         self.validator = Validator(podman, settings, state_dir)
-        self.networks = Networks(podman, settings, self.locks, lambda: self.provisioning.workspaces())
+        self.networks = Networks(podman, settings, self.locks, lambda: self.provisioning.workspaces(), lambda n: None)
         self.provisioning = Provisioner(
             podman, settings, state_dir, self.files, sink, self.tasks, self.locks, self.networks, self.validator,
             self.signer,
