@@ -38,8 +38,8 @@ def raise_nofile_limit() -> int:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         except (ValueError, OSError) as exc:
             target, why = soft, f" (raising it failed: {exc})"
-    was = f", was {soft}" if target != soft else ""
-    log.info("descriptor limit (RLIMIT_NOFILE): %s%s, hard %s%s", _shown(target), was, _shown(hard), why)
+    was = f" (was {soft})" if target != soft else ""
+    log.info("descriptor limit (RLIMIT_NOFILE): soft %s%s, hard %s%s", _shown(target), was, _shown(hard), why)
     return target
 
 
