@@ -58,7 +58,7 @@ def pick_subnet(pool: ipaddress.IPv4Network, prefix: int, used: Iterable[IPNetwo
 
 def subnet_taken(exc: PodmanError) -> bool:
     """Podman refused a subnet another network or a host route already has."""
-    return "already used" in exc.message
+    return exc.status != 409 and "already used" in exc.message
 
 
 class Networks:
