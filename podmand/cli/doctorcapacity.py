@@ -56,7 +56,9 @@ def check_capacity(f: CapacityFacts) -> list[Check]:
         ),
         "network": (
             f"each new workspace network is a /{prefix} from {pool} "
-            + ("(network_prefix)" if f.network_prefix else "(sized from the subordinate ids)")
+            + ("(network_prefix)" if f.network_prefix
+               else "(sized from the subordinate ids)" if f.subids and base == "auto"
+               else "(the widest podmand picks itself: the ids do not bound the sandboxes)")
             + "; networks made before keep their size"
         ),
         "descriptors": (
