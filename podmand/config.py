@@ -57,7 +57,6 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     gidmap: list[str] = msgspec.field(default_factory=list)
     enable_bind_mounts: bool = False
     health_check_interval: int = 0
-    exit_watch: Literal["events", "wait"] = "events"
     allow_driver_config: bool = False
     admission_enabled: bool = True
     admission_labels: dict[str, str] = msgspec.field(default_factory=lambda: dict(DEFAULT_ADMISSION_LABELS))

@@ -52,7 +52,10 @@ class Driver:
         self._deleting: set[str] = set()  # sandboxes a DeleteSandbox is removing
         self.index = Index()  # sandbox -> its containers, kept by the hub (index.py)
         self.validator = Validator(podman, settings, state_dir)
-        self.networks = Networks(podman, settings, self.locks, lambda: self.provisioning.workspaces(), lambda n: None)
+        self.networks = Networks(
+            podman, settings, self.locks, lambda: self.provisioning.workspaces(),
+            lambda net: self.index.members(self.networks.name, net),
+        )
         self.provisioning = Provisioner(
             podman, settings, state_dir, self.files, sink, self.tasks, self.locks, self.networks, self.validator,
             self.signer,
