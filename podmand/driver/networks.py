@@ -14,8 +14,6 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 
-import msgspec
-
 from .. import capacity, names
 from ..config import Settings
 from ..errors import FailedPrecondition
@@ -27,15 +25,6 @@ from . import lookup
 log = logging.getLogger("podmand.driver")
 SUBNET_ATTEMPTS = 16  # subnets tried per new network before giving up
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-class _Subnet(msgspec.Struct):
-    subnet: str
-
-
-class _NetworkSubnets(msgspec.Struct):
-    name: str
-    subnets: list[_Subnet] | None = None
 
 
 def pick_subnet(pool: ipaddress.IPv4Network, prefix: int, used: Iterable[IPNetwork]) -> ipaddress.IPv4Network | None:
@@ -117,12 +106,8 @@ class Networks:
         """Number the network from the pool: one list of Podman's networks, then the next
         free subnet each time Podman says one is taken (by a host route, or a network
         another workspace made meanwhile)."""
-        resp = await self.podman.call("GET", "/networks/json")
-        used: list[IPNetwork] = [
-            ipaddress.ip_network(s.subnet, strict=False)
-            for n in msgspec.json.decode(resp.body, type=list[_NetworkSubnets] | None) or []
-            for s in n.subnets or []
-        ]
+        networks = await self.podman.list_networks()
+        used: list[IPNetwork] = [ipaddress.ip_network(s.subnet, strict=False) for n in networks for s in n.subnets or []]
         for _ in range(SUBNET_ATTEMPTS):
             subnet = pick_subnet(self.pool, self.prefix, used)
             if subnet is None:

@@ -154,10 +154,15 @@ class VolumeInspect(msgspec.Struct, rename="pascal"):
     options: dict[str, str] | None = None  # a ``local`` volume's mount options (o=bind, device)
 
 
+class Subnet(msgspec.Struct):
+    subnet: str
+
+
 class NetworkInspect(msgspec.Struct):
     name: str
     labels: dict[str, str] | None = None
     created: str = ""
+    subnets: list[Subnet] | None = None
 
 
 # ---------------------------------------------------------------- events
