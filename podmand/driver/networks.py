@@ -107,7 +107,8 @@ class Networks:
         free subnet each time Podman says one is taken (by a host route, or a network
         another workspace made meanwhile)."""
         networks = await self.podman.list_networks()
-        used: list[IPNetwork] = [ipaddress.ip_network(s.subnet, strict=False) for n in networks for s in n.subnets or []]
+        used: list[IPNetwork] = [ipaddress.ip_network(s.subnet, strict=False)
+                                 for n in networks for s in n.subnets or ()]
         for _ in range(SUBNET_ATTEMPTS):
             subnet = pick_subnet(self.pool, self.prefix, used)
             if subnet is None:
