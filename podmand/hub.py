@@ -57,6 +57,8 @@ class Sandboxes(Protocol):
 
     def pending(self, besides: set[str]) -> list[pb.DriverSandbox]: ...
 
+    def creating(self, sandbox_id: str) -> bool: ...
+
     def changed(self, entry: ContainerListEntry) -> bool: ...
 
     def unwatched(self) -> None: ...
@@ -386,6 +388,8 @@ class Hub:
                 self._unreadable_event(bad)
             case PodmanEvent(event) if changes_state(event):
                 sandbox_id = (event.Actor.attributes or {})[names.SANDBOX_ID]
+                if event.Action in ("create", "init") and self.sandboxes.creating(sandbox_id):
+                    return  # podmand is making it: provisioning asks for a look once it started
                 self._look(event.Actor.id, sandbox_id, removed=event.Action == "remove")
 
     def _subscribe(self, stream: Stream) -> None:

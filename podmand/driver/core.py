@@ -128,6 +128,10 @@ class Driver:
         """Snapshots of sandboxes that have no container (yet), other than ``besides``."""
         return self.provisioning.snapshots(besides=besides)
 
+    def creating(self, sandbox_id: str) -> bool:
+        """Whether podmand itself is still creating the sandbox's container."""
+        return self.provisioning.get(sandbox_id) is not None
+
     def changed(self, entry: ContainerListEntry) -> bool:
         """Whether a list shows the container other than the hub last observed it."""
         return self.index.changed(entry)

@@ -76,6 +76,9 @@ class StubDriver:
     def pending(self, besides: set[str]) -> list[pb.DriverSandbox]:
         return [s for s in self.provisioning if s.id not in besides]
 
+    def creating(self, sandbox_id: str) -> bool:
+        return any(s.id == sandbox_id for s in self.provisioning)
+
     def changed(self, entry: ContainerListEntry) -> bool:
         return self.seen.get(entry.id) != entry.state
 
@@ -615,3 +618,19 @@ def test_answers_to_an_ended_event_subscription_are_ignored() -> None:
         return len(hub._looking), len(hub._told), hub.connected.is_set()
 
     assert run(body, boxes=("s1",)) == (0, 0, False)
+
+
+def test_create_and_init_of_a_container_podmand_is_making_cost_no_look() -> None:
+    """Provisioning asks for a look once it started the container: Podman's create and
+    init events of it would only show a state the pending snapshot already tells."""
+
+    async def body(hub: Hub, driver: StubDriver) -> list[str]:
+        driver.provisioning = [snap("s2", "ContainerStarting", "False")]
+        driver.put("s2", "created", "ContainerCreated")
+        for action in ("create", "init"):
+            hub.inbox.put(podman_event(action, "cid-s2", "s2"))
+        hub.inbox.put(podman_event("create", "cid-s3", "s3"))  # made by someone else: looked at
+        await drain(hub)
+        return driver.looked
+
+    assert run(body) == ["cid-s3"]
