@@ -310,7 +310,7 @@ def abandoning(readiness: Readiness) -> Callable[..., None]:
     """An exit callback: RPCs waiting for a start-up that did not finish answer UNAVAILABLE
     at once (before the in-flight grace), saying why."""
 
-    def release(kind: type[BaseException] | None, exc: BaseException | None, _tb: object) -> None:
+    def release(_kind: type[BaseException] | None, exc: BaseException | None, _tb: object) -> None:
         if isinstance(exc, StartupError):
             readiness.abandon(f"podmand failed to start: {exc}")
         else:
