@@ -116,9 +116,12 @@ class HostLimits:
             renew_userns(self.user)
 
 
-def service_pid(socket: str, uid: int) -> int:
-    """The Podman API service serving ``socket`` (found afresh: setup-podman.sh may restart it)."""
+def service_pids(socket: str, uid: int) -> list[int]:
+    """The Podman API service serving ``socket``, found afresh (setup-podman.sh may restart
+    it): every process of it, as rootless Podman re-executes itself inside its user
+    namespace when it creates one (after a migrate), and the child does the work."""
     want = f"unix://{socket}".encode()
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -129,17 +132,22 @@ def service_pid(socket: str, uid: int) -> int:
         except OSError:
             continue
         if b"system" in argv and b"service" in argv and want in argv:
-            return int(entry.name)
-    raise SystemExit(f"no Podman service on {socket}")
+            found.append(int(entry.name))
+    if not found:
+        raise SystemExit(f"no Podman service on {socket}")
+    return found
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime+stime of the process (all threads) plus cutime+cstime of the children it
+def cpu_seconds(pids: list[int]) -> float:
+    """utime+stime of the processes (all threads) plus cutime+cstime of the children they
     reaped (netavark, iptables...).  conmon and runc are not counted: conmon double-forks
     away from the service, and runc is conmon's child."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return sum(int(x) for x in fields[11:15]) / CLK_TCK
+    total = 0.0
+    for pid in pids:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += sum(int(x) for x in fields[11:15]) / CLK_TCK
+    return total
 
 
 def rss_mb(pid: int) -> float:

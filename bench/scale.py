@@ -35,7 +35,7 @@ import grpc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import _scale_raw as raw
-from bench._scale_host import HostLimits, cpu_seconds, rss_mb, service_pid
+from bench._scale_host import HostLimits, cpu_seconds, rss_mb, service_pids
 from bench._scale_procs import SANDBOX_IMAGE, Podmand
 from bench._scale_report import Measured, ms, table
 from bench._scale_watch import Watch, snapshot_time
@@ -86,7 +86,7 @@ class Bench:
     # ------------------------------------------------------------ helpers
 
     def service_cpu(self) -> float:
-        return cpu_seconds(service_pid(self.args.podman, self.uid))
+        return cpu_seconds(service_pids(self.args.podman, self.uid))
 
     async def connect(self) -> pb_grpc.ComputeDriverStub:
         if self.channel is not None:
@@ -190,15 +190,15 @@ class Bench:
         count = len(self.sids)
         window = self.args.window
         print(f"idle: {count} sandboxes, {window:.0f} s with podmand, {window:.0f} s without", flush=True)
-        pid = service_pid(self.args.podman, self.uid)
-        cpu0 = cpu_seconds(pid)
+        pids = service_pids(self.args.podman, self.uid)
+        cpu0 = cpu_seconds(pids)
         await asyncio.sleep(window)  # a fixed measuring window, not a wait for state
-        running = (cpu_seconds(pid) - cpu0) / window
+        running = (cpu_seconds(pids) - cpu0) / window
         await watch.close()
         self.daemon.stop()
-        cpu0 = cpu_seconds(pid)
+        cpu0 = cpu_seconds(pids)
         await asyncio.sleep(window)
-        stopped = (cpu_seconds(pid) - cpu0) / window
+        stopped = (cpu_seconds(pids) - cpu0) / window
         accepting, serving = self.daemon.start()
         self.notes.append(f"podmand restarted with {count} sandboxes: accepting {ms(accepting)}, SERVING {ms(serving)}")
         stub = await self.connect()
