@@ -7,9 +7,12 @@ call twice; scale.py calls it from ``finally`` and from ``atexit``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
+import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,11 +61,22 @@ def as_user(user: str, script: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd="/", capture_output=True, text=True, check=False)
 
 
-def renew_userns(user: str) -> str:
-    """Podman learns of changed sub-id ranges only in a new user namespace: migrate
-    (ends the pause process) and restart the rootless service (tests/setup-podman.sh).
-    Podman's view of the user's uid map afterwards."""
+def renew_userns(user: str, uid: int, socket: str) -> str:
+    """Podman learns of changed sub-id ranges only in a new user namespace: migrate (ends
+    the pause process), end every process of the rootless service (once it has made its
+    own namespace it is two, and setup-podman.sh records only the outer one, so its
+    restart would leave the inner one serving in the old namespace), then let
+    tests/setup-podman.sh start and record a new one.  Podman's view of the uid map."""
     as_user(user, "podman system migrate")
+    pids = service_pids(socket, uid)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while any(Path(f"/proc/{pid}").exists() for pid in pids):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the Podman service {pids} did not stop within 60 s")
+        time.sleep(0.05)  # no exit notification for a process that is not our child
     setup = ROOT / "tests" / "setup-podman.sh"
     subprocess.run(["bash", str(setup), "restart-rootless"], cwd="/", check=True, capture_output=True)
     return as_user(user, "podman info --format '{{.Host.IDMappings.UIDMap}}'").stdout.strip()
@@ -74,6 +88,7 @@ class HostLimits:
 
     user: str
     uid: int
+    socket: str
     saved: dict[Path, str] = field(default_factory=dict)
     subids_added: bool = False
     notes: list[str] = field(default_factory=list)
@@ -99,7 +114,7 @@ class HostLimits:
                 sep = "" if text.endswith("\n") or not text else "\n"
                 self._write(f, f"{text}{sep}{self.user}:{start}:{size}\n")
             self.subids_added = True
-            seen = renew_userns(self.user)
+            seen = renew_userns(self.user, self.uid, self.socket)
             self.notes.append(f"subordinate ids of {self.user}: {have} + {self.user}:{start}:{size}; Podman: {seen}")
         keys = 4 * n + 400  # runc's session keyring (and its key) per container, with room
         self._raise(MAXKEYS, keys)
@@ -113,7 +128,7 @@ class HostLimits:
         self.saved.clear()
         if self.subids_added:
             self.subids_added = False
-            renew_userns(self.user)
+            renew_userns(self.user, self.uid, self.socket)
 
 
 def service_pids(socket: str, uid: int) -> list[int]:

@@ -396,7 +396,7 @@ def main() -> None:
     uid = pwd.getpwnam(args.user).pw_uid
     args.podman = args.podman or os.environ.get("PODMAN_ROOTLESS_SOCK") or f"/run/user/{uid}/podman/podman.sock"
     args.idle = min(args.idle, args.n)
-    limits = HostLimits(args.user, uid)
+    limits = HostLimits(args.user, uid, args.podman)
     atexit.register(limits.restore)
     signal.signal(signal.SIGTERM, interrupt)
     began = time.perf_counter()
@@ -426,7 +426,7 @@ def details(bench: Bench) -> list[str]:
     return [
         f"exit after FinishedAt, medians of {len(natural)}: podmand {ms(med([x[0] for x in natural]))}, "
         f"raw /wait {ms(med([x[1] for x in natural]))}, raw event 'died' {ms(med([x[2] for x in natural]))}",
-        "live exits: " + ", ".join(f"{ms(d)}{'' if busy else ' (snapshots already done)'}" for d, busy in bench.live),
+        "live exits: " + ", ".join(f"{ms(d)}{'' if busy else ' (snapshots over by then)'}" for d, busy in bench.live),
         "warm starts (accepting, SERVING): " + ", ".join(f"{ms(a)}/{ms(b)}" for a, b in bench.startup_runs),
     ]
 
