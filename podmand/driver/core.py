@@ -28,6 +28,7 @@ from ..spec import Plan, check_name
 from . import lookup, records
 from .events import EventSink, deleted_event
 from .garbage import Collector, remove_rootfs_image
+from .images import Images
 from .networks import Networks
 from .observer import Observer
 from .pending import Pending
@@ -49,7 +50,7 @@ class Driver:
         self.tasks = Tasks()
         self.locks = LockTable()  # per sandbox id (and "net:<network>"): an entry only while in use
         self._deleting: set[str] = set()  # sandboxes a DeleteSandbox is removing
-        self.validator = Validator(podman, settings, state_dir)
+        self.validator = Validator(podman, settings, state_dir, Images(podman, self.tasks))
         self.networks = Networks(podman, settings, self.locks, lambda: self.provisioning.workspaces())
         self.provisioning = Provisioner(
             podman, settings, state_dir, self.files, sink, self.tasks, self.locks, self.networks, self.validator,
