@@ -85,7 +85,8 @@ def _recorded(labels: dict[str, str] | None) -> tuple[str, str] | None:
 
 async def _record(prov: Provisioner, plan: Plan, sandbox: pb.DriverSandbox, instance: str) -> tuple[str, str] | None:
     """Write the sandbox's files, then its durable record (the volume): None when made,
-    else what the volume already there records (its files are left as they were)."""
+    else what the volume already there records. Files written here go again when no
+    record is made."""
     try:
         prov.files.write_secrets(plan.sandbox_id, gateway_token(sandbox.spec), _tls_files(prov.settings))
         prov.new_generation(plan.sandbox_id, instance, plan.generation)
