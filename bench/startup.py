@@ -1,11 +1,14 @@
-"""Cold and warm start of the pex: ``--version`` and time until ``serve`` answers health.
+"""Cold and warm start of the pex: ``--version``, time until ``serve`` accepts and until
+it is SERVING, and its idle RSS.
 
     python3 bench/startup.py [--pex dist/podmand.pex] [--podman /run/podman/podman.sock] [-n 5]
 
 Cold: an empty PEX_ROOT (the pex unpacks its venv first). Warm: the same PEX_ROOT
-again.  Time-to-serving runs ``serve`` against a live Podman and polls the gRPC
-health service until it says SERVING; the process is then stopped with SIGTERM.
-Runs under the system CPython with an empty environment, as an operator would.
+again. ``serve`` runs against a live Podman; "accepting" is the first GetCapabilities
+answered, "SERVING" the first health check saying so (both polled every 5 ms from
+the start of the process); the idle RSS is read once it has served for a second with
+nothing to do. The process is then stopped with SIGTERM. Runs the pex with an empty
+environment, as an operator would.
 """
 
 from __future__ import annotations
@@ -19,12 +22,24 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the generated protos, for GetCapabilities
+
+from podmand._proto import compute_driver_pb2 as pb  # noqa: E402
+from podmand._proto import compute_driver_pb2_grpc as pb_grpc  # noqa: E402
+from podmand._proto import extension_pb2 as ext  # noqa: E402
+
+CAPABILITIES = pb.GetCapabilitiesRequest(gateway=ext.PeerMetadata(
+    protocol_version=ext.ProtocolVersion(major=1, minor=0), implementation_name="bench",
+    implementation_version="0", supported_capabilities=["openshell.compute.contract"],
+    required_capabilities=["openshell.compute.contract"]))
+IDLE = 1.0  # seconds serving before the RSS is read
 
 
 def env(pex_root: str, **extra: str) -> dict[str, str]:
@@ -37,7 +52,35 @@ def version(pex: str, pex_root: str) -> float:
     return time.perf_counter() - start
 
 
-def serving(pex: str, pex_root: str, podman: str) -> float:
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise SystemExit(f"no VmRSS for {pid}")
+
+
+def answered(sock: str, ask: Callable[[grpc.Channel], bool]) -> bool:
+    if not os.path.exists(sock):
+        return False
+    with grpc.insecure_channel(f"unix://{sock}") as channel:
+        try:
+            return ask(channel)
+        except grpc.RpcError:
+            return False
+
+
+def capabilities(channel: grpc.Channel) -> bool:
+    pb_grpc.ComputeDriverStub(channel).GetCapabilities(CAPABILITIES, timeout=1)
+    return True
+
+
+def serving(channel: grpc.Channel) -> bool:
+    answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+    return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def serve(pex: str, pex_root: str, podman: str) -> tuple[float, float, float]:
+    """Seconds to accepting, to SERVING, and the idle RSS in MB."""
     work = tempfile.mkdtemp(prefix="podmand-bench-")
     sock = f"{work}/d.sock"
     start = time.perf_counter()
@@ -48,18 +91,15 @@ def serving(pex: str, pex_root: str, podman: str) -> float:
         stderr=subprocess.DEVNULL,
     )
     try:
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit("podmand exited before serving")
-            if os.path.exists(sock):
-                with grpc.insecure_channel(f"unix://{sock}") as channel:
-                    try:
-                        answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
-                        if answer.status == health_pb2.HealthCheckResponse.SERVING:
-                            return time.perf_counter() - start
-                    except grpc.RpcError:
-                        pass
-            time.sleep(0.005)
+        times = []
+        for ask in (capabilities, serving):
+            while not answered(sock, ask):
+                if proc.poll() is not None:
+                    raise SystemExit("podmand exited before serving")
+                time.sleep(0.005)
+            times.append(time.perf_counter() - start)
+        time.sleep(IDLE)
+        return times[0], times[1], rss_mb(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
@@ -72,21 +112,21 @@ def main() -> None:
     parser.add_argument("--podman", default="/run/podman/podman.sock")
     parser.add_argument("-n", type=int, default=5)
     args = parser.parse_args()
-    rows = []
-    for name, measure in (
-        ("--version", lambda r: version(args.pex, r)),
-        ("serve → SERVING", lambda r: serving(args.pex, r, args.podman)),
-    ):
-        cold, warm = [], []
-        for _ in range(args.n):
-            root = tempfile.mkdtemp(prefix="pexroot-")
-            cold.append(measure(root))
-            warm.append(measure(root))
-            shutil.rmtree(root)
-        rows.append((name, statistics.median(cold), statistics.median(warm)))
-    print(f"{Path(args.pex).name}, {args.n} runs, CPython {sys.version.split()[0]} driving /usr/bin/python3 pex")
-    for name, cold, warm in rows:
-        print(f"{name:18s} cold {cold * 1000:7.0f} ms   warm {warm * 1000:7.0f} ms")
+    runs: dict[str, list[tuple[float, ...]]] = {"cold": [], "warm": []}
+    for _ in range(args.n):
+        root = tempfile.mkdtemp(prefix="pexroot-")
+        for kind in ("cold", "warm"):
+            runs[kind].append((version(args.pex, root),))
+        shutil.rmtree(root)
+        root = tempfile.mkdtemp(prefix="pexroot-")
+        for kind in ("cold", "warm"):
+            runs[kind][-1] += serve(args.pex, root, args.podman)
+        shutil.rmtree(root)
+    med = {kind: [statistics.median(col) for col in zip(*rows, strict=True)] for kind, rows in runs.items()}
+    print(f"{Path(args.pex).name} ({os.path.getsize(args.pex) / 2**20:.1f} MB), {args.n} runs, median")
+    for i, name in enumerate(("--version", "serve → accepting", "serve → SERVING")):
+        print(f"{name:18s} cold {med['cold'][i] * 1000:7.0f} ms   warm {med['warm'][i] * 1000:7.0f} ms")
+    print(f"{'idle RSS':18s} cold {med['cold'][3]:7.1f} MB   warm {med['warm'][3]:7.1f} MB")
 
 
 if __name__ == "__main__":

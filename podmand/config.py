@@ -84,6 +84,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     selinux: Literal["auto", "on", "off"] = "auto"
     rootfs_staging_dir: str = ""  # "": <state_dir>/rootfs-staging (resolved at start: rootfs.prepare_staging)
     rootfs_max_bytes: int = 8 * 2**30  # 0: rootfs tar sources unsupported (advertised as 0)
+    network_prefix: int = 0  # 0: sized from the host's userns=auto capacity (capacity.network_prefix)
+    network_pool: str = "10.128.0.0/9"
+    exit_watch: Literal["events", "wait"] = "events"
     # (operator settings: add new fields above this line)
 
     @property

@@ -17,6 +17,7 @@ from .config import ConfigError, Settings, _describe, expected_value, mismatch, 
 
 USERNS_MODES = ("auto", "host", "keep-id", "nomap", "private")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+MIN_NETWORK_PREFIX, MAX_NETWORK_PREFIX = 8, 29  # a /29 holds 5 sandboxes
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
@@ -35,6 +36,22 @@ def _check_idmap(field: str, entries: list[str]) -> None:
             raise _bad(field, f"entry {entry!r} must be 'container_id:host_id:size'")
         if int(parts[2]) == 0:
             raise _bad(field, f"entry {entry!r}: size must be greater than 0")
+
+
+def _check_network_size(s: Settings) -> None:
+    """A pool to carve workspace networks from, and a prefix that fits in it."""
+    try:
+        pool = ipaddress.IPv4Network(s.network_pool)
+    except ValueError as exc:
+        raise _bad("network_pool", f"{s.network_pool!r} is not an IPv4 network such as 10.128.0.0/9 ({exc})") from exc
+    if s.network_prefix and not MIN_NETWORK_PREFIX <= s.network_prefix <= MAX_NETWORK_PREFIX:
+        raise _bad(
+            "network_prefix", f"must be 0 (sized from the host) or {MIN_NETWORK_PREFIX} to {MAX_NETWORK_PREFIX}"
+        )
+    if s.network_prefix and s.network_prefix < pool.prefixlen:
+        raise _bad("network_prefix", f"a /{s.network_prefix} does not fit in network_pool {pool}")
+    if pool.prefixlen > MAX_NETWORK_PREFIX:
+        raise _bad("network_pool", f"{pool} is smaller than the smallest workspace network (/{MAX_NETWORK_PREFIX})")
 
 
 def validate(s: Settings) -> None:
@@ -70,6 +87,7 @@ def validate(s: Settings) -> None:
         )
     if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", s.network_name):
         raise _bad("network_name", "must match [a-zA-Z0-9][a-zA-Z0-9_.-]*")
+    _check_network_size(s)
     if not s.ssh_socket_path.startswith("/"):
         raise _bad("ssh_socket_path", "must be an absolute path")
     if s.log_level.lower() not in (*LOG_LEVELS, "warn"):

@@ -260,6 +260,26 @@ OPTIONS: tuple[Option, ...] = (
         "--rootfs-max-bytes",
         "largest rootfs tar podmand imports, in bytes (0: rootfs tar sources are not supported)",
     ),
+    Option(
+        "network_prefix",
+        "PODMAND_NETWORK_PREFIX",
+        "--network-prefix",
+        "prefix length of each new workspace network, 16-29 (0: the smallest from /24 to /16 that holds "
+        "the sandboxes this host's subordinate ids allow under userns=auto; /16 for other modes)",
+    ),
+    Option(
+        "network_pool",
+        "PODMAND_NETWORK_POOL",
+        "--network-pool",
+        "IPv4 range new workspace networks' subnets are carved from, clear of Podman's other networks",
+    ),
+    Option(
+        "exit_watch",
+        "PODMAND_EXIT_WATCH",
+        "--exit-watch",
+        "how exits are seen: events (Podman's event stream, and conmon's exit files on the same host) or wait "
+        "(also one libpod /wait per running container: Podman CPU per container)",
+    ),
     # (operator settings: add new options above this line)
 )
 LIST_FIELDS = {"uidmap", "gidmap", "allowed_peer_uids", "cdi_spec_dirs"}

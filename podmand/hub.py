@@ -1,10 +1,19 @@
 """One Podman event subscription feeding every WatchSandboxes stream.
 
-A single hub task serialises everything that changes what streams see: Podman
-events, the driver's own publications and new subscribers.  A new stream gets
-its full snapshot computed inside that task, so no live change can be ordered
-before it.  When Podman's stream breaks, every open stream ends UNAVAILABLE
-(the gateway reconnects and gets a fresh snapshot) and the hub resubscribes.
+A single hub task serialises everything streams see: Podman events, the
+driver's own publications and new subscribers, in one order.  It never waits
+for Podman.  Looking at a container (an inspect) runs in a task of its own,
+one at a time per container (a change during a look asks for one more look,
+so bursts of events cost one or two inspects), and its result comes back
+through the inbox; a result overtaken by a Deleted is dropped.  A new stream
+gets what the hub last told about every sandbox, at once, with no Podman call.
+
+Each time the event subscription opens, one list teaches the driver's index
+every container and each is looked at once; streams are served when that is
+done.  Every ``resync`` seconds one more list (in a task) finds what events
+missed: a state the hub did not see, a container gone, garbage.  When Podman's
+stream breaks, every open stream ends UNAVAILABLE (the gateway reconnects and
+gets a fresh snapshot) and the hub resubscribes.
 """
 
 from __future__ import annotations
@@ -12,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
@@ -23,21 +32,36 @@ from ._proto import compute_driver_pb2 as pb
 from .driver.events import deleted_event, sandbox_event
 from .driver.observer import changes_state
 from .errors import Unavailable
-from .libpod import BadEvent, Event, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
+from .libpod import BadEvent, ContainerListEntry, Event, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 
 log = logging.getLogger("podmand.hub")
+
+# Inspects the hub runs at once: enough to look at 500 containers in well under a
+# second, few enough to leave the libpod pool to the RPCs.
+LOOKS = 4
+# Seconds new streams wait for the first looks after connecting: a container whose
+# inspect hangs (Podman holds its lock) must not keep every stream, and start-up, waiting.
+FIRST_LOOKS = 5.0
 
 
 class Sandboxes(Protocol):
     """What the hub needs of the driver: the event path, never the RPCs."""
 
-    async def snapshot_all(self) -> list[pb.DriverSandbox]: ...
+    async def listed(self) -> list[ContainerListEntry]: ...
 
     async def observe(self, container_id: str) -> pb.DriverSandbox | None: ...
 
-    async def forget(self, sandbox_id: str) -> bool: ...
+    async def forget(self, sandbox_id: str, container_id: str = "") -> bool: ...
 
     async def collect_garbage(self) -> list[str]: ...
+
+    def pending(self, besides: set[str]) -> list[pb.DriverSandbox]: ...
+
+    def creating(self, sandbox_id: str) -> bool: ...
+
+    def changed(self, entry: ContainerListEntry) -> bool: ...
+
+    def unwatched(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -123,13 +147,31 @@ class Subscribe:
 
 @dataclass(frozen=True)
 class Resync:
-    """Compare Podman with what every stream was told."""
+    """Compare Podman with what every stream was told (one list, in a task)."""
 
 
 @dataclass(frozen=True)
-class Look:
-    """Observe every sandbox once (on connecting): containers running since before get
-    their exit waiters, whether or not anyone watches."""
+class Listed:
+    """A list's answer: ``first`` on connecting (every container is looked at once),
+    else a resync's, which looks only at what the hub did not see change."""
+
+    entries: list[ContainerListEntry]
+    first: bool
+    told: frozenset[str]  # sandboxes the hub had told of when the list was asked for
+    subscription: int  # which event subscription asked (an answer to an earlier one is ignored)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A look at one container came back: its snapshot, or None when it is gone
+    (``deleted``: and its sandbox with it)."""
+
+    container_id: str
+    sandbox_id: str
+    snap: pb.DriverSandbox | None
+    deleted: bool
+    asked: int  # the hub's message count when the look was asked for
+    subscription: int = -1  # which event subscription asked (-1: any)
 
 
 @dataclass(frozen=True)
@@ -151,7 +193,7 @@ class Lost:
     error: Exception | None
 
 
-Message = Publish | Refresh | Subscribe | Resync | Look | PodmanEvent | Unreadable | Lost
+Message = Publish | Refresh | Subscribe | Resync | Listed | Observed | PodmanEvent | Unreadable | Lost
 
 
 class Inbox:
@@ -197,6 +239,20 @@ class Hub:
         self._down = False  # the last subscription attempt failed (its loss is logged once)
         # Told when the event subscription opens (True) or is lost or cannot be made (False).
         self.link: Callable[[bool], None] = lambda _up: None
+        self._told: dict[str, pb.DriverSandbox] = {}  # sandbox id -> the last snapshot streams were sent
+        self._count = 0  # messages handled: orders looks against what the driver says
+        # Sandbox id -> message count of the driver's last word on it (a snapshot it
+        # published, or Deleted): a look asked for before that is out of date.
+        self._said_at: dict[str, int] = {}
+        self._waiting: list[Stream] = []  # subscribed while the first looks were still out
+        self._looking: dict[str, asyncio.Task[None]] = {}  # container id -> its look in flight
+        self._again: dict[str, tuple[str, bool]] = {}  # looks asked for while one was in flight
+        self._first: set[str] | None = None  # first looks still out after connecting
+        self._first_due: asyncio.TimerHandle | None = None
+        self._work: set[asyncio.Task[None]] = set()  # lists and garbage collection
+        self._listing = False
+        self._looks = asyncio.Semaphore(LOOKS)
+        self._subscription = 0  # counts event subscriptions: answers to an ended one are ignored
 
     # ------------------------------------------------------------ public
 
@@ -225,23 +281,24 @@ class Hub:
             try:
                 async with self.podman.events([f"{names.MANAGED}=true"]) as events:
                     log.debug("subscribed to Podman events")
-                    self.connected.set()
                     self._down = False
                     self.link(True)
                     delay = 0.25
-                    self.inbox.put(Look())
                     pump = asyncio.create_task(self._pump(events))
                     ticker = asyncio.create_task(self._tick())
+                    self._list(first=True)
                     try:
                         await self._process()
                     finally:
                         pump.cancel()
                         ticker.cancel()
+                        await self._stop_work()
             except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
                 reason = str(exc)
             else:
                 reason = "Podman's event stream ended"
             self.connected.clear()
+            self.sandboxes.unwatched()
             if self._closed:
                 return
             self.link(False)
@@ -257,9 +314,28 @@ class Hub:
     # ------------------------------------------------------------ internals
 
     def _end_all(self, code: grpc.StatusCode, message: str) -> None:
-        for stream in list(self._streams):
+        for stream in [*self._streams, *self._waiting]:
             stream.close(code, message)
         self._streams.clear()
+        self._waiting.clear()
+
+    async def _stop_work(self) -> None:
+        """Cancel looks, lists and garbage collection of a subscription that ended."""
+        self._subscription += 1
+        tasks = [*self._looking.values(), *self._work]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._looking.clear()
+        self._again.clear()
+        self._work.clear()
+        self._listing = False
+        self._first = None
+        if self._first_due is not None:
+            self._first_due.cancel()
+            self._first_due = None
+        self._told.clear()  # the next subscription tells everything afresh
+        self._said_at.clear()
 
     async def _tick(self) -> None:
         """The safety net: periodically compare Podman with what streams were told."""
@@ -286,53 +362,183 @@ class Hub:
                     raise message.error
                 return
             try:
-                await self._handle(message)
-            except PodmanUnavailable:
-                raise
-            except PodmanError as exc:
-                log.warning("watch: Podman error while handling %s: %s", type(message).__name__, exc)
+                self._handle(message)
             except Exception:  # one bad item must not stop every watch stream
                 log.exception("watch: failed to handle %s", type(message).__name__)
 
-    async def _handle(self, message: Message) -> None:
+    def _handle(self, message: Message) -> None:
+        self._count += 1
         match message:
             case Subscribe(stream):
-                await self._subscribe(stream)
+                self._subscribe(stream)
             case Publish(event):
+                said = _key(event)[0]
+                if said:
+                    self._said_at[said] = self._count
                 self._emit(event)
             case Refresh(container_id, sandbox_id):
-                await self._observe(container_id, sandbox_id)
+                self._look(container_id, sandbox_id)
+            case Observed():
+                self._observed(message)
             case Resync():
-                await self._resync()
-            case Look():
-                await self._look()
+                self._list(first=False)
+            case Listed():
+                self._listed(message)
             case Unreadable(bad):
-                await self._unreadable_event(bad)
+                self._unreadable_event(bad)
             case PodmanEvent(event) if changes_state(event):
-                await self._observe(event.Actor.id, (event.Actor.attributes or {})[names.SANDBOX_ID])
+                sandbox_id = (event.Actor.attributes or {})[names.SANDBOX_ID]
+                if event.Action in ("create", "init") and self.sandboxes.creating(sandbox_id):
+                    return  # podmand is making it: provisioning asks for a look once it started
+                self._look(event.Actor.id, sandbox_id, removed=event.Action == "remove")
 
-    async def _subscribe(self, stream: Stream) -> None:
+    def _subscribe(self, stream: Stream) -> None:
+        """Everything the hub last told, and what is still provisioning: no Podman call."""
         if self._closed:
             stream.close(grpc.StatusCode.UNAVAILABLE, "podmand is shutting down")
             return
-        try:
-            snaps = await self.sandboxes.snapshot_all()
-        except BaseException as exc:
-            # A stream whose snapshot failed must not wait forever for one.
-            stream.close(grpc.StatusCode.UNAVAILABLE, f"snapshot failed: {exc}")
-            raise
-        for snap in snaps:
+        if not self.connected.is_set():  # reconnected meanwhile: served once every container was looked at
+            self._waiting.append(stream)
+            return
+        for snap in [*self._told.values(), *self.sandboxes.pending(besides=set(self._told))]:
             stream.put(sandbox_event(snap))
         self._streams.add(stream)
 
-    async def _observe(self, container_id: str, sandbox_id: str) -> None:
-        snap = await self.sandboxes.observe(container_id)
-        if snap is not None:
-            self._emit(sandbox_event(snap))
-        elif sandbox_id and await self.sandboxes.forget(sandbox_id):
-            self._emit(deleted_event(sandbox_id))
+    # ------------------------------------------------------------ looking at containers
 
-    async def _unreadable_event(self, bad: BadEvent) -> None:
+    def _look(self, container_id: str, sandbox_id: str, *, removed: bool = False) -> None:
+        """Look at a container (in a task); one look at a time per container."""
+        if container_id in self._looking:
+            before = self._again.get(container_id)
+            self._again[container_id] = (sandbox_id or (before[0] if before else ""), removed)
+            return
+        looker = self._looker(container_id, sandbox_id, removed, self._count, self._subscription)
+        self._looking[container_id] = self._spawn(looker)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(coro)
+
+    async def _looker(self, container_id: str, sandbox_id: str, removed: bool, asked: int, subscription: int) -> None:
+        snap: pb.DriverSandbox | None = None
+        deleted = False
+        try:
+            async with self._looks:
+                if not removed:  # Podman said it removed the container: nothing to inspect
+                    snap = await self.sandboxes.observe(container_id)
+                if snap is None and sandbox_id:
+                    deleted = await self.sandboxes.forget(sandbox_id, container_id)
+        except PodmanUnavailable as exc:  # the event stream breaks too: that is handled there
+            log.debug("watch: Podman unavailable while looking at %s: %s", container_id[:12], exc)
+        except (PodmanError, PodmanUnreadable) as exc:
+            log.warning("watch: Podman error while looking at %s: %s", container_id[:12], exc)
+        except Exception:
+            log.exception("watch: failed to look at container %s", container_id[:12])
+        self.inbox.put(Observed(container_id, sandbox_id, snap, deleted, asked, subscription))
+
+    def _observed(self, message: Observed) -> None:
+        if message.subscription not in (-1, self._subscription):
+            return  # a look of an ended subscription: its task was cancelled, and looks again now
+        container_id, sandbox_id = message.container_id, message.sandbox_id
+        self._looking.pop(container_id, None)
+        if message.snap is not None:
+            if self._said_at.get(message.snap.id, -1) <= message.asked:  # not overtaken by the driver's word
+                self._emit(sandbox_event(message.snap))
+        elif message.deleted:
+            self._said_at[sandbox_id] = self._count
+            self._emit(deleted_event(sandbox_id))
+        again = self._again.pop(container_id, None)
+        if again is not None:
+            self._look(container_id, again[0] or sandbox_id, removed=again[1])
+        if self._first is not None:
+            self._first.discard(container_id)
+            self._served_if_ready()
+        if not self._looking:
+            self._said_at.clear()  # no look left that the driver's word could overtake
+
+    # ------------------------------------------------------------ lists: connecting, resync, GC
+
+    def _list(self, *, first: bool) -> None:
+        """One list of every managed container, in a task (at most one at a time)."""
+        if self._listing:
+            return
+        self._listing = True
+        told, subscription = frozenset(self._told), self._subscription
+
+        async def lister() -> None:
+            try:
+                entries = await self.sandboxes.listed()
+            except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
+                if first:  # no index, no snapshot: subscribe again
+                    self.inbox.put(Lost(exc))
+                else:
+                    log.warning("watch: resync could not list containers: %s", exc)
+                    self._listing = False
+                return
+            self.inbox.put(Listed(entries, first, told, subscription))
+
+        self._keep(lister())
+
+    def _keep(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = self._spawn(coro)
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
+
+    def _listed(self, message: Listed) -> None:
+        if message.subscription != self._subscription:
+            return
+        self._listing = False
+        present: set[str] = set()
+        for entry in message.entries:
+            sandbox_id = (entry.labels or {}).get(names.SANDBOX_ID, "")
+            if not sandbox_id:
+                continue
+            present.add(sandbox_id)
+            if message.first or self.sandboxes.changed(entry):
+                self._look(entry.id, sandbox_id)
+        if message.first:
+            self._first = set(self._looking)
+            self._first_due = asyncio.get_running_loop().call_later(FIRST_LOOKS, self._serve_anyway)
+            self._served_if_ready()
+            return
+        pending = {s.id for s in self.sandboxes.pending(besides=set())}
+        for sandbox_id in sorted(message.told - present - pending):
+            if sandbox_id in self._told:  # not deleted since: gone out of band, or missed
+                self._keep(self._forget(sandbox_id))
+        self._keep(self._collect())
+
+    def _serve_anyway(self) -> None:
+        if self._first:
+            log.warning("watch: %d container(s) not looked at after %.0f s; serving streams without them",
+                        len(self._first), FIRST_LOOKS)
+            self._first = set()
+            self._served_if_ready()
+
+    def _served_if_ready(self) -> None:
+        if not self._first:
+            self._first = None
+            if self._first_due is not None:
+                self._first_due.cancel()
+                self._first_due = None
+            self.connected.set()
+            waiting, self._waiting = self._waiting, []
+            for stream in waiting:
+                self._subscribe(stream)
+
+    async def _forget(self, sandbox_id: str) -> None:
+        try:
+            deleted = await self.sandboxes.forget(sandbox_id)
+        except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
+            log.warning("watch: could not check sandbox %s: %s", sandbox_id, exc)
+            return
+        self.inbox.put(Observed("", sandbox_id, None, deleted, self._count))
+
+    async def _collect(self) -> None:
+        try:
+            await self.sandboxes.collect_garbage()
+        except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
+            log.warning("watch: garbage collection failed: %s", exc)
+
+    def _unreadable_event(self, bad: BadEvent) -> None:
         """A skipped event still meant a change: a resync finds it (one bad
         event, e.g. from a huge tenant label, must not end every stream)."""
         who = bad.container_id or "unknown container"
@@ -343,24 +549,14 @@ class Hub:
             log.warning("watch: skipped an unreadable Podman event of %s (%s); resyncing", who, bad.reason)
         else:
             log.debug("watch: skipped another unreadable event of %s", who)
-        await self._resync()
-
-    async def _look(self) -> list[pb.DriverSandbox]:
-        snaps = await self.sandboxes.snapshot_all()
-        for snap in snaps:
-            self._emit(sandbox_event(snap))
-        return snaps
-
-    async def _resync(self) -> None:
-        snaps = await self._look()
-        present = {s.id for s in snaps}
-        told = {sid for stream in self._streams for sid, value in stream.seen.items() if value != b"deleted"}
-        for sandbox_id in sorted(told - present):
-            if await self.sandboxes.forget(sandbox_id):
-                self._emit(deleted_event(sandbox_id))
-        await self.sandboxes.collect_garbage()
+        self._list(first=False)
 
     def _emit(self, event: pb.WatchSandboxesEvent) -> None:
+        kind = event.WhichOneof("payload")
+        if kind == "sandbox":
+            self._told[event.sandbox.sandbox.id] = event.sandbox.sandbox
+        elif kind == "deleted":
+            self._told.pop(event.deleted.sandbox_id, None)
         for stream in list(self._streams):
             stream.put(event)
             if stream.end is not None:

@@ -20,7 +20,7 @@ def nofile_target(soft: int, hard: int, nr_open: int) -> int:
     return max(soft, target) if soft != resource.RLIM_INFINITY else soft
 
 
-def _nr_open() -> int:
+def nr_open() -> int:
     try:
         with open("/proc/sys/fs/nr_open") as f:
             return int(f.read())
@@ -29,14 +29,19 @@ def _nr_open() -> int:
 
 
 def raise_nofile_limit() -> int:
-    """Raise the soft RLIMIT_NOFILE to the hard limit; return the soft limit in force."""
+    """Raise the soft RLIMIT_NOFILE to the hard limit; log and return the soft limit in force."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = nofile_target(soft, hard, _nr_open())
+    target = nofile_target(soft, hard, nr_open())
+    why = ""
     if target != soft:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         except (ValueError, OSError) as exc:
-            log.debug("descriptor limit (RLIMIT_NOFILE) stays %d: raising it to %d failed: %s", soft, target, exc)
-            return soft
-    log.debug("descriptor limit (RLIMIT_NOFILE): soft %d (was %d), hard %d", target, soft, hard)
+            target, why = soft, f" (raising it failed: {exc})"
+    was = f" (was {soft})" if target != soft else ""
+    log.info("descriptor limit (RLIMIT_NOFILE): soft %s%s, hard %s%s", _shown(target), was, _shown(hard), why)
     return target
+
+
+def _shown(limit: int) -> str:
+    return "unlimited" if limit == resource.RLIM_INFINITY else str(limit)

@@ -3,13 +3,17 @@
 Start-up acquires what serving needs, in order, and hands each piece to one exit
 stack together with the step that undoes it: the state-directory lock (statedir.py),
 Podman's API (found, or started here and stopped at exit: autostart.py) and its
-client, the driver, the driver socket's directory and the private sockets behind the
-peer gate (socketpath.py, peers.py), the watch hub, the gRPC servers, the health
-status and systemd's readiness (notify.py). Shutdown is that stack unwinding: report
-NOT_SERVING, end watch streams, stop accepting, finish in-flight RPCs within a grace,
-stop the hub, bound background work, remove the sockets, stop an autostarted Podman,
-release the lock. A failed start unwinds the same way and leaves nothing behind, not
-even a socket directory podmand created; a stop asked for during start-up abandons it.
+client, the driver, the watch hub, the driver socket's directory and the private
+sockets behind the peer gate (socketpath.py, peers.py), the gRPC servers, the health
+status and systemd's readiness (notify.py). The socket accepts before the slow probes
+have answered (Podman's ``/info``, whether Podman sees the state directory, the event
+stream): health says NOT_SERVING and each RPC waits for what it needs (servicer.py's
+``Readiness``) until they have; then SERVING, the ready line and READY=1. Shutdown is
+that stack unwinding: release RPCs still waiting for start-up, report NOT_SERVING,
+end watch streams, stop accepting, finish in-flight RPCs within a grace, stop the
+hub, bound background work, remove the sockets, stop an autostarted Podman, release
+the lock. A failed start unwinds the same way and leaves nothing behind, not even a
+socket directory podmand created; a stop asked for during start-up abandons it.
 How a stop is asked for and forced (signals): shutdown.py.
 """
 
@@ -19,15 +23,15 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import __version__, logs, rootfs, rundir
+from . import __version__, enforcement, logs, rootfs, rundir
 from ._proto import compute_driver_pb2_grpc
 from .autostart import podman_api
 from .config import ConfigError, Settings, default_socket, default_state_dir, startup_warnings
@@ -42,12 +46,13 @@ from .liveness import Liveness
 from .negotiation import capabilities
 from .notify import Notifier
 from .peers import PeerGate, deny_server, private_dir, remove_private_dir
-from .servicer import ComputeDriverServicer
+from .servicer import ComputeDriverServicer, Readiness
 from .shutdown import Stop, capture_signals
 from .socketpath import SocketError, prepare_socket, remove_dirs, socket_path_problem
 from .statedir import StateDirError, lock_state_dir, unlock_state_dir, unusable
 
 log = logging.getLogger("podmand")
+T = TypeVar("T")
 SERVICE = "openshell.compute.v1.ComputeDriver"
 CONNECT_TIMEOUT = 10.0  # seconds for Podman's event stream to open at start
 GRACE = 10.0  # seconds for in-flight RPCs to finish once a stop is asked for
@@ -143,14 +148,16 @@ class Server:
         podman_path = await stack.enter_async_context(podman_api(settings))
         podman = PodmanClient(podman_path)
         stack.push_async_callback(podman.close)
-        info = await read_info(podman, podman_path)
-        rootless = info.host.security.rootless
+        info = self._meanwhile(stack, read_info(podman, podman_path))
         inbox = Inbox()  # the driver's event sink and the hub's input: made first, given to both
-        driver = await self._driver(podman, rootless, inbox)
+        driver = self._driver(podman, inbox)
+        visible = self._meanwhile(stack, state_dir_problem(podman, state_dir))
         hub = Hub(podman, driver, inbox, buffer=settings.watch_buffer, resync=settings.resync_interval)
-        enforced = not (rootless and info.host.cgroupVersion == "v1")
-        servicer = ComputeDriverServicer(driver, hub, capabilities(settings, limits_enforced=enforced))
-        server, health_servicer = grpc_server(servicer)
+        readiness = Readiness()
+        guess = enforcement.predicted(podman_path)
+        if guess is not None:
+            readiness.advertise(capabilities(settings, limits_enforced=guess))
+        server, health_servicer = grpc_server(ComputeDriverServicer(driver, hub, readiness))
         gate, deny = self._bind(stack, server)
 
         liveness = Liveness(settings.podman_down_grace)
@@ -161,13 +168,34 @@ class Server:
             for name in ("", SERVICE):
                 await health_servicer.set(name, status)
 
-        await self._connect(stack, hub, driver)
+        self._run_hub(stack, hub, driver)
         stack.push_async_callback(self._close_front, server, deny, gate)
+        await publish(False)  # until start-up is done
         await server.start()
         await deny.start()
         await gate.start()
         stack.push_async_callback(end_serving, health_servicer, hub)
+        stack.push(abandoning(readiness))
+        log.debug("accepting on unix://%s while start-up finishes", socket_path)
+
+        found = await info
+        rootless = found.host.security.rootless
+        if settings.userns_base == "keep-id" and not rootless:
+            raise ConfigError(
+                "invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman"
+            )
+        enforced = enforcement.from_info(found)
+        if guess is None or guess != enforced:
+            if guess is not None:
+                log.warning("Podman's /info says CPU and memory limits are %senforced, not as predicted; "
+                            "GetCapabilities says so from now on", "" if enforced else "not ")
+            readiness.advertise(capabilities(settings, limits_enforced=enforced))
+        problem = await visible
+        if problem:
+            raise StateDirError(problem)
+        await self._connected(hub)
         resumed = await driver.resume()
+        readiness.finish()
         await publish(True)
         liveness_task = asyncio.create_task(liveness.run(publish))
         stack.callback(liveness_task.cancel)
@@ -176,7 +204,7 @@ class Server:
             __version__,
             socket_path,
             f" and {settings.listen_tcp}" if settings.listen_tcp else "",
-            info.version.version,
+            found.version.version,
             podman_path,
             "rootless" if rootless else "rootful",
             settings.userns,
@@ -187,21 +215,22 @@ class Server:
         stack.callback(notifier.send, "STOPPING=1", "STATUS=shutting down")
         self.ready = True
 
-    async def _driver(self, podman: PodmanClient, rootless: bool, inbox: Inbox) -> Driver:
-        """The driver, once its settings fit this Podman and its state directory is usable."""
+    def _meanwhile(self, stack: contextlib.AsyncExitStack, probe: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """A start-up probe running while the socket already accepts; ended with start-up if
+        that ends first (its failure is then moot: marked retrieved)."""
+        task = asyncio.ensure_future(probe)
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
+        stack.push_async_callback(cancel_and_wait, task)
+        return task
+
+    def _driver(self, podman: PodmanClient, inbox: Inbox) -> Driver:
+        """The driver, once its state directory is usable (whether Podman sees it is a probe)."""
         settings, state_dir = self.settings, self.state_dir
-        if settings.userns_base == "keep-id" and not rootless:
-            raise ConfigError(
-                "invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman"
-            )
         try:
             driver = Driver(settings, podman, state_dir, inbox)
             driver.files.setup()
         except OSError as exc:
             raise unusable(state_dir, exc) from exc
-        problem = await state_dir_problem(podman, state_dir)
-        if problem:
-            raise StateDirError(problem)
         rootfs.prepare_staging(settings, state_dir)  # before the capabilities advertise it
         return driver
 
@@ -222,13 +251,15 @@ class Server:
                         allowed_uids=self.settings.allowed_peer_uids)
         return gate, deny
 
-    async def _connect(self, stack: contextlib.AsyncExitStack, hub: Hub, driver: Driver) -> None:
-        """Run the hub until Podman's event stream is open. On the way out the hub stops
+    def _run_hub(self, stack: contextlib.AsyncExitStack, hub: Hub, driver: Driver) -> None:
+        """Start the hub (it opens Podman's event stream). On the way out the hub stops
         first (it would start new work), then the driver's background work."""
         stack.push_async_callback(self._close_driver, driver)
         hub_task = asyncio.create_task(hub.run())
         hub_task.add_done_callback(self._hub_ended)
         stack.push_async_callback(cancel_and_wait, hub_task)
+
+    async def _connected(self, hub: Hub) -> None:
         try:
             await asyncio.wait_for(hub.connected.wait(), CONNECT_TIMEOUT)
         except TimeoutError:
@@ -269,7 +300,20 @@ async def end_serving(health_servicer: Any, hub: Hub) -> None:
     hub.close()
 
 
-async def cancel_and_wait(task: asyncio.Task[None]) -> None:
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     """Cancel ``task`` and let it end; how it ended was reported by its done callback."""
     task.cancel()
     await asyncio.wait((task,))
+
+
+def abandoning(readiness: Readiness) -> Callable[..., None]:
+    """An exit callback: RPCs waiting for a start-up that did not finish answer UNAVAILABLE
+    at once (before the in-flight grace), saying why."""
+
+    def release(_kind: type[BaseException] | None, exc: BaseException | None, _tb: object) -> None:
+        if isinstance(exc, StartupError):
+            readiness.abandon(f"podmand failed to start: {exc}")
+        else:
+            readiness.abandon("podmand is shutting down")
+
+    return release

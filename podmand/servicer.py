@@ -1,4 +1,8 @@
-"""The gRPC servicer: translate requests and errors, delegate to the driver."""
+"""The gRPC servicer: translate requests and errors, delegate to the driver.
+
+The socket accepts before start-up is done (server.py): each RPC waits for what it
+needs of it (``Readiness``).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import grpc
 from . import cdi, logs
 from ._proto import compute_driver_pb2 as pb
 from .driver import Driver
-from .errors import DriverError
+from .errors import DriverError, Unavailable
 from .hub import End, Hub
 from .libpod import PodmanError, PodmanUnavailable, PodmanUnreadable
 from .negotiation import check_gateway, with_gpus
@@ -38,11 +42,50 @@ def status_of(exc: Exception) -> tuple[grpc.StatusCode, str] | None:
     return None
 
 
+class Readiness:
+    """Start-up as RPCs see it. GetCapabilities waits until the capabilities are known
+    (at once when local facts decide them: enforcement.py), ValidateSandboxCreate needs
+    nothing more than the driver, every other RPC waits until start-up is done (Podman's
+    /info, the state-directory probe, the event stream). A start-up that fails or is
+    abandoned answers the waiting RPCs UNAVAILABLE."""
+
+    def __init__(self) -> None:
+        self._capabilities: pb.GetCapabilitiesResponse | None = None
+        self._known = asyncio.Event()
+        self._done = asyncio.Event()
+        self._failure = ""
+
+    def advertise(self, capabilities: pb.GetCapabilitiesResponse) -> None:
+        self._capabilities = capabilities
+        self._known.set()
+
+    def finish(self) -> None:
+        self._done.set()
+
+    def abandon(self, why: str) -> None:
+        """Start-up ends without serving: release every waiting RPC (no-op once finished)."""
+        if not self._done.is_set():
+            self._failure = why
+            self._known.set()
+            self._done.set()
+
+    async def capabilities(self) -> pb.GetCapabilitiesResponse:
+        await self._known.wait()
+        if self._capabilities is None:
+            raise Unavailable(self._failure)
+        return self._capabilities
+
+    async def serving(self) -> None:
+        await self._done.wait()
+        if self._failure:
+            raise Unavailable(self._failure)
+
+
 class ComputeDriverServicer:
-    def __init__(self, driver: Driver, hub: Hub, capabilities: pb.GetCapabilitiesResponse) -> None:
+    def __init__(self, driver: Driver, hub: Hub, readiness: Readiness) -> None:
         self.driver = driver
         self.hub = hub
-        self.capabilities = capabilities
+        self.readiness = readiness
 
     async def _run(self, method: str, sandbox_id: str, context: Any, call: Callable[[], Awaitable[T]]) -> T:
         """Run one RPC: a failure answers with ``status_of``'s status; one log line (never
@@ -83,10 +126,20 @@ class ComputeDriverServicer:
         await context.abort(code, message)
         raise AssertionError("abort returned")  # pragma: no cover
 
+    def _when_ready(self, call: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+        """``call`` once start-up is done."""
+
+        async def ready_call() -> T:
+            await self.readiness.serving()
+            return await call()
+
+        return ready_call
+
     async def GetCapabilities(self, request: pb.GetCapabilitiesRequest, context: Any) -> pb.GetCapabilitiesResponse:
         async def call() -> pb.GetCapabilitiesResponse:
-            check_gateway(request, self.capabilities.extension)
-            return with_gpus(self.capabilities, cdi.selectable(self.driver.gpus.inventory().gpus))
+            capabilities = await self.readiness.capabilities()
+            check_gateway(request, capabilities.extension)
+            return with_gpus(capabilities, cdi.selectable(self.driver.gpus.inventory().gpus))
 
         return await self._run("GetCapabilities", "", context, call)
 
@@ -97,7 +150,7 @@ class ComputeDriverServicer:
             sandbox_id, identity = await self.driver.authenticate(request.credential)
             return pb.AuthenticateSandboxResponse(sandbox_id=sandbox_id, runtime_identity=identity)
 
-        return await self._run("AuthenticateSandbox", "", context, call)
+        return await self._run("AuthenticateSandbox", "", context, self._when_ready(call))
 
     async def ValidateSandboxCreate(
         self, request: pb.ValidateSandboxCreateRequest, context: Any
@@ -113,26 +166,26 @@ class ComputeDriverServicer:
             identity = await self.driver.create(request.sandbox if request.HasField("sandbox") else None)
             return pb.CreateSandboxResponse(runtime_identity=identity)
 
-        return await self._run("CreateSandbox", request.sandbox.id, context, call)
+        return await self._run("CreateSandbox", request.sandbox.id, context, self._when_ready(call))
 
     async def GetSandbox(self, request: pb.GetSandboxRequest, context: Any) -> pb.GetSandboxResponse:
         async def call() -> pb.GetSandboxResponse:
             return pb.GetSandboxResponse(sandbox=await self.driver.get(request.sandbox_id))
 
-        return await self._run("GetSandbox", request.sandbox_id, context, call)
+        return await self._run("GetSandbox", request.sandbox_id, context, self._when_ready(call))
 
     async def ListSandboxes(self, request: pb.ListSandboxesRequest, context: Any) -> pb.ListSandboxesResponse:
         async def call() -> pb.ListSandboxesResponse:
             return pb.ListSandboxesResponse(sandboxes=await self.driver.list_sandboxes())
 
-        return await self._run("ListSandboxes", "", context, call)
+        return await self._run("ListSandboxes", "", context, self._when_ready(call))
 
     async def StopSandbox(self, request: pb.StopSandboxRequest, context: Any) -> pb.StopSandboxResponse:
         async def call() -> pb.StopSandboxResponse:
             await self.driver.stop(request.sandbox_id)
             return pb.StopSandboxResponse()
 
-        return await self._run("StopSandbox", request.sandbox_id, context, call)
+        return await self._run("StopSandbox", request.sandbox_id, context, self._when_ready(call))
 
     async def StartSandbox(self, request: pb.StartSandboxRequest, context: Any) -> pb.StartSandboxResponse:
         async def call() -> pb.StartSandboxResponse:
@@ -144,32 +197,32 @@ class ComputeDriverServicer:
             )
             return pb.StartSandboxResponse(runtime_identity=identity)
 
-        return await self._run("StartSandbox", request.sandbox_id, context, call)
+        return await self._run("StartSandbox", request.sandbox_id, context, self._when_ready(call))
 
     async def DeleteSandbox(self, request: pb.DeleteSandboxRequest, context: Any) -> pb.DeleteSandboxResponse:
         async def call() -> pb.DeleteSandboxResponse:
             return pb.DeleteSandboxResponse(deleted=await self.driver.delete(request.sandbox_id))
 
-        return await self._run("DeleteSandbox", request.sandbox_id, context, call)
+        return await self._run("DeleteSandbox", request.sandbox_id, context, self._when_ready(call))
 
     async def EnsureWorkspace(self, request: pb.EnsureWorkspaceRequest, context: Any) -> pb.EnsureWorkspaceResponse:
         async def call() -> pb.EnsureWorkspaceResponse:
             await self.driver.ensure_workspace(request.workspace)
             return pb.EnsureWorkspaceResponse()
 
-        return await self._run("EnsureWorkspace", "", context, call)
+        return await self._run("EnsureWorkspace", "", context, self._when_ready(call))
 
     async def DeleteWorkspace(self, request: pb.DeleteWorkspaceRequest, context: Any) -> pb.DeleteWorkspaceResponse:
         async def call() -> pb.DeleteWorkspaceResponse:
             await self.driver.delete_workspace(request.workspace)
             return pb.DeleteWorkspaceResponse()
 
-        return await self._run("DeleteWorkspace", "", context, call)
+        return await self._run("DeleteWorkspace", "", context, self._when_ready(call))
 
     async def WatchSandboxes(
         self, request: pb.WatchSandboxesRequest, context: Any
     ) -> AsyncIterator[pb.WatchSandboxesEvent]:
-        stream = await self._run("WatchSandboxes", "", context, self.hub.subscribe)
+        stream = await self._run("WatchSandboxes", "", context, self._when_ready(self.hub.subscribe))
         try:
             while True:
                 item = await stream.get()

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import os
 import pwd
+import resource
 import secrets
 import shutil
 import socket
@@ -20,9 +21,11 @@ from typing import Any, Literal
 
 import msgspec
 
-from .. import autostart, cdi, config, hostpaths, rundir, selinux
+from .. import autostart, capacity, cdi, config, hostpaths, limits, rundir, selinux
+from ..capacity import parse_subids
 from ..discovery import Attempt, candidates, podman_socket_in, probe
 from ..libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
+from .doctorcapacity import CapacityFacts, check_capacity
 from .doctorchecks import (
     TUN,
     Check,
@@ -38,7 +41,6 @@ from .doctorchecks import (
     check_subids,
     check_tun,
     not_checked,
-    parse_subids,
 )
 from .doctorpodman import (
     check_new_store,
@@ -77,6 +79,23 @@ def mapped_subids(info: Info) -> int | None:
     uids = sum(m.size for m in maps.uidmap if m.container_id >= 1)
     gids = sum(m.size for m in maps.gidmap if m.container_id >= 1)
     return min(uids, gids)
+
+
+def capacity_facts(settings: config.Settings, rootless: bool, subids: int) -> CapacityFacts:
+    """The figures bounding how many sandboxes run at once; a key is charged to root only
+    when a rootful sandbox shares the host's user namespace."""
+    root = not rootless and settings.userns_base == "host"
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return CapacityFacts(
+        userns=settings.userns,
+        subids=subids,
+        keys=capacity.key_quota(root),
+        keys_of="root" if root else "non-root users",
+        network_prefix=settings.network_prefix,
+        network_pool=settings.network_pool,
+        nofile=(soft, hard, limits.nofile_target(soft, hard, limits.nr_open())),
+        exit_watch=settings.exit_watch,
+    )
 
 
 def cgroup_facts(info: Info | None, uid: int) -> tuple[str, list[str] | None, str]:
@@ -231,6 +250,8 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             subgids = parse_subids(read_text("/etc/subgid"), user, None)
         mapped = mapped_subids(info) if info else None
         checks.append(check_subids(user, rootless, subuids, subgids, settings.userns, mapped))
+        subids = mapped if mapped is not None else min(subuids, subgids)
+        checks.extend(check_capacity(capacity_facts(settings, rootless, subids)))
         tun_exists, tun_usable = tun_facts()
         checks.append(check_tun(tun_exists, tun_usable, rootless, in_sidecar()))
         if info is not None:
@@ -286,7 +307,8 @@ def add_parser(sub: Any) -> None:
         "doctor",
         help="check this host for what podmand needs, and say how to fix what is missing",
         description="Check the Podman socket, runtime directory, version, Quadlet support, cgroups, subordinate "
-        "IDs, GPUs (CDI), /dev/net/tun, storage driver, SELinux, images, state directory and driver socket. "
+        "IDs, the host's sandbox capacity, GPUs (CDI), /dev/net/tun, storage driver, SELinux, images, state "
+        "directory and driver socket. "
         "Takes serve's settings. Exit 1 when a check FAILs.",
     )
     p.add_argument("--json", action="store_true", help="print a JSON list of {name, status, finding, fix}")

@@ -11,10 +11,9 @@ from typing import Literal
 
 import msgspec
 
-from .. import cdi, hostpaths, selinux
+from .. import cdi, hostpaths, selinux, usernamespace
 
 Status = Literal["OK", "WARN", "FAIL"]
-AUTO_SIZE = 1024  # podman's default --userns=auto size
 TUN = "/dev/net/tun"
 SUN_PATH_MAX = 108  # sizeof(sockaddr_un.sun_path), NUL included
 
@@ -96,34 +95,12 @@ def check_gpus(dirs: list[str], inventory: cdi.Inventory) -> Check:
     return ok("gpus", finding)
 
 
-def parse_subids(text: str, name: str, uid: int | None) -> int:
-    """Total count of the ``name:start:count`` lines naming the user (by name or uid)."""
-    keys = {name} | ({str(uid)} if uid is not None else set())
-    total = 0
-    for line in text.splitlines():
-        parts = line.strip().split(":")
-        if len(parts) == 3 and parts[0] in keys and parts[2].isdigit():
-            total += int(parts[2])
-    return total
-
-
-def auto_size(userns: str) -> int:
-    """The IDs each userns=auto sandbox takes: ``size=`` in the setting, else podman's default."""
-    base, _, params = userns.partition(":")
-    if base == "auto":
-        for item in params.split(","):
-            key, _, value = item.partition("=")
-            if key.strip() == "size" and value.strip().isdigit() and int(value) > 0:
-                return int(value)
-    return AUTO_SIZE
-
-
 def check_subids(
     user: str, rootless: bool, subuids: int, subgids: int, userns: str, podman_mapped: int | None = None
 ) -> Check:
     """Rootless Podman maps images' uids through subuids; userns=auto carves each sandbox from them."""
     base = userns.partition(":")[0]
-    size = auto_size(userns)
+    size = usernamespace.auto_size(userns.partition(":")[2])
     if not rootless:
         if base != "auto":
             return ok("subuids", f"rootful Podman with userns={base}: no subordinate range needed")

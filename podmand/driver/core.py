@@ -29,6 +29,7 @@ from . import lookup, records
 from .events import EventSink, deleted_event
 from .garbage import Collector, remove_rootfs_image
 from .images import Images
+from .index import Index
 from .networks import Networks
 from .observer import Observer
 from .pending import Pending
@@ -50,13 +51,17 @@ class Driver:
         self.tasks = Tasks()
         self.locks = LockTable()  # per sandbox id (and "net:<network>"): an entry only while in use
         self._deleting: set[str] = set()  # sandboxes a DeleteSandbox is removing
+        self.index = Index()  # sandbox -> its containers, kept by the hub (index.py)
         self.validator = Validator(podman, settings, state_dir, Images(podman, self.tasks))
-        self.networks = Networks(podman, settings, self.locks, lambda: self.provisioning.workspaces())
+        self.networks = Networks(
+            podman, settings, self.locks, lambda: self.provisioning.workspaces(),
+            lambda net: self.index.members(self.networks.name, net),
+        )
         self.provisioning = Provisioner(
             podman, settings, state_dir, self.files, sink, self.tasks, self.locks, self.networks, self.validator,
             self.signer,
         )
-        self.observer = Observer(podman, settings, self.files, sink, self.tasks)
+        self.observer = Observer(podman, settings, self.files, sink, self.tasks, self.index)
         self.collector = Collector(
             podman, settings, state_dir, self.files, self.locks, self.networks,
             pending=self.provisioning.workspaces, deleting=lambda: self._deleting,
@@ -68,12 +73,17 @@ class Driver:
 
     async def close(self) -> None:
         """Cancel background work; durable intent lets the next start resume it."""
+        self.observer.close()
         await self.tasks.close()
 
     # ------------------------------------------------------------ reads (no side effects)
 
     async def get(self, sandbox_id: str) -> pb.DriverSandbox:
         check_name("sandbox_id", sandbox_id, required=True)  # before any file or Podman call
+        for container_id in self.index.containers(sandbox_id) or ():  # one inspect when indexed
+            snap = await self.observer.read(container_id)
+            if snap is not None and snap.id == sandbox_id:
+                return snap
         entry = await lookup.find(self.podman, sandbox_id)
         if entry is not None:
             snap = await self.observer.read(entry.id)
@@ -104,24 +114,44 @@ class Driver:
         """A fresh snapshot of one container (None when it is gone), as the streams see it."""
         return await self.observer.observe(container_id)
 
-    async def snapshot_all(self) -> list[pb.DriverSandbox]:
-        """Full snapshot for a new watch stream: inspect-fresh, like live events."""
-        out = []
-        for entry in await lookup.containers(self.podman):
-            snap = await self.observer.observe(entry.id)
-            if snap is not None:
-                out.append(snap)
-        return out + self.provisioning.snapshots(besides={s.id for s in out})
+    async def listed(self) -> list[ContainerListEntry]:
+        """Every managed container, from one list; the index learns each of them."""
+        entries = await lookup.containers(self.podman)
+        self.index.learn(entries)
+        self.index.loaded()
+        return entries
 
-    async def forget(self, sandbox_id: str) -> bool:
-        """The container vanished (removed out of band): clean up what podmand
-        made for it.  True when the sandbox is gone and Deleted should be sent."""
+    def unwatched(self) -> None:
+        """The hub lost Podman's event stream: the index may miss what happens meanwhile."""
+        self.index.unload()
+
+    def pending(self, besides: set[str]) -> list[pb.DriverSandbox]:
+        """Snapshots of sandboxes that have no container (yet), other than ``besides``."""
+        return self.provisioning.snapshots(besides=besides)
+
+    def creating(self, sandbox_id: str) -> bool:
+        """Whether podmand itself is still creating the sandbox's container."""
+        return self.provisioning.get(sandbox_id) is not None
+
+    def changed(self, entry: ContainerListEntry) -> bool:
+        """Whether a list shows the container other than the hub last observed it."""
+        return self.index.changed(entry)
+
+    async def forget(self, sandbox_id: str, container_id: str = "") -> bool:
+        """A container was found gone: if it was removed out of band, clean up what
+        podmand made for its sandbox.  True when the sandbox is gone and Deleted should
+        be sent.  A container no longer indexed was forgotten already (a
+        DeleteSandbox removed it and said Deleted): that costs no Podman call."""
         if not names.is_id(sandbox_id):  # a label podmand did not write: nothing of ours to clean
             return False
         if sandbox_id in self._deleting or self.provisioning.get(sandbox_id) is not None:
             return False
+        if container_id and self.index.get(container_id) is None and self.index.ready:
+            return False
+        self.observer.drop(container_id)
         async with self.locks[sandbox_id]:
-            if await lookup.find(self.podman, sandbox_id) is not None or self.provisioning.get(sandbox_id) is not None:
+            found = await lookup.find_indexed(self.podman, self.index, sandbox_id)
+            if found is not None or self.provisioning.get(sandbox_id) is not None:
                 return False
             _, workspace = await self._remove_everything(sandbox_id)
         if workspace is not None:
@@ -159,7 +189,7 @@ class Driver:
     async def _container_or_pending(self, sandbox_id: str) -> ContainerListEntry | Pending:
         """The sandbox's container, or else its create still being provisioned; NotFound
         when it has neither."""
-        entry = await lookup.find(self.podman, sandbox_id)
+        entry = await lookup.find_indexed(self.podman, self.index, sandbox_id)
         if entry is not None:
             return entry
         pending = self.provisioning.get(sandbox_id)
@@ -258,7 +288,7 @@ class Driver:
             check_name("sandbox_id", claims.sandbox_id, required=True)
         except InvalidArgument as exc:
             raise Unauthenticated(f"credential rejected: {exc.message}") from exc
-        entry = await lookup.find(self.podman, claims.sandbox_id)
+        entry = await lookup.find_indexed(self.podman, self.index, claims.sandbox_id)
         if entry is None or (entry.labels or {}).get(names.INSTANCE) != claims.instance:
             raise Unauthenticated("credential rejected: its sandbox no longer exists")
         if self.files.generation(claims.sandbox_id) != claims.generation:
@@ -289,7 +319,7 @@ class Driver:
             existed, workspace = True, pending.plan.workspace
         # Listed or inspected means it existed, even when the removal then finds
         # it already gone (Podman says 500 "no such ..." under load): Deleted follows.
-        for entry in await lookup.containers(self.podman, sandbox_id):
+        for entry in await lookup.all_indexed(self.podman, self.index, sandbox_id):
             workspace = (entry.labels or {}).get(names.SANDBOX_WORKSPACE, "")
             self.observer.drop(entry.id)
             await self.podman.remove_container(entry.id, self.settings.stop_timeout)

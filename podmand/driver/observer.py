@@ -2,12 +2,16 @@
 
 Two ways to look at a container.  :meth:`Observer.read` (GetSandbox) only reads:
 inspect plus the facts cached so far.  :meth:`Observer.observe` is the event
-path (the hub's Podman events, refreshes, new watch streams): it caches what
-inspect knows and the list endpoint does not, keeps one exit waiter (and, when
-configured, one health prober) per running container, and announces each
-abnormal end once.  Exit detection is all here: which Podman events change a
-sandbox's state, Podman's ``/wait``, exits from before podmand was watching,
-and the announcement.
+path (the hub's Podman events, refreshes, its lists): it caches what inspect
+knows and the list endpoint does not, keeps the index of sandbox containers,
+and announces each abnormal end once.
+
+Exit detection is all here, and none of it polls Podman.  Podman's event stream
+says ``died`` (the hub observes it); on the same host conmon's exit files say so
+about a quarter of a second earlier (exitfiles.py), and an inspect then already
+reads the exit.  ``exit_watch = "wait"`` adds Podman's ``/wait`` per running
+container, for hosts whose event stream cannot be trusted: Podman 4.x answers
+each by polling the container every 250 ms.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from .. import fence, names, snapshots
+from .. import exitfiles, fence, names, snapshots
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
 from ..files import SandboxFiles
@@ -33,6 +37,7 @@ from ..libpod import (
     PodmanUnreadable,
 )
 from .events import EventSink, platform_event
+from .index import Index, known_from_inspect
 from .tasks import Tasks
 
 log = logging.getLogger("podmand.driver")
@@ -91,18 +96,31 @@ class Facts:
     announced: str = ""  # FinishedAt of the last end announced
 
 
+# Tries at finding Podman's exit directory before podmand gives up on it (another PID namespace).
+EXIT_DIR_TRIES = 8
+
+
 class Observer:
     def __init__(
-        self, podman: PodmanClient, settings: Settings, files: SandboxFiles, sink: EventSink, tasks: Tasks
+        self,
+        podman: PodmanClient,
+        settings: Settings,
+        files: SandboxFiles,
+        sink: EventSink,
+        tasks: Tasks,
+        index: Index,
     ) -> None:
         self.podman = podman
         self.settings = settings
         self.files = files
         self.sink = sink
         self.tasks = tasks
+        self.index = index
         # Exits before this moment happened while no podmand was watching.
         self.watching_since = time.time()
         self._facts: dict[str, Facts] = {}  # per container ID
+        self.exit_files: exitfiles.ExitWatch | None = None
+        self._exit_dir_tries = 0
 
     # ------------------------------------------------------------ reading (no side effects)
 
@@ -159,16 +177,21 @@ class Observer:
         """Like :meth:`read`, and remember the facts, watch a running container
         for its end, and announce an abnormal end once."""
         info = await self._inspect(container_id)
-        if info is None:
-            self.drop(container_id)
+        if info is None:  # the index keeps it: forgetting the sandbox is the driver's call
+            self._facts.pop(container_id, None)
             return None
         sandbox_id = info.labels.get(names.SANDBOX_ID, "")
+        known = known_from_inspect(info)
+        if known is not None:
+            self.index.put(known)
         before = self._facts.get(info.id)
         facts = self._facts[info.id] = dataclasses.replace(
             self._facts_of(info), announced=before.announced if before else ""
         )
         if info.state.running:
-            self.tasks.ensure(("exit", info.id), lambda: self._wait_exit(info.id, sandbox_id))
+            self._watch_exit_files(info)
+            if self.settings.exit_watch == "wait":
+                self.tasks.ensure(("exit", info.id), lambda: self._wait_exit(info.id, sandbox_id))
             if self.settings.health_check_interval and info.config.healthcheck:
                 self.tasks.ensure(("probe", info.id), lambda: self._probe(info.id, sandbox_id))
         snap = self._snapshot(info, facts)
@@ -178,6 +201,40 @@ class Observer:
     def drop(self, container_id: str) -> None:
         """Forget a container that no longer exists."""
         self._facts.pop(container_id, None)
+        self.index.drop(container_id)
+
+    def _watch_exit_files(self, info: ContainerInspect) -> None:
+        """Start the exit-file watch, from the first running container whose conmon
+        podmand can see (a few tries, then exits come from Podman's events alone)."""
+        if self.exit_files is not None or self._exit_dir_tries >= EXIT_DIR_TRIES:
+            return
+        self._exit_dir_tries += 1
+        directory = exitfiles.exit_dir_of(info.state.conmon_pid, info.id)
+        if directory is None:
+            if self._exit_dir_tries == EXIT_DIR_TRIES:
+                log.info("conmon's exit files are out of sight (another PID namespace?); exits come from events")
+            return
+        watch = exitfiles.ExitWatch(directory, self._exited, self._missed_exits)
+        if watch.start():
+            self.exit_files = watch
+        else:
+            self._exit_dir_tries = EXIT_DIR_TRIES
+
+    def _exited(self, container_id: str) -> None:
+        known = self.index.get(container_id)
+        if known is not None:  # another container of this Podman: none of podmand's business
+            self.sink.refresh(container_id, known.sandbox_id)
+
+    def _missed_exits(self) -> None:
+        """The exit-file queue overflowed: look again at every container last seen running."""
+        for container_id, state in self.index.states().items():
+            if state == "running":
+                self._exited(container_id)
+
+    def close(self) -> None:
+        if self.exit_files is not None:
+            self.exit_files.close()
+            self.exit_files = None
 
     def __len__(self) -> int:
         return len(self._facts)

@@ -335,8 +335,10 @@ class PodmanClient:
             raise error
         return _decode(resp.body, shape, what)
 
-    async def list_networks(self, labels: list[str]) -> list[NetworkInspect]:
-        resp = await self.call("GET", "/networks/json", query={"filters": {"label": labels}})
+    async def list_networks(self, labels: list[str] | None = None) -> list[NetworkInspect]:
+        """Networks with all of ``labels`` (every network when None)."""
+        query = {"filters": {"label": labels}} if labels is not None else None
+        resp = await self.call("GET", "/networks/json", query=query)
         return _decode_list(resp.body, NetworkInspect, "GET /networks/json")
 
     async def remove_network(self, name: str) -> bool:

@@ -29,6 +29,7 @@ class ContainerState(msgspec.Struct, rename="pascal"):
     finished_at: str = ""
     health: HealthState | None = None
     stopped_by_user: bool = False
+    conmon_pid: int = 0  # on the same host: where podmand finds Podman's exit directory (exitfiles.py)
 
 
 class HealthConfig(msgspec.Struct, rename="pascal"):
@@ -153,10 +154,15 @@ class VolumeInspect(msgspec.Struct, rename="pascal"):
     options: dict[str, str] | None = None  # a ``local`` volume's mount options (o=bind, device)
 
 
+class Subnet(msgspec.Struct):
+    subnet: str
+
+
 class NetworkInspect(msgspec.Struct):
     name: str
     labels: dict[str, str] | None = None
     created: str = ""
+    subnets: list[Subnet] | None = None
 
 
 # ---------------------------------------------------------------- events

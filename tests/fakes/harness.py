@@ -24,6 +24,7 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
 from podmand.driver.events import EventSink
+from podmand.hub import Hub, Inbox, Lost
 from podmand.libpod import PodmanClient
 from tests.fakes.libpod import FakeLibpod, Feed, Reply, Request, Stream
 
@@ -183,3 +184,16 @@ async def eventually(predicate: Callable[[], Any], what: str, timeout: float = 1
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.01)
     return value
+
+
+async def settle(hub: Hub, inbox: Inbox) -> None:
+    """Handle every inbox message as the hub's loop would, and wait for the looks and
+    lists those start, until nothing is left (the hub's loop itself is not run)."""
+    while True:
+        while (message := inbox.get_nowait()) is not None:
+            assert not isinstance(message, Lost), message
+            hub._handle(message)
+        busy = [*hub._looking.values(), *hub._work]
+        if not busy:
+            return
+        await asyncio.wait(busy)

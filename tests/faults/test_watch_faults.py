@@ -111,14 +111,13 @@ def test_resync_reports_exit_and_removal_without_any_podman_event(
     """Podman's event log can lose or delay events; the periodic resync must
     still bring an open watch to the truth: an exit (code 3), then a removal."""
     box = Container()
-    box.install(fake, lambda _req: Hang())  # /wait never answers: only resync can tell
+    box.install(fake, lambda _req: Hang())  # a /wait would never answer: only resync can tell
     d = launch(PODMAND_RESYNC_INTERVAL="0.5").wait_ready()
     events = watch(d)
     try:
         first = next_change(events)
         cond = ready(first.sandbox.sandbox)
         assert (cond.status, cond.reason) == ("True", "ContainerRunning")
-        fake.wait_for(lambda: fake.count(r"POST .*/containers/[^/]+/wait") == 1, what="the exit waiter")
 
         fake.call(lambda: box.exit(3))
         exited = next_change(events, skip_reason="ContainerRunning")
@@ -131,10 +130,10 @@ def test_resync_reports_exit_and_removal_without_any_podman_event(
         assert gone.WhichOneof("payload") == "deleted"
     finally:
         events.cancel()  # type: ignore[attr-defined]
-    # Neither an event nor the waiter delivered these: one event subscription,
-    # the one /wait still hanging, and GC (part of resync) ran.
+    # No event delivered these: one event subscription, no /wait (exit_watch is
+    # "events" by default), and GC (part of resync) ran.
     assert fake.count(r"GET .*/events") == 1
-    assert fake.count(r"POST .*/containers/[^/]+/wait") == 1
+    assert fake.count(r"POST .*/containers/[^/]+/wait") == 0
     assert fake.count(r"GET .*/networks/json") >= 1
 
 
@@ -143,12 +142,13 @@ def test_resync_reports_exit_and_removal_without_any_podman_event(
 
 def test_wait_answer_delivers_exit_with_resync_off_and_no_events(
         fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:
-    """Podman's /wait answers the moment a container exits while its events lag:
-    with resync off and no event sent, the exit must still reach the watch."""
+    """With ``exit_watch = "wait"``, Podman's /wait answers the moment a container
+    exits while its events lag: with resync off and no event sent, the exit must
+    still reach the watch."""
     box = Container()
     waits = Feed(fake)
     box.install(fake, lambda _req: Stream(waits))
-    d = launch(PODMAND_RESYNC_INTERVAL="0").wait_ready()
+    d = launch(PODMAND_RESYNC_INTERVAL="0", PODMAND_EXIT_WATCH="wait").wait_ready()
     events = watch(d)
     try:
         assert ready(next_change(events).sandbox.sandbox).reason == "ContainerRunning"

@@ -405,7 +405,33 @@ BAD: dict[str, tuple[str | int, str]] = {
     "proxy_ca_bundle": ("/etc/ca.pem", "proxy_ca_bundle is set but no https_proxy is configured"),
     "rootfs_staging_dir": ("staging", "must be an absolute path"),
     "rootfs_max_bytes": ("-1", "must be a whole number of bytes, or 0 (rootfs tar sources not supported)"),
+    "network_prefix": ("30", "must be 0 (sized from the host) or 8 to 29"),
+    "network_pool": ("10.0.0.1/8", "'10.0.0.1/8' is not an IPv4 network such as 10.128.0.0/9"),
+    "exit_watch": ("poll", "expected one of: events, wait; got 'poll'"),
 }
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"PODMAND_NETWORK_PREFIX": "16", "PODMAND_NETWORK_POOL": "10.128.0.0/20"}, "a /16 does not fit in"),
+        ({"PODMAND_NETWORK_POOL": "10.128.0.0/30"}, "smaller than the smallest workspace network (/29)"),
+        ({"PODMAND_NETWORK_POOL": "fd00::/64"}, "is not an IPv4 network"),
+    ],
+)
+def test_network_size_must_fit_its_pool(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError, match="invalid setting network_") as exc:
+        load(args=None, environ=env)
+    assert needle in str(exc.value)
+
+
+def test_network_and_exit_watch_defaults_and_overrides() -> None:
+    """Defaults: sized from the host, carved from 10.128.0.0/9, exits from events."""
+    s = load(args=None, environ={})
+    assert (s.network_prefix, s.network_pool, s.exit_watch) == (0, "10.128.0.0/9", "events")
+    s = load(args=None, environ={"PODMAND_NETWORK_PREFIX": "20", "PODMAND_NETWORK_POOL": "172.20.0.0/14",
+                                 "PODMAND_EXIT_WATCH": "Wait"})
+    assert (s.network_prefix, s.network_pool, s.exit_watch) == (20, "172.20.0.0/14", "wait")
 
 
 def test_every_setting_has_a_bad_value_case() -> None:

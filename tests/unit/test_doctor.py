@@ -7,12 +7,15 @@ import json
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
 from podmand.autostart import StorageFacts
+from podmand.capacity import KeyQuota
 from podmand.cli import doctor
+from podmand.cli.doctorcapacity import CapacityFacts, check_capacity
 from podmand.cli.doctorchecks import (
     Check,
     DriverSocketFact,
@@ -24,7 +27,6 @@ from podmand.cli.doctorchecks import (
     check_state_dir,
     check_subids,
     check_tun,
-    parse_subids,
 )
 from podmand.cli.doctorpodman import (
     check_new_store,
@@ -83,13 +85,6 @@ def test_rootful_auto_needs_the_containers_range() -> None:
     assert check_subids("containers", False, 0, 0, "host").status == "OK"
     big = check_subids("containers", False, 2147483648, 2147483648, "auto")
     assert big.status == "OK" and "room for 2097152" in big.finding
-
-
-def test_parse_subids_by_name_or_uid_sums_ranges() -> None:
-    text = "podmand:100000:65536\n1001:165536:196608\nother:1:5\nbroken line\npodmand:x:y\n"
-    assert parse_subids(text, "podmand", 1001) == 262144
-    assert parse_subids(text, "podmand", None) == 65536
-    assert parse_subids(text, "nobody", 4242) == 0
 
 
 def test_mapped_subids_from_info() -> None:
@@ -378,3 +373,66 @@ def test_image_facts_tell_present_missing_and_unchecked_apart() -> None:
     ]
     assert not facts[3].present and "did not answer" in facts[3].error
     assert check_images(facts).status == "WARN"
+
+
+# ---------------------------------------------------------------- capacity
+
+
+def capacity_facts(**kw: Any) -> CapacityFacts:
+    base: dict[str, Any] = dict(
+        userns="auto", subids=262144, keys=KeyQuota(200, 20000), keys_of="non-root users", network_prefix=0,
+        network_pool="10.128.0.0/9", nofile=(1024, 524288, 524288), exit_watch="events",
+    )
+    return CapacityFacts(**{**base, **kw})
+
+
+def by_name(checks: list[Check]) -> dict[str, Check]:
+    return {c.name: c for c in checks}
+
+
+def test_capacity_one_line_per_figure_and_the_smallest_overall() -> None:
+    checks = check_capacity(capacity_facts())
+    assert [c.name for c in checks] == [
+        "capacity: subordinate ids", "capacity: kernel keys", "capacity: network", "capacity: descriptors", "capacity"
+    ]
+    got = by_name(checks)
+    assert got["capacity: subordinate ids"].finding.startswith("256 sandboxes: 262144 subordinate ids, 1024 per")
+    assert got["capacity: kernel keys"].finding.startswith("no bound: each userns=auto sandbox's root")
+    assert got["capacity: network"].finding.startswith("509 sandboxes: each new workspace network is a /23 from")
+    assert got["capacity: descriptors"].finding.startswith("no bound: soft 1024, hard 524288; serve raises")
+    assert got["capacity"].finding == "256 sandboxes at once in one workspace (bounded by subordinate ids)"
+    assert all(c.status == "OK" for c in checks)
+
+
+def test_capacity_a_narrow_network_setting_warns_with_its_fix() -> None:
+    got = by_name(check_capacity(capacity_facts(network_prefix=24, subids=512 * 1024)))
+    assert got["capacity: network"].status == "WARN" and "PODMAND_NETWORK_PREFIX" in got["capacity: network"].fix
+    assert got["capacity"].finding == (
+        "253 sandboxes at once in one workspace (bounded by network); 512 sandboxes across workspaces"
+    )
+    # Sized from the host, the network is never the one that holds it back below the ids.
+    assert by_name(check_capacity(capacity_facts(subids=512 * 1024)))["capacity: network"].status == "OK"
+
+
+def test_capacity_shared_key_quota_bounds_keep_id_and_warns() -> None:
+    got = by_name(check_capacity(capacity_facts(userns="keep-id")))
+    assert got["capacity: subordinate ids"].finding.startswith("no bound: userns=keep-id")
+    keys = got["capacity: kernel keys"]
+    assert keys.status == "WARN" and keys.finding.startswith("200 sandboxes: non-root users: maxkeys 200")
+    assert "kernel.keys.maxkeys" in keys.fix
+    assert got["capacity"].finding.startswith("200 sandboxes at once in one workspace (bounded by kernel keys)")
+
+
+def test_capacity_descriptors_bound_a_wait_per_sandbox() -> None:
+    got = by_name(check_capacity(capacity_facts(userns="host", keys=None, nofile=(1024, 1024, 1024),
+                                                exit_watch="wait")))
+    assert got["capacity: descriptors"].status == "WARN"
+    assert got["capacity: descriptors"].finding.startswith("768 sandboxes: soft 1024, hard 1024")
+    assert got["capacity: kernel keys"].finding.startswith("no bound: unknown:")
+    assert "/16 from 10.128.0.0/9 (the widest podmand picks itself" in got["capacity: network"].finding
+    assert got["capacity"].finding.startswith("768 sandboxes at once in one workspace (bounded by descriptors)")
+
+
+def test_capacity_without_subordinate_ids_warns() -> None:
+    got = by_name(check_capacity(capacity_facts(subids=0)))
+    assert got["capacity"].status == "WARN" and got["capacity"].finding.startswith("0 sandboxes")

@@ -22,6 +22,7 @@ from tests.fakes.libpod import Request
 
 DEADLINE = 30.0
 IMAGE = "registry.example/app:1"
+WAIT = lambda _tmp: Settings(exit_watch="wait")  # noqa: E731  # the /wait per running container
 
 
 def run(body: Callable[[Rig], Awaitable[None]], settings: Callable[[Path], Settings] = lambda _t: Settings()) -> None:
@@ -47,7 +48,7 @@ def box(sandbox_id: str) -> pb.DriverSandbox:
 def test_get_and_list_read_without_starting_tasks_or_publishing() -> None:
     async def body(rig: Rig) -> None:
         cid = rig.boxes.add("sb-1")
-        rig.boxes.add("sb-2", "exited", exit_code=3, finished_at="2026-11-29T17:05:00Z")
+        cid2 = rig.boxes.add("sb-2", "exited", exit_code=3, finished_at="2026-11-29T17:05:00Z")
         got = await rig.driver.get("sb-1")
         listed = await rig.driver.list_sandboxes()
         assert (got.id, ready(got)) == ("sb-1", "ContainerRunning")
@@ -57,11 +58,11 @@ def test_get_and_list_read_without_starting_tasks_or_publishing() -> None:
         assert len(rig.driver.tasks) == 0 and len(rig.driver.observer) == 0
         # The event path does what reads must not: an exit waiter, cached facts, the announcement.
         assert ready(await rig.driver.observe(cid)) == "ContainerRunning"  # type: ignore[arg-type]
-        await rig.driver.snapshot_all()
+        await rig.driver.observe(cid2)
         assert len(rig.driver.tasks) == 1 and len(rig.driver.observer) == 2
         assert rig.sink.reasons() == ["ContainerExited"]
 
-    run(body)
+    run(body, WAIT)
 
 
 def test_get_of_an_unknown_sandbox_is_not_found() -> None:
@@ -105,7 +106,7 @@ def test_a_wait_answer_asks_for_a_refresh_and_the_exit_is_announced_once() -> No
         warning = rig.sink.events[0].platform_event
         assert (warning.sandbox_id, warning.event.type) == ("sb-1", "Warning")
 
-    run(body)
+    run(body, WAIT)
 
 
 def test_an_unreadable_wait_answer_still_asks_for_a_refresh() -> None:
@@ -121,7 +122,7 @@ def test_an_unreadable_wait_answer_still_asks_for_a_refresh() -> None:
         assert rig.sink.refreshes == [(cid, "sb-1")]
         await eventually(lambda: len(rig.driver.tasks) == 0, "the exit waiter to end")
 
-    run(body)
+    run(body, WAIT)
 
 
 def test_a_second_run_that_ends_is_announced_again() -> None:

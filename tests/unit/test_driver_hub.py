@@ -6,32 +6,40 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
+from podmand.config import Settings
 from podmand.driver.observer import changes_state
-from podmand.hub import End, Hub, Inbox, Lost, PodmanEvent, Publish, Refresh, Stream
+from podmand.hub import End, Hub, Inbox, PodmanEvent, Publish, Refresh, Stream
 from podmand.libpod import Event, EventActor
-from tests.fakes.harness import Rig, driver_on, eventually, labels_for
+from tests.fakes.harness import Rig, driver_on, eventually, labels_for, settle
 
 DEADLINE = 30.0
 
 
-def run(body: Callable[[Rig, Hub, Inbox], Awaitable[None]]) -> None:
+def run(body: Callable[[Rig, Hub, Inbox], Awaitable[None]], settings: Callable[[Path], Settings] | None = None) -> None:
     async def main() -> None:
         inbox = Inbox()
-        async with driver_on(sink=inbox) as rig:
+        async with driver_on(settings or (lambda _tmp: Settings()), sink=inbox) as rig:
             hub = Hub(rig.driver.podman, rig.driver, inbox, resync=0)
-            hub.connected.set()
             await body(rig, hub, inbox)
 
     asyncio.run(asyncio.wait_for(main(), DEADLINE))
 
 
+async def connect(hub: Hub, inbox: Inbox) -> None:
+    """What the hub does on connecting: one list, a look at every container."""
+    hub._list(first=True)
+    await settle(hub, inbox)
+    assert hub.connected.is_set()
+
+
 async def drain(hub: Hub, inbox: Inbox) -> None:
-    while (message := inbox.get_nowait()) is not None:
-        assert not isinstance(message, Lost)
-        await hub._handle(message)
+    if not hub.connected.is_set():
+        await connect(hub, inbox)
+    await settle(hub, inbox)
 
 
 def podman_event(action: str, cid: str, attributes: dict[str, str]) -> Event:
@@ -55,6 +63,7 @@ async def take(stream: Stream, n: int) -> list[tuple[str, ...]]:
 def test_a_died_event_gives_the_snapshot_and_one_platform_event() -> None:
     async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
         cid = rig.boxes.add("sb-1")
+        await connect(hub, inbox)
         stream = await hub.subscribe()
         await drain(hub, inbox)
         assert await take(stream, 1) == [("sandbox", "sb-1", "ContainerRunning")]
@@ -62,9 +71,9 @@ def test_a_died_event_gives_the_snapshot_and_one_platform_event() -> None:
         for action in ("died", "cleanup"):  # Podman sends both; the second changes nothing
             inbox.put(PodmanEvent(podman_event(action, cid, labels_for("sb-1"))))
         await drain(hub, inbox)
-        assert await take(stream, 2) == [
-            ("sandbox", "sb-1", "ContainerRuntimeRestart"),
+        assert await take(stream, 2) == [  # the look announces the end as it finds it, then reports it
             ("platform", "sb-1", "ContainerRuntimeRestart"),
+            ("sandbox", "sb-1", "ContainerRuntimeRestart"),
         ]
         inbox.put(Publish(pb.WatchSandboxesEvent(deleted=pb.WatchSandboxesDeletedEvent(sandbox_id="marker"))))
         await drain(hub, inbox)
@@ -96,6 +105,7 @@ def test_events_that_change_no_sandbox_state_are_not_observed() -> None:
 
     async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
         cid = rig.boxes.add("sb-1")
+        await connect(hub, inbox)
         stream = await hub.subscribe()
         await drain(hub, inbox)
         await take(stream, 1)
@@ -109,33 +119,80 @@ def test_events_that_change_no_sandbox_state_are_not_observed() -> None:
 
 
 def test_a_vanished_container_becomes_deleted_once_forgotten() -> None:
+    """Removed out of band: the index still knew the container, so its sandbox is
+    cleaned up and Deleted is sent, without an inspect of what Podman said it removed."""
+
     async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
         cid = rig.boxes.add("sb-1")
+        await connect(hub, inbox)
         stream = await hub.subscribe()
         await drain(hub, inbox)
         await take(stream, 1)
         del rig.boxes.boxes[cid]
+        inspects = rig.fake.count(f"GET .*/containers/{cid}/json")
         inbox.put(PodmanEvent(podman_event("remove", cid, labels_for("sb-1"))))
         await drain(hub, inbox)
         assert await take(stream, 1) == [("deleted", "sb-1")]
-        assert len(rig.driver.locks) == 0 and len(rig.driver.observer) == 0
+        assert rig.fake.count(f"GET .*/containers/{cid}/json") == inspects
+        assert len(rig.driver.locks) == 0 and len(rig.driver.observer) == 0 and len(rig.driver.index) == 0
 
     run(body)
 
 
-def test_on_connecting_the_hub_looks_at_every_sandbox_so_exits_are_watched() -> None:
-    """A container running since before podmand (re)subscribed gets its exit waiter as
-    soon as the hub connects, with no watch stream open and no RPC asked."""
+def test_sandbox_lookups_cost_one_inspect_once_the_hub_has_listed() -> None:
+    """Get, Stop and Start find the container through the index: one inspect, never
+    the label-filtered list that reads every container in Podman."""
+
+    async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
+        cids = [rig.boxes.add(f"sb-{i}") for i in range(20)]
+        await connect(hub, inbox)
+        lists = rig.fake.count("GET .*/containers/json")
+        inspects = rig.fake.count(f"GET .*/containers/{cids[7]}/json")
+        assert (await rig.driver.get("sb-7")).id == "sb-7"
+        assert rig.fake.count(f"GET .*/containers/{cids[7]}/json") == inspects + 1
+        await rig.driver.stop("sb-7")
+        await rig.driver.start("sb-7")
+        assert rig.fake.count("GET .*/containers/json") == lists  # no list at all
+
+    run(body)
+
+
+def test_deletes_cost_no_list_and_their_remove_events_no_podman_call() -> None:
+    """Deleting N sandboxes is linear: each finds its container in the index, and the
+    remove event that follows finds the sandbox forgotten already (Deleted was sent)."""
+
+    async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
+        cids = [rig.boxes.add(f"sb-{i}", workspace="") for i in range(10)]
+        await connect(hub, inbox)
+        stream = await hub.subscribe()
+        await drain(hub, inbox)
+        await take(stream, 10)
+        lists = rig.fake.count("GET .*/containers/json")
+        for i, cid in enumerate(cids[:9]):
+            assert await rig.driver.delete(f"sb-{i}")
+            inbox.put(PodmanEvent(podman_event("remove", cid, labels_for(f"sb-{i}", ""))))
+        calls = len(rig.fake.requests)
+        await drain(hub, inbox)
+        assert len(rig.fake.requests) == calls  # the remove events asked Podman nothing
+        assert await take(stream, 9) == [("deleted", f"sb-{i}") for i in range(9)]
+        assert rig.fake.count("GET .*/containers/json") == lists
+
+    run(body)
+
+
+def test_exits_come_from_events_and_a_wait_per_container_only_when_asked() -> None:
+    """By default no /wait is held open (Podman 4.x polls each one every 250 ms);
+    ``exit_watch = "wait"`` brings it back: a container running since before the hub
+    connected gets its waiter on connecting, with no stream open and no RPC asked."""
 
     async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
         rig.boxes.add("sb-1")
-        hub.connected.clear()
-        running = asyncio.ensure_future(hub.run())
-        try:
+        await connect(hub, inbox)
+        waits = rig.boxes.waits.opened
+        if rig.driver.settings.exit_watch == "wait":
             await eventually(lambda: rig.boxes.waits.opened == 1, "the exit waiter's /wait")
-        finally:
-            hub.close()
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
+        else:
+            assert waits == 0 and rig.fake.count("/wait") == 0
 
     run(body)
+    run(body, lambda _tmp: Settings(exit_watch="wait"))

@@ -40,3 +40,19 @@ def test_raise_nofile_limit_in_a_child() -> None:
     got, soft, hard = map(int, out)
     assert got == soft
     assert soft == hard or (hard == INF and soft > 256)
+
+
+def test_raise_nofile_limit_logs_the_limit_at_info_once() -> None:
+    """Operators see the descriptor limit in force in serve's log, with what it was."""
+    code = (
+        "import logging, resource; logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s');"
+        "from podmand.limits import raise_nofile_limit;"
+        "s, h = resource.getrlimit(resource.RLIMIT_NOFILE); resource.setrlimit(resource.RLIMIT_NOFILE, (256, h));"
+        "print(raise_nofile_limit(), h)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                         capture_output=True, text=True, check=True)
+    got, hard = map(int, run.stdout.split())
+    lines = [line for line in run.stderr.splitlines() if "RLIMIT_NOFILE" in line]
+    shown = "unlimited" if hard == INF else str(hard)
+    assert lines == [f"INFO descriptor limit (RLIMIT_NOFILE): soft {got} (was 256), hard {shown}"]

@@ -22,12 +22,14 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import podmand
 from podmand import __main__ as cli
-from podmand import autostart, discovery, rundir, server, socketpath, statedir
+from podmand import autostart, discovery, enforcement, rundir, server, socketpath, statedir
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
+from podmand._proto import extension_pb2 as ext
 from podmand.config import ConfigError, Settings
 from podmand.credentials import KEY_BYTES
 from podmand.errors import StartupError
@@ -35,7 +37,7 @@ from podmand.hub import Hub
 from podmand.server import Server
 from podmand.shutdown import Stop
 from tests import wait
-from tests.fakes.libpod import FakeLibpod, Hang, Request
+from tests.fakes.libpod import INFO, FakeLibpod, Hang, Reply, Request
 
 DEADLINE = 15.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -287,6 +289,128 @@ def test_event_stream_that_never_opens_is_a_start_up_error(tmp: Path, fake: Fake
     monkeypatch.setattr(server, "CONNECT_TIMEOUT", 1.0)
     fake.route("GET", "/events", lambda _req: Hang())
     assert str(start_up_failure(tmp, fake)) == "Podman's event stream did not connect within 1 s"
+
+
+# ---------------------------------------------------------------- accepting before start-up is done
+
+SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+ROOTLESS_V1 = {**INFO, "host": {"cgroupVersion": "v1", "security": {"rootless": True}}}  # limits dropped
+CAPABILITIES = pb.GetCapabilitiesRequest(gateway=ext.PeerMetadata(
+    protocol_version=ext.ProtocolVersion(major=1, minor=0), implementation_name="openshell/gateway",
+    implementation_version="0.1.2", supported_capabilities=["openshell.compute.contract"],
+    required_capabilities=["openshell.compute.contract"]))
+
+
+def held_info(fake: FakeLibpod, reply: Reply) -> threading.Event:
+    """Podman's /info answers ``reply`` once the returned event is set."""
+    release = threading.Event()
+
+    async def info(_req: Request) -> Reply:
+        await asyncio.to_thread(release.wait, DEADLINE)
+        return reply
+
+    fake.route("GET", "/info", info)
+    return release
+
+
+async def health(channel: grpc.aio.Channel) -> int:
+    answer = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+    return int(answer.status)
+
+
+def limits(caps: pb.GetCapabilitiesResponse) -> tuple[bool, bool]:
+    return caps.resource_capabilities.cpu.limit_supported, caps.resource_capabilities.memory.limit_supported
+
+
+def test_accepts_before_info_answers_and_serves_once_it_has(tmp: Path, fake: FakeLibpod,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """/info held: the socket accepts, health says NOT_SERVING, GetCapabilities answers (local facts
+    decide the limits), ListSandboxes waits; once /info answers: SERVING, and the list is answered."""
+    monkeypatch.setattr(enforcement, "predicted", lambda _path: True)
+    release = held_info(fake, (200, {}, INFO))
+    srv = Server(settings_for(tmp, fake))
+    public = str(tmp / "run" / "d.sock")
+
+    async def scenario(running: asyncio.Task[int]) -> None:
+        await until(lambda: os.path.exists(public) or running.done(), "the socket to accept")
+        async with grpc.aio.insecure_channel(f"unix://{public}") as channel:
+            stub = pb_grpc.ComputeDriverStub(channel)
+            listing = asyncio.ensure_future(stub.ListSandboxes(pb.ListSandboxesRequest()))
+            assert await health(channel) == NOT_SERVING
+            assert limits(await stub.GetCapabilities(CAPABILITIES)) == (True, True)
+            assert not listing.done() and not srv.ready and fake.count(r"GET .*/info") == 1
+            release.set()
+            assert list((await asyncio.wait_for(listing, DEADLINE)).sandboxes) == []
+            assert await health(channel) == SERVING
+            assert srv.ready
+            srv.stop.on_signal(signal.SIGTERM)
+
+    assert run_server(srv, scenario) == 0
+
+
+@pytest.mark.parametrize("guess", [None, True], ids=["unknown", "wrong"])
+def test_capabilities_follow_info_when_local_facts_do_not_decide(guess: bool | None, tmp: Path, fake: FakeLibpod,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """Rootless Podman on cgroup v1 drops limits. Unknown before /info: GetCapabilities waits for
+    it; a wrong prediction is corrected from /info with a warning."""
+    monkeypatch.setattr(enforcement, "predicted", lambda _path: guess)
+    release = held_info(fake, (200, {}, ROOTLESS_V1))
+    srv = Server(settings_for(tmp, fake))
+    public = str(tmp / "run" / "d.sock")
+
+    async def scenario(running: asyncio.Task[int]) -> None:
+        await until(lambda: os.path.exists(public) or running.done(), "the socket to accept")
+        async with grpc.aio.insecure_channel(f"unix://{public}") as channel:
+            stub = pb_grpc.ComputeDriverStub(channel)
+            early = asyncio.ensure_future(stub.GetCapabilities(CAPABILITIES))
+            assert await health(channel) == NOT_SERVING
+            if guess is None:
+                assert not early.done()
+            else:
+                assert limits(await early) == (True, True)
+            release.set()
+            await until(lambda: srv.ready or running.done(), "podmand to serve")
+            if guess is None:
+                assert limits(await early) == (False, False)
+            assert limits(await stub.GetCapabilities(CAPABILITIES)) == (False, False)
+            srv.stop.on_signal(signal.SIGTERM)
+
+    with caplog.at_level("INFO", "podmand"):
+        assert run_server(srv, scenario) == 0
+    assert ("not as predicted" in caplog.text) == (guess is not None)
+
+
+def test_waiting_rpcs_get_the_start_up_failure(tmp: Path, fake: FakeLibpod, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/info fails after the socket accepted: the RPC waiting for start-up answers UNAVAILABLE
+    with the start-up error at once, and the start-up still fails as before (nothing left behind)."""
+    monkeypatch.setattr(server, "GRACE", 3600.0)  # the waiting RPC must not hold the exit
+    monkeypatch.setattr(enforcement, "predicted", lambda _path: True)
+    release = held_info(fake, (500, {}, {"message": "info broken"}))
+    srv = Server(settings_for(tmp, fake))
+    public = str(tmp / "run" / "d.sock")
+    answered: list[grpc.aio.AioRpcError] = []
+
+    async def scenario(running: asyncio.Task[int]) -> None:
+        await until(lambda: os.path.exists(public) or running.done(), "the socket to accept")
+        async with grpc.aio.insecure_channel(f"unix://{public}") as channel:
+            stub = pb_grpc.ComputeDriverStub(channel)
+            listing = asyncio.ensure_future(stub.ListSandboxes(pb.ListSandboxesRequest()))
+            assert await health(channel) == NOT_SERVING
+            release.set()
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await asyncio.wait_for(listing, DEADLINE)
+            answered.append(err.value)
+        await until(running.done, "the start-up to fail")
+
+    with pytest.raises(StartupError) as err:
+        run_server(srv, scenario)
+    assert str(err.value).startswith("Podman failed during start-up: ") and "info broken" in str(err.value)
+    [rpc] = answered
+    assert rpc.code() == grpc.StatusCode.UNAVAILABLE
+    assert rpc.details() == f"podmand failed to start: {err.value}"
+    assert not (tmp / "run").exists()
+    assert lock_is_free(tmp / "state")
 
 
 # ---------------------------------------------------------------- __main__

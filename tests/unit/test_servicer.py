@@ -14,7 +14,7 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand.decoding import DecodeRequests, decoding
 from podmand.errors import NotFound, Unavailable
 from podmand.libpod import PodmanError, PodmanUnavailable
-from podmand.servicer import INTERNAL_MESSAGE, ComputeDriverServicer
+from podmand.servicer import INTERNAL_MESSAGE, ComputeDriverServicer, Readiness
 
 
 class Aborted(Exception):
@@ -35,7 +35,7 @@ def rpc_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 
 
 def run(call: Callable[[], Awaitable[Any]]) -> Aborted:
-    servicer = ComputeDriverServicer(None, None, pb.GetCapabilitiesResponse())  # type: ignore[arg-type]
+    servicer = ComputeDriverServicer(None, None, Readiness())  # type: ignore[arg-type]
     with pytest.raises(Aborted) as err:
         asyncio.run(servicer._run("GetSandbox", "sb1", Context(), call))
     return err.value
@@ -82,7 +82,7 @@ def test_known_errors_keep_their_codes(exc: Exception, code: grpc.StatusCode, de
 
 
 def test_cancelled_rpc_is_logged_cancelled(caplog: pytest.LogCaptureFixture) -> None:
-    servicer = ComputeDriverServicer(None, None, pb.GetCapabilitiesResponse())  # type: ignore[arg-type]
+    servicer = ComputeDriverServicer(None, None, Readiness())  # type: ignore[arg-type]
     with caplog.at_level(logging.INFO, "podmand.rpc"), pytest.raises(asyncio.CancelledError):
         asyncio.run(servicer._run("GetSandbox", "sb1", Context(), raising(asyncio.CancelledError())))
     [record] = rpc_records(caplog)
@@ -90,7 +90,7 @@ def test_cancelled_rpc_is_logged_cancelled(caplog: pytest.LogCaptureFixture) -> 
 
 
 def test_success_is_ok(caplog: pytest.LogCaptureFixture) -> None:
-    servicer = ComputeDriverServicer(None, None, pb.GetCapabilitiesResponse())  # type: ignore[arg-type]
+    servicer = ComputeDriverServicer(None, None, Readiness())  # type: ignore[arg-type]
 
     async def call() -> str:
         return "done"
