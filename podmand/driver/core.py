@@ -59,7 +59,7 @@ class Driver:
         )
         self.provisioning = Provisioner(
             podman, settings, state_dir, self.files, sink, self.tasks, self.locks, self.networks, self.validator,
-            self.signer,
+            self.signer, self.index,
         )
         self.observer = Observer(podman, settings, self.files, sink, self.tasks, self.index)
         self.collector = Collector(

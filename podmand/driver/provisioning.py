@@ -32,6 +32,7 @@ from ..spec import (
 )
 from ..supervisor import SupervisorCache
 from .events import EventSink, platform_event, sandbox_event
+from .index import Index
 from .lookup import find
 from .networks import Networks
 from .pending import STOPPED_EARLY, STOPPED_EARLY_MESSAGE, Pending, ProvisionFailed
@@ -79,6 +80,7 @@ class Provisioner:
         networks: Networks,
         validator: Validator,
         signer: CredentialSigner,
+        index: Index,
     ) -> None:
         self.podman = podman
         self.settings = settings
@@ -93,6 +95,7 @@ class Provisioner:
         self.images = validator.images
         self.supervisor = SupervisorCache(podman, state_dir)
         self.signer = signer
+        self.index = index  # the hub's sandbox -> containers (read only here)
         self.relabel = Relabel(podman, settings.selinux)
         self._pending: dict[str, Pending] = {}
 

@@ -67,7 +67,7 @@ async def _existing(prov: Provisioner, plan: Plan) -> tuple[str, str] | None:
     pending = prov.get(plan.sandbox_id)
     if pending is not None:
         return pending.plan.spec_hash, pending.instance
-    entry = await lookup.find(prov.podman, plan.sandbox_id)
+    entry = await _container(prov, plan.sandbox_id)
     if entry is None and not plan.rootfs_tar and not prov.files.dir(plan.sandbox_id).exists():
         return None
     volume = await prov.podman.inspect_volume(plan.volume_name)
@@ -75,6 +75,14 @@ async def _existing(prov: Provisioner, plan: Plan) -> tuple[str, str] | None:
     if labels is None and entry is not None:  # a container recorded by its labels alone
         labels = entry.labels
     return _recorded(labels)
+
+
+async def _container(prov: Provisioner, sandbox_id: str) -> ContainerListEntry | None:
+    """The sandbox's container; none, without a call, when the index has every
+    container and none of this sandbox (the common create)."""
+    if prov.index.ready and prov.index.containers(sandbox_id) is None:
+        return None
+    return await lookup.find_indexed(prov.podman, prov.index, sandbox_id)
 
 
 def _recorded(labels: dict[str, str] | None) -> tuple[str, str] | None:
