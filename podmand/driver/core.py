@@ -28,6 +28,7 @@ from ..spec import Plan, check_name
 from . import lookup, records
 from .events import EventSink, deleted_event
 from .garbage import Collector, remove_rootfs_image
+from .images import Images
 from .index import Index
 from .networks import Networks
 from .observer import Observer
@@ -51,14 +52,14 @@ class Driver:
         self.locks = LockTable()  # per sandbox id (and "net:<network>"): an entry only while in use
         self._deleting: set[str] = set()  # sandboxes a DeleteSandbox is removing
         self.index = Index()  # sandbox -> its containers, kept by the hub (index.py)
-        self.validator = Validator(podman, settings, state_dir)
+        self.validator = Validator(podman, settings, state_dir, Images(podman, self.tasks))
         self.networks = Networks(
             podman, settings, self.locks, lambda: self.provisioning.workspaces(),
             lambda net: self.index.members(self.networks.name, net),
         )
         self.provisioning = Provisioner(
             podman, settings, state_dir, self.files, sink, self.tasks, self.locks, self.networks, self.validator,
-            self.signer,
+            self.signer, self.index,
         )
         self.observer = Observer(podman, settings, self.files, sink, self.tasks, self.index)
         self.collector = Collector(

@@ -32,6 +32,7 @@ from ..spec import (
 )
 from ..supervisor import SupervisorCache
 from .events import EventSink, platform_event, sandbox_event
+from .index import Index
 from .lookup import find
 from .networks import Networks
 from .pending import STOPPED_EARLY, STOPPED_EARLY_MESSAGE, Pending, ProvisionFailed
@@ -79,6 +80,7 @@ class Provisioner:
         networks: Networks,
         validator: Validator,
         signer: CredentialSigner,
+        index: Index,
     ) -> None:
         self.podman = podman
         self.settings = settings
@@ -90,8 +92,10 @@ class Provisioner:
         self.networks = networks
         self.validator = validator
         self.puller = Puller(podman, settings, sink)
+        self.images = validator.images
         self.supervisor = SupervisorCache(podman, state_dir)
         self.signer = signer
+        self.index = index  # the hub's sandbox -> containers (read only here)
         self.relabel = Relabel(podman, settings.selinux)
         self._pending: dict[str, Pending] = {}
 
@@ -269,7 +273,7 @@ class Provisioner:
             raise ProvisionFailed(
                 "SandboxTokenMissing", "the sandbox token file is gone from the state directory; delete and recreate"
             )
-        pull = self.puller.pull
+        pull = self._image
         sup = await pull(s.supervisor_image, supervisor_pull_policy(s.supervisor_image),
                          "SupervisorImageUnavailable", plan.sandbox_id)
         try:
@@ -325,16 +329,14 @@ class Provisioner:
             spec = container_spec(plan, s, prov)
             container_id = await self._create_container(pending, spec)
             self.files.mark_created(plan.sandbox_id, container_id)
-        info = await self.podman.inspect_container(container_id)
-        if not info.state.running:
-            try:
-                await self.podman.start_container(container_id)
-            except PodmanError as exc:
-                with contextlib.suppress(PodmanError, PodmanUnavailable):
-                    await self.podman.remove_container(container_id, 0)
-                raise ProvisionFailed(
-                    "ContainerStartFailed", f"starting the sandbox container failed: {exc.message}"
-                ) from exc
+        try:  # an adopted container may run already: Podman answers 304, nothing to do
+            await self.podman.start_container(container_id)
+        except PodmanError as exc:
+            with contextlib.suppress(PodmanError, PodmanUnavailable):
+                await self.podman.remove_container(container_id, 0)
+            raise ProvisionFailed(
+                "ContainerStartFailed", f"starting the sandbox container failed: {exc.message}"
+            ) from exc
         self._pending.pop(plan.sandbox_id, None)
         self.sink.publish(
             platform_event(
@@ -348,6 +350,12 @@ class Provisioner:
             )
         )
         self.sink.refresh(container_id, plan.sandbox_id)
+
+    async def _image(self, ref: str, policy: str, reason: str, sandbox_id: str) -> ImageInspect:
+        """``ref`` pulled per ``policy`` and pinned. Under 'missing' and 'never' an image
+        pinned already costs no call; 'always' and 'newer' pull each time."""
+        fetch = lambda: self.puller.pull(ref, policy, reason, sandbox_id)  # noqa: E731
+        return await self.images.pinned(ref, fetch, reuse=policy in ("missing", "never"))
 
     async def _create_container(self, pending: Pending, spec: dict[str, Any]) -> str:
         plan = pending.plan

@@ -38,23 +38,17 @@ async def create(prov: Provisioner, sandbox: pb.DriverSandbox | None) -> str:
         assert sandbox is not None
         async with prov.locks[plan.sandbox_id]:
             existing = await _existing(prov, plan)
-            if existing is not None:
-                if existing[0] == plan.spec_hash:
-                    return prov.runtime_identity(plan.sandbox_id, existing[1])  # an identical retry
-                raise AlreadyExists("sandbox already exists with a different spec")
-            if plan.rootfs_tar:
-                prov.validator.check_rootfs(plan)
-            instance = uuid.uuid4().hex
-            try:
-                prov.files.write_secrets(plan.sandbox_id, gateway_token(sandbox.spec), _tls_files(prov.settings))
-                prov.new_generation(plan.sandbox_id, instance, plan.generation)
-                labels = intent_labels(plan, instance, str(prov.state_dir))
-                await prov.podman.create_volume(plan.volume_name, labels)
-            except BaseException:
-                prov.files.remove(plan.sandbox_id)
-                raise
-            prov.start(plan, instance)
-            return prov.runtime_identity(plan.sandbox_id, instance)
+            if existing is None:
+                if plan.rootfs_tar:
+                    prov.validator.check_rootfs(plan)
+                instance = uuid.uuid4().hex
+                existing = await _record(prov, plan, sandbox, instance)
+                if existing is None:
+                    prov.start(plan, instance)
+                    return prov.runtime_identity(plan.sandbox_id, instance)
+            if existing[0] == plan.spec_hash:
+                return prov.runtime_identity(plan.sandbox_id, existing[1])  # an identical retry
+            raise AlreadyExists("sandbox already exists with a different spec")
     except BaseException:
         if sandbox is not None and sandbox.spec.template.HasField("driver_config"):
             staged = sandbox.spec.template.driver_config.fields.get(rootfs.KEY)
@@ -65,18 +59,64 @@ async def create(prov: Provisioner, sandbox: pb.DriverSandbox | None) -> str:
 
 
 async def _existing(prov: Provisioner, plan: Plan) -> tuple[str, str] | None:
-    """(spec hash, instance) of a sandbox already recorded under this id."""
+    """(spec hash, instance) of a sandbox already recorded under this id, as far as is
+    known without reading its volume unless there is a sign of one: provisioning, a
+    container, or state files. None also when the volume alone records it
+    (:func:`_record` finds that out by creating it). A rootfs create always reads it:
+    its staged tar is checked only after an identical retry is ruled out."""
     pending = prov.get(plan.sandbox_id)
     if pending is not None:
         return pending.plan.spec_hash, pending.instance
+    entry = await _container(prov, plan.sandbox_id)
+    if entry is None and not plan.rootfs_tar and not prov.files.dir(plan.sandbox_id).exists():
+        return None
     volume = await prov.podman.inspect_volume(plan.volume_name)
     labels = volume.labels if volume is not None else None
-    if labels is None:
-        entry = await lookup.find(prov.podman, plan.sandbox_id)
-        labels = entry.labels if entry is not None else None
+    if labels is None and entry is not None:  # a container recorded by its labels alone
+        labels = entry.labels
+    return _recorded(labels)
+
+
+async def _container(prov: Provisioner, sandbox_id: str) -> ContainerListEntry | None:
+    """The sandbox's container; none, without a call, when the index has every
+    container and none of this sandbox (the common create)."""
+    if prov.index.ready and prov.index.containers(sandbox_id) is None:
+        return None
+    return await lookup.find_indexed(prov.podman, prov.index, sandbox_id)
+
+
+def _recorded(labels: dict[str, str] | None) -> tuple[str, str] | None:
     if labels is None:
         return None
     return labels.get(names.SPEC_HASH, ""), labels.get(names.INSTANCE, "")
+
+
+async def _record(prov: Provisioner, plan: Plan, sandbox: pb.DriverSandbox, instance: str) -> tuple[str, str] | None:
+    """Write the sandbox's files, then its durable record (the volume): None when made,
+    else what the volume already there records. Files written here go again when no
+    record is made."""
+    try:
+        prov.files.write_secrets(plan.sandbox_id, gateway_token(sandbox.spec), _tls_files(prov.settings))
+        prov.new_generation(plan.sandbox_id, instance, plan.generation)
+        labels = intent_labels(plan, instance, str(prov.state_dir))
+        await prov.podman.create_volume(plan.volume_name, labels)
+        return None
+    except PodmanError as exc:
+        prov.files.remove(plan.sandbox_id)
+        if not _exists(exc):
+            raise
+        volume = await prov.podman.inspect_volume(plan.volume_name)
+        if volume is None:  # removed again meanwhile
+            raise
+        return _recorded(volume.labels or {})
+    except BaseException:
+        prov.files.remove(plan.sandbox_id)
+        raise
+
+
+def _exists(exc: PodmanError) -> bool:
+    """Podman 4.3.1 says 500 "volume already exists" (409 elsewhere)."""
+    return exc.status == 409 or "already exists" in exc.message
 
 
 def _tls_files(s: Settings) -> dict[str, Path]:

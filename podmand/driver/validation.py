@@ -13,8 +13,9 @@ from ..config import Settings
 from ..errors import FailedPrecondition
 from ..identity import Resolved
 from ..imagefiles import read_image_files
-from ..libpod import PodmanClient, PodmanError
+from ..libpod import ImageInspect, PodmanClient, PodmanError
 from ..spec import Plan, userns_id_limit, validate
+from .images import Images
 from .pending import ProvisionFailed
 
 log = logging.getLogger("podmand.driver")
@@ -23,8 +24,9 @@ log = logging.getLogger("podmand.driver")
 class Validator:
     """Owns the account files read from images, once per image ID (and the GPU inventory)."""
 
-    def __init__(self, podman: PodmanClient, settings: Settings, state_dir: Path) -> None:
+    def __init__(self, podman: PodmanClient, settings: Settings, state_dir: Path, images: Images) -> None:
         self.podman = podman
+        self.images = images
         self.settings = settings
         self.state_dir = state_dir
         self.gpus = cdi.GpuSelector(tuple(settings.cdi_spec_dirs))
@@ -44,7 +46,7 @@ class Validator:
                 self.check_rootfs(plan)
             return plan
         try:
-            image = await self.podman.inspect_image(plan.image)
+            image = await self._inspect(plan.image)
         except PodmanError as exc:
             if exc.status != 404:
                 raise
@@ -82,7 +84,7 @@ class Validator:
             if m.kind != "image":
                 continue
             try:
-                await self.podman.inspect_image(m.source)
+                await self._inspect(m.source)
             except PodmanError as exc:
                 if exc.status != 404:
                     raise
@@ -90,6 +92,10 @@ class Validator:
                     f"sandbox.spec.template.driver_config.mounts[{i}].source: image {m.source!r} is not present "
                     "and the pull policy is 'never'"
                 ) from exc
+
+    async def _inspect(self, ref: str) -> ImageInspect:
+        """The image ``ref`` names, as known or inspected (PodmanError 404: not present)."""
+        return await self.images.pinned(ref, lambda: self.podman.inspect_image(ref))
 
     def assign_gpus(self, plan: Plan) -> Plan:
         """Take ``gpu_count`` devices from the CDI inventory as it is now (round-robin); the

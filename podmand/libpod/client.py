@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any, BinaryIO, TypeVar
 
 import msgspec
@@ -352,11 +353,18 @@ class PodmanClient:
         resp = await self.call("GET", "/events", query=query, timeout=self.timeouts.past_events)
         return [_decode(line, Event, "GET /events") for line in resp.body.splitlines() if line.strip()]
 
-    @contextlib.asynccontextmanager
-    async def events(self, labels: list[str]) -> AsyncIterator[AsyncIterator[Event | BadEvent]]:
+    def events(self, labels: list[str]) -> AbstractAsyncContextManager[AsyncIterator[Event | BadEvent]]:
         """Podman's live container events for ``labels``; a line that cannot be read is a BadEvent."""
-        query = {"stream": True, "filters": {"label": labels, "type": ["container"]}}
-        async with self._chunks("GET", "/events", query=query) as chunks:
+        return self._live_events({"label": labels, "type": ["container"]})
+
+    def image_events(self) -> AbstractAsyncContextManager[AsyncIterator[Event | BadEvent]]:
+        """Podman's live image events (pull, tag, untag, remove...): what moves a tag or
+        removes an image; the subscription is up once this context is entered."""
+        return self._live_events({"type": ["image"]})
+
+    @contextlib.asynccontextmanager
+    async def _live_events(self, filters: Mapping[str, list[str]]) -> AsyncIterator[AsyncIterator[Event | BadEvent]]:
+        async with self._chunks("GET", "/events", query={"stream": True, "filters": filters}) as chunks:
             yield ndjson.decode_events(ndjson.split_lines(chunks))
 
 

@@ -2,7 +2,7 @@
 
 The client builds requests and reads answers; a transport only moves them.
 :class:`UnixTransport` speaks HTTP/1.1 over Podman's Unix socket (a keep-alive
-pool for buffered requests, a dedicated connection per stream or upload);
+pool for buffered requests and streams, a dedicated connection per upload);
 :class:`MockTransport` answers in memory through a handler, for tests.  A
 transport raises :class:`PodmanUnavailable` whenever the exchange cannot
 complete, and ``TimeoutError`` only when an :class:`Upload`'s inactivity
@@ -186,8 +186,35 @@ async def _body(reader: asyncio.StreamReader, status: int, headers: Mapping[str,
             yield data
 
 
+def _reusable(status: int, headers: Mapping[str, str]) -> bool:
+    """Whether a connection can carry another request once this answer's body is read:
+    not when Podman closes it, nor when only the close marked the body's end."""
+    if headers.get("connection", "").lower() == "close":
+        return False
+    framed = headers.get("transfer-encoding", "").lower() == "chunked" or "content-length" in headers
+    return framed or status in (204, 304) or status < 200
+
+
+class _Tracked:
+    """Body chunks that remember whether they were read to the end."""
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self._chunks = chunks
+        self.finished = False
+
+    def __aiter__(self) -> _Tracked:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await anext(self._chunks)
+        except StopAsyncIteration:
+            self.finished = True
+            raise
+
+
 class UnixTransport(Transport):
-    """HTTP/1.1 over a Unix socket: one keep-alive pool, one connection per stream."""
+    """HTTP/1.1 over a Unix socket: one keep-alive pool; an upload has a connection of its own."""
 
     def __init__(self, socket_path: str, *, connect_timeout: float, pool_size: int = 8) -> None:
         self.socket_path = socket_path
@@ -205,9 +232,9 @@ class UnixTransport(Transport):
             raise PodmanUnavailable(f"cannot connect to Podman at {self.socket_path}: {exc}") from exc
         return _Conn(reader, writer)
 
-    def _release(self, conn: _Conn, headers: Mapping[str, str]) -> None:
-        reusable = headers.get("connection", "").lower() != "close"
-        if reusable and not self._closed and len(self._idle) < self._pool_size:
+    def _release(self, conn: _Conn, status: int, headers: Mapping[str, str]) -> None:
+        """Pool ``conn`` after an answer read to its end, unless it cannot carry another."""
+        if _reusable(status, headers) and not self._closed and len(self._idle) < self._pool_size:
             self._idle.append(conn)
         else:
             conn.close()
@@ -215,10 +242,21 @@ class UnixTransport(Transport):
     async def send(self, request: Request) -> Response:
         if isinstance(request.body, Upload):
             return await self._upload(request, request.body)
-        raw = _head(request) + (request.body or b"")
-        # A pooled connection may have been closed by the server while idle: retry
-        # once on a fresh connection when the reused one breaks, and drop the other
-        # idle ones, as old (after a Podman restart every one of them is dead).
+        conn, status, headers = await self._open(request)
+        try:
+            body = b"".join([chunk async for chunk in _iter_body(conn.reader, status, headers)])
+        except BaseException:
+            conn.close()
+            raise
+        self._release(conn, status, headers)
+        return Response(status, headers, body)
+
+    async def _open(self, request: Request) -> tuple[_Conn, int, dict[str, str]]:
+        """Send ``request`` and read the answer's head, on a pooled connection when one is idle.
+        A pooled connection may have been closed by the server while idle: retry once on a
+        fresh connection when the reused one breaks before the head, and drop the other idle
+        ones, as old (after a Podman restart every one of them is dead)."""
+        raw = _head(request) + (request.body if isinstance(request.body, bytes) else b"")
         for attempt in range(2):
             reused = attempt == 0 and bool(self._idle)
             conn = self._idle.pop() if reused else await self._connect()
@@ -226,7 +264,6 @@ class UnixTransport(Transport):
                 conn.writer.write(raw)
                 await conn.writer.drain()
                 status, headers = await _read_head(conn.reader)
-                body = b"".join([chunk async for chunk in _iter_body(conn.reader, status, headers)])
             except (OSError, PodmanUnavailable, asyncio.IncompleteReadError) as exc:
                 conn.close()
                 if reused:
@@ -236,8 +273,7 @@ class UnixTransport(Transport):
             except BaseException:
                 conn.close()
                 raise
-            self._release(conn, headers)
-            return Response(status, headers, body)
+            return conn, status, headers
         raise AssertionError("unreachable")
 
     def _drop_idle(self) -> None:
@@ -268,16 +304,20 @@ class UnixTransport(Transport):
 
     @contextlib.asynccontextmanager
     async def stream(self, request: Request) -> AsyncIterator[Streamed]:
-        conn = await self._connect()
+        """On a pooled connection, which goes back to the pool only when the body was
+        read to its end before the context exits (a finished pull); any other ending
+        (abandoned, broken, read-to-close) closes it, which also tells Podman to stop."""
+        conn, status, headers = await self._open(request)
+        body = _Tracked(_iter_body(conn.reader, status, headers))
         try:
-            conn.writer.write(_head(request) + (request.body if isinstance(request.body, bytes) else b""))
-            await conn.writer.drain()
-            status, headers = await _read_head(conn.reader)
-            yield Streamed(status, headers, _iter_body(conn.reader, status, headers))
+            yield Streamed(status, headers, body)
         except OSError as exc:
             raise PodmanUnavailable(f"connection to Podman failed: {exc}") from exc
         finally:
-            conn.close()
+            if body.finished:
+                self._release(conn, status, headers)
+            else:
+                conn.close()
 
     async def close(self) -> None:
         self._closed = True

@@ -159,7 +159,8 @@ class FakeLibpod:
         self.path = ""
         self._hangs: set[asyncio.Future[None]] = set()  # in-memory Hang answers
         self._memory_queues: set[asyncio.Queue[bytes | str | None]] = set()  # in-memory streams
-        self.events = Feed(self)
+        self.events = Feed(self)  # container events (the hub's subscription)
+        self.image_events = Feed(self)  # image events (podmand.driver.images)
         self.pull_gate: asyncio.Event | None = None  # set => pulls wait for it
         # Sent on every response, as Podman does; clear it to play a Docker socket.
         self.common_headers: dict[str, str] = {"Api-Version": "1.41", "Libpod-Api-Version": "4.3.1"}
@@ -189,7 +190,7 @@ class FakeLibpod:
         self.route("POST", "/images/pull", self._pull)
         # No local images: podmand skips its start-up state-dir visibility probe.
         self.route("GET", "/images/json", (200, {}, []))
-        self.route("GET", "/events", lambda _req: Stream(self.events))
+        self.route("GET", "/events", self._events)
         self.route("GET", "/volumes/json", lambda _req: (200, {}, list(self.volumes.values())))
         self.route("POST", "/volumes/create", self._create_volume)
         self.route("GET", "/volumes/(?P<n>[^/]+)/json", self._inspect_volume)
@@ -199,6 +200,12 @@ class FakeLibpod:
         self.route("GET", "/networks/[^/]+/json", (404, {}, {"message": "no such network"}))
         self.route("DELETE", "/networks/[^/]+", ok)
 
+    def _events(self, req: Request) -> Stream:
+        """A subscription to image events has a feed of its own: a test that ends the
+        container event streams leaves it be."""
+        types = json.loads(req.query.get("filters") or "{}").get("type") or []
+        return Stream(self.image_events if types == ["image"] else self.events)
+
     async def _pull(self, req: Request) -> Reply:
         if self.pull_gate is not None:
             await self.pull_gate.wait()
@@ -206,6 +213,9 @@ class FakeLibpod:
 
     def _create_volume(self, req: Request) -> Reply:
         body = req.json()
+        if body["Name"] in self.volumes:  # as Podman 4.3.1 says it
+            message = f"volume with name {body['Name']} already exists: volume already exists"
+            return 500, {}, {"cause": "volume already exists", "message": message, "response": 500}
         self.volumes[body["Name"]] = {"Name": body["Name"], "Labels": body.get("Label") or {}}
         return 201, {}, self.volumes[body["Name"]]
 
@@ -314,6 +324,10 @@ class FakeLibpod:
         """How many recorded requests match ``pattern`` (regex, searched)."""
         rx = re.compile(pattern)
         return sum(1 for r in list(self.requests) if rx.search(r))
+
+    def calls(self, start: int = 0) -> list[str]:
+        """The requests from the ``start``-th on, as ``METHOD /path`` (no API prefix, no query)."""
+        return [re.sub(f"^(\\S+) {PREFIX}", r"\1 ", r.partition("?")[0]) for r in list(self.requests)[start:]]
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
         """Poll (from a non-fake thread) until ``predicate()`` is truthy."""

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from podmand.libpod import PodmanClient, PodmanError, PodmanUnavailable, Timeouts, UnixTransport
-from tests.fakes.libpod import FakeLibpod, Hang
+from tests.fakes.libpod import FakeLibpod, Feed, Hang, Stream
 
 DEADLINE = 10.0
 
@@ -335,6 +335,88 @@ def test_a_reset_while_another_task_reads_events_is_unavailable(sock: str) -> No
                 with pytest.raises(PodmanUnavailable) as err:
                     await asyncio.create_task(pump())
                 assert isinstance(err.value.__cause__, OSError)
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+
+    run(main())
+
+
+# ---------------------------------------------------------------- streams on pooled connections
+
+
+def test_a_pull_read_to_its_end_returns_its_connection_to_the_pool(sock: str) -> None:
+    """A finished pull's connection carries the next request: pull, inspect, pull again,
+    one connection in all."""
+    async def main() -> None:
+        async with serving(sock) as (fake, client):
+            assert [line.stream async for line in client.pull_image("img:1", "missing")] == ["pulling", ""]
+            assert len(idle(client)) == 1
+            await client.inspect_image("img:1")
+            assert [line.id async for line in client.pull_image("img:1", "missing")][-1] == "sha256:abc"
+            assert fake.connections == 1 and len(idle(client)) == 1
+
+    run(main())
+
+
+def test_a_stream_left_before_its_end_closes_its_connection(sock: str) -> None:
+    """An abandoned pull (a stall, a cancelled create) closes its connection, which is how
+    Podman learns to stop; it is never pooled with an answer half read."""
+    feed: list[Feed] = []
+
+    def setup(fake: FakeLibpod) -> None:
+        feed.append(Feed(fake))
+        fake.route("POST", "/images/pull", lambda _req: Stream(feed[0]))
+
+    async def main() -> None:
+        async with serving(sock, setup) as (fake, client):
+            async with contextlib.aclosing(client.pull_image("img:1", "missing")) as lines:
+                feed[0].send({"stream": "Trying to pull img:1"}, sticky=True)  # then nothing
+                assert (await anext(lines)).stream == "Trying to pull img:1"
+            await until(lambda: fake.disconnects == 1, "the server to see the pull's connection closed")
+            assert idle(client) == []
+            await client.inspect_image("img:1")
+            assert fake.connections == 2
+
+    run(main())
+
+
+def test_a_pooled_connection_dead_before_a_stream_is_retried(sock: str) -> None:
+    """A stream takes an idle connection like any request, and Podman may have dropped it:
+    the pull is sent again on a fresh one."""
+    async def main() -> None:
+        async with serving(sock) as (fake, client):
+            await client.info()
+            for writer in list(fake._writers):
+                writer.close()
+            await until(lambda: fake.disconnects == 1, "the server to drop the idle connection")
+            assert [line.id async for line in client.pull_image("img:1", "missing")][-1] == "sha256:abc"
+            assert fake.connections == 2 and fake.count(r"POST .*/images/pull") == 1
+
+    run(main())
+
+
+def test_an_answer_ended_by_closing_is_not_pooled(sock: str) -> None:
+    """A body with neither length nor chunks ends where the server closed: that connection
+    carries nothing more, so it is not put back in the pool."""
+    connections = []
+
+    async def close_delimited(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"Id": "sha256:img"}')
+        await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_unix_server(close_delimited, sock)
+        client = PodmanClient(sock)
+        try:
+            assert (await client.inspect_image("img:1")).id == "sha256:img"
+            assert idle(client) == []
+            assert (await client.inspect_image("img:1")).id == "sha256:img"
+            assert len(connections) == 2
         finally:
             await client.close()
             server.close()

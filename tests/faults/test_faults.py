@@ -248,7 +248,7 @@ def test_lost_event_stream_ends_watches_and_hub_resubscribes(
     fake.block_pulls()  # keeps sb1 pending, so every watch opens with its snapshot
     d = launch().wait_ready()
     d.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=sandbox("sb1")), timeout=5)
-    assert fake.count(r"GET .*/events") == 1
+    assert fake.count(r"GET .*/events\?.*container") == 1
 
     first = d.stub.WatchSandboxes(pb.WatchSandboxesRequest(), timeout=5)
     assert next_sandbox(first, "sb1").id == "sb1"  # subscribed
@@ -262,7 +262,7 @@ def test_lost_event_stream_ends_watches_and_hub_resubscribes(
         assert ready(next_sandbox(second, "sb1")).reason == "Starting"
     finally:
         second.cancel()
-    assert fake.count(r"GET .*/events") == 2
+    assert fake.count(r"GET .*/events\?.*container") == 2
 
 
 # ---------------------------------------------------------------- d. Podman gone

@@ -16,7 +16,7 @@ from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
-from podmand.errors import NotFound
+from podmand.errors import AlreadyExists, NotFound
 from tests.fakes.harness import Rig, Sink, driver_on, eventually
 from tests.fakes.libpod import Request
 
@@ -219,7 +219,7 @@ def test_stop_before_the_container_exists_ends_provisioning() -> None:
         snap = await rig.driver.get("sb-1")
         assert ready(snap) == "ContainerStopped" and [c.type for c in snap.status.conditions][1:] == [names.SUSPENDED]
         assert rig.driver.files.stopped_container("sb-1") == "-"
-        await eventually(lambda: len(rig.driver.tasks) == 0, "provisioning to end")
+        await eventually(lambda: len(rig.driver.tasks) == 1, "provisioning to end (the image events stay)")
 
     run(body)
 
@@ -236,7 +236,7 @@ def test_delete_releases_the_lock_caches_and_pending_state() -> None:
         assert len(rig.driver.observer) == 1 and rig.driver.provisioning.get("sb-2") is not None
         assert await rig.driver.delete("sb-1") and await rig.driver.delete("sb-2")
         assert len(rig.driver.locks) == 0 and len(rig.driver.observer) == 0
-        assert rig.driver.provisioning.get("sb-2") is None and len(rig.driver.tasks) == 0
+        assert rig.driver.provisioning.get("sb-2") is None and len(rig.driver.tasks) == 1  # the image events
         deleted = [e.deleted.sandbox_id for e in rig.sink.events if e.WhichOneof("payload") == "deleted"]
         assert deleted == ["sb-1", "sb-2"] and rig.boxes.boxes == {}
         assert not (rig.driver.state_dir / "sandboxes" / "sb-2").exists()
@@ -351,3 +351,144 @@ def test_garbage_collection_takes_only_old_leftovers_of_vanished_sandboxes() -> 
         assert {p.name for p in (d.state_dir / "sandboxes").iterdir()} == {"live", "recent", "pending"}
 
     run(body, lambda _t: Settings(gc_grace=3600))
+
+
+# ---------------------------------------------------------------- Podman's floor on create
+
+
+def pinned_supervisor(_tmp: Path) -> Settings:
+    """A supervisor image with a fixed tag: pulled under 'missing' (':latest' is 'newer')."""
+    return Settings(supervisor_image="registry.example/supervisor:1")
+
+
+def existing_network(rig: Rig) -> None:
+    rig.fake.route("GET", "/networks/[^/]+/json", (200, {}, {"name": "openshell-ws"}))
+
+
+# Not the calls under test here: the network's (networks.py) and the label-filtered list
+# a lookup makes while the index is not loaded (lookup.py).
+OTHERS = ("GET /networks/", "GET /containers/json")
+
+
+def create_calls(rig: Rig, start: int) -> list[str]:
+    return [c for c in rig.fake.calls(start) if not c.startswith(OTHERS) and "/events" not in c]
+
+
+async def created(rig: Rig, sandbox_id: str) -> int:
+    """Create ``sandbox_id`` and wait until it started; the index of its first request."""
+    start = len(rig.fake.requests)
+    await rig.driver.create(box(sandbox_id))
+    await eventually(lambda: any(s == sandbox_id for _c, s in rig.sink.refreshes), f"{sandbox_id} started")
+    return start
+
+
+def test_a_create_of_a_known_image_costs_podmans_floor() -> None:
+    """Once a create pinned its images (sandbox and supervisor, whose binary is extracted
+    once per ID), the next makes only the calls a raw client makes: volume create,
+    container create, start. No pull, no image inspect, no inspect before the start."""
+
+    async def body(rig: Rig) -> None:
+        existing_network(rig)
+        rig.driver.index.loaded()  # as the hub says once it listed every container: a miss means none
+        first = create_calls(rig, await created(rig, "sb-1"))
+        assert "POST /images/pull" in first and f"GET /images/{IMAGE}/json" in first  # learned here
+        start = await created(rig, "sb-2")
+        [cid] = [c for c, s in rig.sink.refreshes if s == "sb-2"]
+        assert rig.fake.calls(start) == ["POST /volumes/create", "POST /containers/create",
+                                         f"POST /containers/{cid}/start"]
+        assert ready(await rig.driver.get("sb-2")) == "ContainerRunning"
+
+    run(body, pinned_supervisor)
+
+
+def test_a_supervisor_image_on_a_moving_tag_is_still_pulled_each_create() -> None:
+    """Pull policy 'newer' (the supervisor's ':latest') keeps its meaning; the sandbox
+    image under 'missing' is not pulled again."""
+
+    async def body(rig: Rig) -> None:
+        existing_network(rig)
+        await created(rig, "sb-1")
+        start = await created(rig, "sb-2")
+        pulled = [r.partition("reference=")[2] for r in rig.fake.requests[start:] if "/images/pull" in r]
+        assert pulled == [f"{rig.driver.settings.supervisor_image}&policy=newer"]
+
+    run(body)
+
+
+def test_an_image_event_for_the_tag_makes_the_next_create_look_again() -> None:
+    async def body(rig: Rig) -> None:
+        existing_network(rig)
+        await created(rig, "sb-1")
+        tag = {"Type": "image", "Action": "tag", "Actor": {"ID": "b" * 64, "Attributes": {"name": IMAGE}}}
+        rig.fake.image_events.send(tag)
+        await eventually(lambda: rig.driver.validator.images.known(IMAGE) is None, "the tag event to be read")
+        calls = create_calls(rig, await created(rig, "sb-2"))
+        # Looked up once (validation's inspect pins it again for the pull under 'missing');
+        # the supervisor image's tag did not move: still known.
+        assert [c for c in calls if "/images/" in c] == [f"GET /images/{IMAGE}/json"]
+
+    run(body, pinned_supervisor)
+
+
+def test_with_the_image_events_down_every_create_looks_its_images_up() -> None:
+    async def body(rig: Rig) -> None:
+        existing_network(rig)
+        rig.fake.route("GET", "/events", (500, {}, {"message": "no events backend"}))
+        await created(rig, "sb-1")
+        calls = create_calls(rig, await created(rig, "sb-2"))
+        assert calls.count("POST /images/pull") == 2  # the supervisor's and the sandbox's
+        assert calls.count(f"GET /images/{IMAGE}/json") == 2  # validation's and the pinning's
+
+    run(body, pinned_supervisor)
+
+
+def test_a_record_found_by_creating_its_volume_is_an_identical_retry_or_already_exists() -> None:
+    """No container, no state files: the create tries its volume and reads back the one
+    there. Nothing of the request is left behind either way."""
+
+    async def body(rig: Rig) -> None:
+        existing_network(rig)
+        identity = await rig.driver.create(box("sb-1"))
+        await eventually(lambda: rig.sink.refreshes, "sb-1 started")
+        rig.boxes.boxes.clear()
+        rig.driver.files.remove("sb-1")
+        start = len(rig.fake.requests)
+        again = await rig.driver.create(box("sb-1"))
+        assert names.stable_identity(again) == names.stable_identity(identity)
+        assert create_calls(rig, start) == ["POST /volumes/create", f"GET /volumes/{names.volume_name('sb-1')}/json"]
+        other = box("sb-1")
+        other.spec.template.image = "registry.example/app:2"
+        with pytest.raises(AlreadyExists):
+            await rig.driver.create(other)
+        assert not rig.driver.files.dir("sb-1").exists() and rig.driver.provisioning.get("sb-1") is None
+
+    run(body)
+
+
+def test_an_adopted_container_that_runs_already_is_started_all_the_same() -> None:
+    """The create Podman carried out after podmand stopped waiting made a container that
+    runs by now: podmand adopts it, and its start is answered 304 (as Podman 4.3.1 does)."""
+
+    async def body(rig: Rig) -> None:
+        existing_network(rig)
+        sandbox_create = rig.boxes.create
+
+        def carried_out_then_refused(req: Request) -> Any:
+            status, headers, made = sandbox_create(req)
+            if made["Id"] == "reader":
+                return status, headers, made
+            rig.boxes.boxes[made["Id"]]["State"].update(Status="running", Running=True)
+            return 500, {}, {"message": "container name is already in use"}
+
+        def start(req: Request) -> Any:
+            state = rig.boxes.boxes[req.path.rsplit("/", 2)[-2]]["State"]
+            return (304, {}, b"") if state["Running"] else (204, {}, b"")
+
+        rig.fake.route("POST", "/containers/create", carried_out_then_refused)
+        rig.fake.route("POST", "/containers/[^/]+/start", start)
+        await created(rig, "sb-1")
+        [cid] = rig.boxes.boxes
+        assert rig.fake.count(f"GET .*/containers/{cid}/json") == 0 and "Started" in rig.sink.reasons()
+        assert rig.fake.calls()[-1] == f"POST /containers/{cid}/start"
+
+    run(body)

@@ -1,0 +1,122 @@
+"""Image references pinned to what Podman said of them, until Podman says otherwise.
+
+A create needs the image's ID, user and environment: once podmand has pulled or
+inspected a reference, asking again is a call whose answer it already knows, as
+long as nothing moved the tag or removed the image.  Podman's image events say
+when that happens; while podmand is not subscribed to them, nothing is known and
+every reference is looked up as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+from ..libpod import BadEvent, Event, ImageInspect, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
+from .tasks import Tasks
+
+log = logging.getLogger("podmand.driver")
+
+KEY = "image-events"  # the subscription's task, in the driver's Tasks
+# Actions that neither move a name nor remove an image.
+_KEEP = frozenset({"mount", "unmount", "push", "save", "exists", "cleanup"})
+
+
+def name_key(ref: str) -> str:
+    """The last path part of a reference with its tag (``latest`` when none) or digest:
+    one key for every spelling of a name (``alpine``, ``docker.io/library/alpine:latest``),
+    shared at worst with the same name in other registries (then more is forgotten, never less)."""
+    last = ref.rsplit("/", 1)[-1]
+    if "@" in last or ":" in last:
+        return last
+    return f"{last}:latest"
+
+
+def _bare(image_id: str) -> str:
+    return image_id.removeprefix("sha256:")
+
+
+class Images:
+    """reference -> ImageInspect for the references podmand pulled or inspected."""
+
+    def __init__(self, podman: PodmanClient, tasks: Tasks, retry: float = 0.5) -> None:
+        self.podman = podman
+        self.tasks = tasks
+        self.retry = retry  # seconds before resubscribing, doubled up to 30 while it fails
+        self._known: dict[str, ImageInspect] = {}
+        self.live = False  # subscribed to Podman's image events
+        # Bumped by what may change any name (a removal, an unreadable event, losing the
+        # stream), and per name: a lookup that raced one of them is not remembered.
+        self._epoch = 0
+        self._changes: Counter[str] = Counter()
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def known(self, ref: str) -> ImageInspect | None:
+        """What ``ref`` was last seen to be, while nothing since says it moved."""
+        self.tasks.ensure(KEY, self._watch)
+        return self._known.get(ref) if self.live else None
+
+    async def pinned(
+        self, ref: str, fetch: Callable[[], Awaitable[ImageInspect]], *, reuse: bool = True
+    ) -> ImageInspect:
+        """``ref``'s image: as known when ``reuse`` allows, else ``fetch()`` (a pull, an
+        inspect), whose answer is remembered unless an event for ``ref`` came meanwhile."""
+        if reuse and (info := self.known(ref)) is not None:
+            return info
+        self.tasks.ensure(KEY, self._watch)
+        mark = self._mark(ref) if self.live else None
+        info = await fetch()
+        if mark is not None and self.live and self._mark(ref) == mark and info.id:
+            self._known[ref] = info
+        return info
+
+    def _mark(self, ref: str) -> tuple[int, int]:
+        return self._epoch, self._changes[name_key(ref)]
+
+    def forget(self, event: Event | BadEvent) -> None:
+        """Drop what an image event may have made untrue."""
+        if isinstance(event, BadEvent):  # cannot tell which: everything
+            self._reset()
+            return
+        if event.Type != "image" or event.Action in _KEEP:
+            return
+        name = (event.Actor.attributes or {}).get("name", "")
+        image_id = _bare(event.Actor.id)
+        if not name and not image_id:  # it names nothing: every name may have moved
+            self._reset()
+            return
+        if image_id:  # any reference may be (or become) this image
+            self._epoch += 1
+        key = name_key(name) if name else None
+        if key is not None:
+            self._changes[key] += 1
+        for ref, info in list(self._known.items()):
+            if name_key(ref) == key or _bare(info.id) == image_id:
+                del self._known[ref]
+
+    def _reset(self) -> None:
+        self._epoch += 1
+        self._known.clear()
+
+    async def _watch(self) -> None:
+        """Keep the subscription up; while it is down nothing is known."""
+        delay = self.retry
+        while True:
+            try:
+                async with self.podman.image_events() as events:
+                    self.live = True
+                    delay = self.retry
+                    async for event in events:
+                        self.forget(event)
+                log.info("Podman ended the image event stream; images are looked up until it is back")
+            except (PodmanError, PodmanUnavailable, PodmanUnreadable) as exc:
+                log.warning("no image events from Podman (images are looked up until they are back): %s", exc)
+            finally:
+                self.live = False
+                self._reset()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
