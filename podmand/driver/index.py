@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from .. import names, snapshots
 from ..libpod import ContainerInspect, ContainerListEntry
 
+GONE_KEPT = 4096  # removed container IDs remembered (far more than looks in flight)
+
 # What the list endpoint shows of a run: status, exit code, start and end (whole seconds).
 Run = tuple[str, int, int, int]
 
@@ -69,6 +71,9 @@ class Index:
     def __init__(self) -> None:
         self._containers: dict[str, Known] = {}  # container ID -> what is known of it
         self._of_sandbox: dict[str, set[str]] = {}  # sandbox ID -> its container IDs
+        # Containers found or made gone, newest last: a look that inspected one just
+        # before its removal must not put it back (container IDs are never reused).
+        self._gone: dict[str, None] = {}
         self.ready = False
 
     # ------------------------------------------------------------ the hub's side
@@ -92,13 +97,21 @@ class Index:
         self.ready = False
 
     def put(self, known: Known) -> None:
-        old = self._containers.get(known.container_id)
-        if old is not None and old.sandbox_id != known.sandbox_id:
-            self.drop(known.container_id)
+        if known.container_id in self._gone:
+            return
+        self._unlink(known.container_id)
         self._containers[known.container_id] = known
         self._of_sandbox.setdefault(known.sandbox_id, set()).add(known.container_id)
 
     def drop(self, container_id: str) -> None:
+        """The container is gone for good."""
+        if container_id:
+            self._gone[container_id] = None
+            if len(self._gone) > GONE_KEPT:
+                del self._gone[next(iter(self._gone))]
+        self._unlink(container_id)
+
+    def _unlink(self, container_id: str) -> None:
         known = self._containers.pop(container_id, None)
         if known is None:
             return

@@ -54,3 +54,16 @@ def test_a_container_relabelled_to_another_sandbox_moves() -> None:
     index.learn([entry("c1", "sb-1")])
     index.put(Known("c1", "sb-2", "ws", None))
     assert index.containers("sb-1") is None and index.containers("sb-2") == ["c1"]
+
+
+def test_a_look_that_inspected_a_container_before_its_removal_does_not_put_it_back() -> None:
+    """A delete drops the container while a hub look, answered just before the removal,
+    is still on its way: the index must not count it again (a network would be kept)."""
+    index = Index()
+    index.learn([entry("c1", "sb-1")])
+    index.loaded()
+    index.drop("c1")
+    index.put(Known("c1", "sb-1", "ws", None))
+    index.learn([entry("c1", "sb-1")])
+    assert index.containers("sb-1") is None
+    assert index.members({"ws": "net"}.__getitem__, "net") == 0
