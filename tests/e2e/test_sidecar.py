@@ -128,7 +128,9 @@ def test_sidecar_serves_and_sandbox_gets_ready(sidecar_image: str, shared: Path,
                     "-e", "PODMAND_ALLOWED_PEER_UIDS=65534")
         sock = shared / "run" / "compute-driver.sock"
         wait_until(sock.exists, 60, "the sidecar's driver socket")
-        assert as_user("podman", "healthcheck", "run", name, check=False).returncode == 0
+        # The socket accepts before start-up is done; health says SERVING once it is.
+        wait_until(lambda: as_user("podman", "healthcheck", "run", name, check=False).returncode == 0, 60,
+                   "the sidecar's HEALTHCHECK to pass")
         stub = pb_grpc.ComputeDriverStub(grpc.insecure_channel(f"unix://{sock}"))
         watch = Watch(stub)
         box = sandbox(token=True)
