@@ -10,7 +10,7 @@
   input to their caller (``BadCredential``, ``SpecError``, ``ProxyFileError``,
   ``AuthFileError``, ``PullStalled``, ``ProvisionFailed``) are translated by that
   caller and cross no layer.
-- **hub**: ends watch streams with a status of its own (``hub.End``); it never raises
+- **hub**: ends watch streams with a status of its own (``streams.End``); it never raises
   into a stream.
 - **servicer** (the gRPC edge): ``servicer.status_of`` is the one mapping. A
   ``DriverError`` answers with its code and message, ``PodmanUnavailable`` with

@@ -19,10 +19,8 @@ gets a fresh snapshot) and the hub resubscribes.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
@@ -32,7 +30,21 @@ from ._proto import compute_driver_pb2 as pb
 from .driver.events import deleted_event, sandbox_event
 from .driver.observer import changes_state
 from .errors import Unavailable
-from .libpod import BadEvent, ContainerListEntry, Event, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
+from .inbox import (
+    Inbox,
+    Listed,
+    Lost,
+    Message,
+    Observed,
+    PodmanEvent,
+    Publish,
+    Refresh,
+    Resync,
+    Subscribe,
+    Unreadable,
+)
+from .libpod import BadEvent, ContainerListEntry, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
+from .streams import Stream, key
 
 log = logging.getLogger("podmand.hub")
 
@@ -62,165 +74,6 @@ class Sandboxes(Protocol):
     def changed(self, entry: ContainerListEntry) -> bool: ...
 
     def unwatched(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class End:
-    code: grpc.StatusCode
-    message: str
-
-
-def _key(event: pb.WatchSandboxesEvent) -> tuple[str, bytes]:
-    """(sandbox id, state) for deduplication; ('', b'') for platform events."""
-    kind = event.WhichOneof("payload")
-    if kind == "sandbox":
-        return event.sandbox.sandbox.id, event.sandbox.sandbox.SerializeToString(deterministic=True)
-    if kind == "deleted":
-        return event.deleted.sandbox_id, b"deleted"
-    return "", b""
-
-
-class Stream:
-    """A bounded per-client buffer; overflow ends this stream alone.
-
-    Each stream remembers what it last told its client about each sandbox and
-    drops repeats, so a change is never lost to another stream's history."""
-
-    def __init__(self, limit: int) -> None:
-        self._items: collections.deque[pb.WatchSandboxesEvent] = collections.deque()
-        self._limit = limit
-        self._wake = asyncio.Event()
-        self.seen: dict[str, bytes] = {}
-        self.end: End | None = None
-
-    def put(self, event: pb.WatchSandboxesEvent) -> None:
-        if self.end is not None:
-            return
-        key, value = _key(event)
-        if key:
-            if self.seen.get(key) == value:
-                return
-            self.seen[key] = value
-        if len(self._items) >= self._limit:
-            self.close(grpc.StatusCode.RESOURCE_EXHAUSTED, "watch stream consumer fell behind; reconnect")
-            return
-        self._items.append(event)
-        self._wake.set()
-
-    def close(self, code: grpc.StatusCode, message: str) -> None:
-        if self.end is None:
-            self.end = End(code, message)
-            self._items.clear()
-            self._wake.set()
-
-    async def get(self) -> pb.WatchSandboxesEvent | End:
-        while not self._items:
-            if self.end is not None:
-                return self.end
-            self._wake.clear()
-            await self._wake.wait()
-        return self._items.popleft()
-
-
-# ------------------------------------------------------------ the inbox and its messages
-
-
-@dataclass(frozen=True)
-class Publish:
-    """The driver's own event, for every stream."""
-
-    event: pb.WatchSandboxesEvent
-
-
-@dataclass(frozen=True)
-class Refresh:
-    """Look at a container again (the driver changed it, or its exit waiter answered)."""
-
-    container_id: str
-    sandbox_id: str
-
-
-@dataclass(frozen=True)
-class Subscribe:
-    stream: Stream
-
-
-@dataclass(frozen=True)
-class Resync:
-    """Compare Podman with what every stream was told (one list, in a task)."""
-
-
-@dataclass(frozen=True)
-class Listed:
-    """A list's answer: ``first`` on connecting (every container is looked at once),
-    else a resync's, which looks only at what the hub did not see change."""
-
-    entries: list[ContainerListEntry]
-    first: bool
-    told: frozenset[str]  # sandboxes the hub had told of when the list was asked for
-    subscription: int  # which event subscription asked (an answer to an earlier one is ignored)
-
-
-@dataclass(frozen=True)
-class Observed:
-    """A look at one container came back: its snapshot, or None when it is gone
-    (``deleted``: and its sandbox with it)."""
-
-    container_id: str
-    sandbox_id: str
-    snap: pb.DriverSandbox | None
-    deleted: bool
-    asked: int  # the hub's message count when the look was asked for
-    subscription: int = -1  # which event subscription asked (-1: any)
-
-
-@dataclass(frozen=True)
-class PodmanEvent:
-    event: Event
-
-
-@dataclass(frozen=True)
-class Unreadable:
-    """A Podman event line that could not be read."""
-
-    bad: BadEvent
-
-
-@dataclass(frozen=True)
-class Lost:
-    """Podman's event stream ended (``error``: how it broke, None: it ended cleanly)."""
-
-    error: Exception | None
-
-
-Message = Publish | Refresh | Subscribe | Resync | Listed | Observed | PodmanEvent | Unreadable | Lost
-
-
-class Inbox:
-    """Everything the hub task handles, in order.  Made before the driver and the
-    hub, it is the driver's event sink and the hub's input."""
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[Message] = asyncio.Queue()
-
-    def put(self, message: Message) -> None:
-        self._queue.put_nowait(message)
-
-    async def get(self) -> Message:
-        return await self._queue.get()
-
-    def get_nowait(self) -> Message | None:
-        """The next message, or None when the inbox is empty."""
-        try:
-            return self._queue.get_nowait()
-        except asyncio.QueueEmpty:
-            return None
-
-    def publish(self, event: pb.WatchSandboxesEvent) -> None:
-        self.put(Publish(event))
-
-    def refresh(self, container_id: str, sandbox_id: str) -> None:
-        self.put(Refresh(container_id, sandbox_id))
 
 
 class Hub:
@@ -372,7 +225,7 @@ class Hub:
             case Subscribe(stream):
                 self._subscribe(stream)
             case Publish(event):
-                said = _key(event)[0]
+                said = key(event)[0]
                 if said:
                     self._said_at[said] = self._count
                 self._emit(event)

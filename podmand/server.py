@@ -39,7 +39,8 @@ from .decoding import DecodeRequests
 from .driver import Driver
 from .errors import DriverError, StartupError
 from .hostpaths import state_dir_problem
-from .hub import Hub, Inbox
+from .hub import Hub
+from .inbox import Inbox
 from .libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 from .limits import raise_nofile_limit
 from .liveness import Liveness

@@ -18,9 +18,10 @@ from . import cdi, logs
 from ._proto import compute_driver_pb2 as pb
 from .driver import Driver
 from .errors import DriverError, Unavailable
-from .hub import End, Hub
+from .hub import Hub
 from .libpod import PodmanError, PodmanUnavailable, PodmanUnreadable
 from .negotiation import check_gateway, with_gpus
+from .streams import End
 
 log = logging.getLogger("podmand.rpc")
 T = TypeVar("T")

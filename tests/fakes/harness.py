@@ -24,7 +24,8 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
 from podmand.driver.events import EventSink
-from podmand.hub import Hub, Inbox, Lost
+from podmand.hub import Hub
+from podmand.inbox import Inbox, Lost
 from podmand.libpod import PodmanClient
 from tests.fakes.libpod import FakeLibpod, Feed, Reply, Request, Stream
 

@@ -12,8 +12,10 @@ from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver.observer import changes_state
-from podmand.hub import End, Hub, Inbox, PodmanEvent, Publish, Refresh, Stream
+from podmand.hub import Hub
+from podmand.inbox import Inbox, PodmanEvent, Publish, Refresh
 from podmand.libpod import Event, EventActor
+from podmand.streams import End, Stream
 from tests.fakes.harness import Rig, driver_on, eventually, labels_for, settle
 
 DEADLINE = 30.0

@@ -17,8 +17,10 @@ from podmand import names, snapshots
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.driver.events import deleted_event, platform_event, sandbox_event
 from podmand.errors import Unavailable
-from podmand.hub import End, Hub, Inbox, Listed, Lost, Observed, PodmanEvent, Resync, Stream, Subscribe, Unreadable
+from podmand.hub import Hub
+from podmand.inbox import Inbox, Listed, Lost, Observed, PodmanEvent, Resync, Subscribe, Unreadable
 from podmand.libpod import ContainerListEntry, Event, EventActor, PodmanUnavailable
+from podmand.streams import End, Stream
 from tests.fakes.harness import settle
 
 T = TypeVar("T")
