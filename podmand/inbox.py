@@ -24,7 +24,7 @@ class Publish:
 
 @dataclass(frozen=True)
 class Refresh:
-    """Look at a container again (the driver changed it, or its exit waiter answered)."""
+    """Look at a container again (the driver changed it; an exit file or /wait says it ended)."""
 
     container_id: str
     sandbox_id: str
