@@ -18,6 +18,7 @@ from . import usernamespace
 
 WIDEST_PREFIX = 16  # the largest workspace network podmand sizes by itself
 NARROWEST_PREFIX = 24  # Podman's own size for a network it numbers
+POOL_BITS = 10  # the pool keeps room for at least 2**10 workspace networks
 # runc joins each container to a new session keyring named "_ses.<container id>": one
 # key of 70 quota bytes (measured: /proc/key-users), charged to the container's root.
 KEY_BYTES_PER_SANDBOX = 70
@@ -33,11 +34,13 @@ def network_hosts(prefix: int) -> int:
 
 def network_prefix(sandboxes: int | None, pool: ipaddress.IPv4Network) -> int:
     """The narrowest prefix from /24 to /16 that holds ``sandboxes`` (None: no bound is
-    known, the widest), never wider than the pool it is carved from."""
+    known, the widest), never so wide that the pool holds fewer than 2**POOL_BITS
+    workspace networks (a /19 from the default /9: 8190 sandboxes each, 1024 workspaces),
+    and never wider than the pool."""
     prefix = WIDEST_PREFIX
     if sandboxes is not None:
         prefix = next((p for p in range(NARROWEST_PREFIX, WIDEST_PREFIX, -1) if network_hosts(p) >= sandboxes), prefix)
-    return max(prefix, pool.prefixlen)
+    return max(prefix, min(NARROWEST_PREFIX, pool.prefixlen + POOL_BITS), pool.prefixlen)
 
 
 def workspace_prefix(setting: int, pool: ipaddress.IPv4Network, subids: int, userns: str) -> int:

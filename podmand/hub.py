@@ -199,18 +199,21 @@ class Hub:
             self.inbox.put(Resync())
 
     async def _pump(self, events: object) -> None:
+        subscription = self._subscription
         try:
             async for event in events:  # type: ignore[attr-defined]
                 self.inbox.put(Unreadable(event) if isinstance(event, BadEvent) else PodmanEvent(event))
         except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
-            self.inbox.put(Lost(exc))
+            self.inbox.put(Lost(exc, subscription))
         else:
-            self.inbox.put(Lost(None))
+            self.inbox.put(Lost(None, subscription))
 
     async def _process(self) -> None:
         while True:
             message = await self.inbox.get()
             if isinstance(message, Lost):
+                if message.subscription not in (-1, self._subscription):
+                    continue  # the end of a subscription that has ended already
                 if message.error is not None:
                     raise message.error
                 return
@@ -278,8 +281,8 @@ class Hub:
             async with self._looks:
                 if not removed:  # Podman said it removed the container: nothing to inspect
                     snap = await self.sandboxes.observe(container_id)
-                if snap is None and sandbox_id:
-                    deleted = await self.sandboxes.forget(sandbox_id, container_id)
+                if snap is None and sandbox_id:  # clean-up is not cut short by a lost subscription
+                    deleted = await asyncio.shield(self.sandboxes.forget(sandbox_id, container_id))
         except PodmanUnavailable as exc:  # the event stream breaks too: that is handled there
             log.debug("watch: Podman unavailable while looking at %s: %s", container_id[:12], exc)
         except (PodmanError, PodmanUnreadable) as exc:
@@ -289,8 +292,8 @@ class Hub:
         self.inbox.put(Observed(container_id, sandbox_id, snap, deleted, asked, subscription))
 
     def _observed(self, message: Observed) -> None:
-        if message.subscription not in (-1, self._subscription):
-            return  # a look of an ended subscription: its task was cancelled, and looks again now
+        if message.subscription not in (-1, self._subscription) and not message.deleted:
+            return  # a look of an ended subscription (a Deleted stays true: it is sent)
         container_id, sandbox_id = message.container_id, message.sandbox_id
         self._looking.pop(container_id, None)
         if message.snap is not None:
@@ -322,7 +325,7 @@ class Hub:
                 entries = await self.sandboxes.listed()
             except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
                 if first:  # no index, no snapshot: subscribe again
-                    self.inbox.put(Lost(exc))
+                    self.inbox.put(Lost(exc, subscription))
                 else:
                     log.warning("watch: resync could not list containers: %s", exc)
                     self._listing = False
@@ -379,7 +382,7 @@ class Hub:
 
     async def _forget(self, sandbox_id: str) -> None:
         try:
-            deleted = await self.sandboxes.forget(sandbox_id)
+            deleted = await asyncio.shield(self.sandboxes.forget(sandbox_id))
         except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
             log.warning("watch: could not check sandbox %s: %s", sandbox_id, exc)
             return

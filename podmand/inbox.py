@@ -81,6 +81,7 @@ class Lost:
     """Podman's event stream ended (``error``: how it broke, None: it ended cleanly)."""
 
     error: Exception | None
+    subscription: int = -1  # which event subscription it ends (-1: whichever is open)
 
 
 Message = Publish | Refresh | Subscribe | Resync | Listed | Observed | PodmanEvent | Unreadable | Lost

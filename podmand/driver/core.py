@@ -52,6 +52,7 @@ class Driver:
         self.locks = LockTable()  # per sandbox id (and "net:<network>"): an entry only while in use
         self._deleting: set[str] = set()  # sandboxes a DeleteSandbox is removing
         self.index = Index()  # sandbox -> its containers, kept by the hub (index.py)
+        self._next_gc = 0.0  # monotonic time of the next garbage collection
         self.validator = Validator(podman, settings, state_dir, Images(podman, self.tasks))
         self.networks = Networks(
             podman, settings, self.locks, lambda: self.provisioning.workspaces(),
@@ -138,27 +139,39 @@ class Driver:
         return self.index.changed(entry)
 
     async def forget(self, sandbox_id: str, container_id: str = "") -> bool:
-        """A container was found gone: if it was removed out of band, clean up what
-        podmand made for its sandbox.  True when the sandbox is gone and Deleted should
-        be sent.  A container no longer indexed was forgotten already (a
-        DeleteSandbox removed it and said Deleted): that costs no Podman call."""
+        """A container was found gone (``container_id``; "" when a resync no longer lists
+        the sandbox): if it was removed out of band, clean up what podmand made for its
+        sandbox.  True when the sandbox is gone and Deleted should be sent.  A container
+        no longer indexed was forgotten already (a DeleteSandbox removed it and said
+        Deleted): that costs no Podman call."""
+        known = self.index.get(container_id) if container_id else None
+        if container_id:  # gone either way: what podmand kept of it goes
+            self.observer.drop(container_id)
         if not names.is_id(sandbox_id):  # a label podmand did not write: nothing of ours to clean
             return False
         if sandbox_id in self._deleting or self.provisioning.get(sandbox_id) is not None:
             return False
-        if container_id and self.index.get(container_id) is None and self.index.ready:
+        if container_id and known is None and self.index.ready:
             return False
-        self.observer.drop(container_id)
         async with self.locks[sandbox_id]:
             found = await lookup.find_indexed(self.podman, self.index, sandbox_id)
             if found is not None or self.provisioning.get(sandbox_id) is not None:
                 return False
-            _, workspace = await self._remove_everything(sandbox_id)
+            existed, workspace = await self._remove_everything(sandbox_id)
         if workspace is not None:
             await self.networks.remove_unused(workspace)
-        return True
+        # It existed if podmand knew the container or had told of the sandbox (a resync),
+        # or found something of it now; else a DeleteSandbox got there first.
+        return existed or known is not None or not container_id
 
     async def collect_garbage(self) -> list[str]:
+        """Remove podmand's leftovers, at most every quarter of ``gc_grace`` (nothing is
+        collected younger than that anyway): each pass lists containers, volumes,
+        networks and images, Podman work that an idle host should not pay every resync."""
+        now = time.monotonic()
+        if now < self._next_gc:
+            return []
+        self._next_gc = now + self.settings.gc_grace / 4
         return await self.collector.collect()
 
     # ------------------------------------------------------------ create

@@ -98,6 +98,10 @@ class Images:
             if name_key(ref) == key or _bare(info.id) == image_id:
                 del self._known[ref]
 
+    def forget_all(self) -> None:
+        """Podman refused what podmand remembered: look every reference up again."""
+        self._reset()
+
     def _reset(self) -> None:
         self._epoch += 1
         self._known.clear()

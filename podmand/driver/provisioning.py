@@ -211,18 +211,27 @@ class Provisioner:
     async def _provision(self, pending: Pending) -> None:
         sandbox_id = pending.plan.sandbox_id
         delay = 0.5
+        stale = True  # what podmand remembers (network, image IDs) may be out of date once
         while True:
             try:
                 await self._provision_once(pending)
                 return
+            except ProvisionFailed as exc:
+                if exc.reason != "ContainerCreateFailed" or not stale:
+                    self._fail(pending, exc.reason, exc.message, terminal=True)
+                else:  # e.g. the network or the image was removed while podmand remembered it
+                    log.info("sandbox %s: container create failed; trying once more without what podmand "
+                             "remembers: %s", sandbox_id, exc.message)
+                    stale = False
+                    self.networks.forget(pending.plan.workspace)
+                    self.images.forget_all()
+                    continue
             except PodmanUnavailable as exc:
                 log.warning("sandbox %s: Podman unavailable while provisioning, retrying: %s", sandbox_id, exc)
                 self._set(pending, "DependenciesNotReady", f"Podman is unavailable; retrying: {exc}")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
                 continue
-            except ProvisionFailed as exc:
-                self._fail(pending, exc.reason, exc.message, terminal=True)
             except (PodmanError, DriverError, OSError) as exc:
                 # Reported, but a restart tries again: this may have been a passing fault.
                 self._fail(pending, "ProvisioningFailed", str(exc))

@@ -159,10 +159,11 @@ def test_container_create_500_fails_the_sandbox_and_delete_cleans_up(
         watch.cancel()
     assert (cond.status, cond.reason) == ("False", "ContainerCreateFailed")
     assert "boom" in cond.message
-    # Two image readers (account files, supervisor binary), then the sandbox container create failed.
+    # Two image readers (account files, supervisor binary), then the sandbox container create
+    # failed twice: the second try without the network and image IDs podmand remembered.
     assert fake.count(r"GET .*/containers/podmand-read-[^/]+/archive\?path=/openshell-sandbox") == 1
     assert fake.count(r"GET .*/containers/podmand-read-[^/]+/archive\?path=/etc/passwd") == 1
-    assert fake.count(r"POST .*/containers/create") == 3
+    assert fake.count(r"POST .*/containers/create") == 4
     sandbox_dir = d.state / "sandboxes" / "sb1"
     assert sandbox_dir.is_dir()
     get = d.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id="sb1"), timeout=5)

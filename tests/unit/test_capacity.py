@@ -26,24 +26,26 @@ def test_network_hosts_leave_out_network_broadcast_and_gateway(prefix: int, host
         (253, 24),
         (254, 23),  # the 254th sandbox no longer fits a /24
         (256, 23),  # tests/setup-podman.sh's 262144 ids
-        (2097152, 16),  # rootful 'containers' range: capped at /16
-        (None, 16),  # no bound known: the widest
+        (2097152, 19),  # rootful 'containers' range: the default /9 pool keeps room for 1024 workspaces
+        (None, 19),  # no bound known: as wide as that room allows
     ],
 )
 def test_network_prefix_is_the_narrowest_that_holds_the_sandboxes(sandboxes: int | None, prefix: int) -> None:
     assert capacity.network_prefix(sandboxes, POOL) == prefix
 
 
-def test_network_prefix_never_wider_than_its_pool() -> None:
-    assert capacity.network_prefix(None, ipaddress.IPv4Network("10.128.0.0/20")) == 20
+def test_network_prefix_keeps_room_in_its_pool_and_never_goes_wider_than_it() -> None:
+    assert capacity.network_prefix(None, ipaddress.IPv4Network("10.0.0.0/8")) == 18  # 1024 workspaces
+    assert capacity.network_prefix(None, ipaddress.IPv4Network("10.128.0.0/20")) == 24  # /24 at the narrowest
+    assert capacity.network_prefix(None, ipaddress.IPv4Network("10.128.0.0/24")) == 24  # the whole pool
 
 
 def test_workspace_prefix_setting_wins_else_sized_from_ids() -> None:
     assert capacity.workspace_prefix(20, POOL, 262144, "auto") == 20
     assert capacity.workspace_prefix(0, POOL, 262144, "auto") == 23
     assert capacity.workspace_prefix(0, POOL, 262144, "auto:size=65536") == 24  # 4 sandboxes
-    assert capacity.workspace_prefix(0, POOL, 0, "auto") == 16  # ids unknown (a sidecar's files)
-    assert capacity.workspace_prefix(0, POOL, 262144, "keep-id") == 16  # ids do not bound keep-id
+    assert capacity.workspace_prefix(0, POOL, 0, "auto") == 19  # ids unknown (a sidecar's files)
+    assert capacity.workspace_prefix(0, POOL, 262144, "keep-id") == 19  # ids do not bound keep-id
 
 
 def test_parse_subids_by_name_or_uid_sums_ranges() -> None:

@@ -429,7 +429,7 @@ def test_capacity_descriptors_bound_a_wait_per_sandbox() -> None:
     assert got["capacity: descriptors"].status == "WARN"
     assert got["capacity: descriptors"].finding.startswith("768 sandboxes: soft 1024, hard 1024")
     assert got["capacity: kernel keys"].finding.startswith("no bound: unknown:")
-    assert "/16 from 10.128.0.0/9 (the widest podmand picks itself" in got["capacity: network"].finding
+    assert "/19 from 10.128.0.0/9 (the widest podmand picks itself" in got["capacity: network"].finding
     assert got["capacity"].finding.startswith("768 sandboxes at once in one workspace (bounded by descriptors)")
 
 

@@ -492,3 +492,30 @@ def test_an_adopted_container_that_runs_already_is_started_all_the_same() -> Non
         assert rig.fake.calls()[-1] == f"POST /containers/{cid}/start"
 
     run(body)
+
+
+def test_a_create_refused_for_a_network_podman_no_longer_has_makes_it_again() -> None:
+    """Someone ran `podman network rm` while podmand remembered the workspace network: the
+    create fails once, podmand forgets what it remembered (the network, image IDs), makes
+    the network again and the sandbox starts, instead of failing for good."""
+
+    async def body(rig: Rig) -> None:
+        existing_network(rig)
+        await created(rig, "sb-1")
+        refused: list[int] = []
+
+        def create(req: Request) -> tuple[int, dict[str, str], object]:
+            if not refused:
+                refused.append(1)
+                return 500, {}, {"message": "unable to find network with name or ID openshell-ws: network not found"}
+            return rig.boxes.create(req)
+
+        rig.fake.route("POST", "/containers/create", create)
+        networks_before = rig.fake.count("GET .*/networks/openshell-ws/json")
+        await created(rig, "sb-2")
+        assert refused == [1]
+        assert rig.fake.count("GET .*/networks/openshell-ws/json") == networks_before + 1  # looked at again
+        assert ready(await rig.driver.get("sb-2")) == "ContainerRunning"
+        assert not rig.sink.reasons() or "ContainerCreateFailed" not in rig.sink.reasons()
+
+    run(body, pinned_supervisor)

@@ -198,3 +198,25 @@ def test_exits_come_from_events_and_a_wait_per_container_only_when_asked() -> No
 
     run(body)
     run(body, lambda _tmp: Settings(exit_watch="wait"))
+
+
+def test_forgetting_a_removed_container_drops_its_facts_and_a_second_deleted_is_not_claimed() -> None:
+    """A look that inspected a container being deleted cached its facts; the remove event
+    that follows drops them. With the index not loaded (reconnecting), a late look at a
+    container DeleteSandbox already removed finds nothing and claims no second Deleted."""
+
+    async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
+        cid = rig.boxes.add("sb-1")
+        await connect(hub, inbox)
+        assert len(rig.driver.observer) == 1  # the look cached its facts
+        rig.driver._deleting.add("sb-1")  # a DeleteSandbox is removing it (and said so)
+        del rig.boxes.boxes[cid]
+        assert await rig.driver.forget("sb-1", cid) is False  # the remove event's look
+        assert len(rig.driver.observer) == 0 and len(rig.driver.index) == 0
+        rig.driver._deleting.discard("sb-1")
+        rig.driver.unwatched()
+        calls = len(rig.fake.requests)
+        assert await rig.driver.forget("sb-1", cid) is False  # found nothing of it: no second Deleted
+        assert len(rig.fake.requests) > calls  # it did look (the index could not say)
+
+    run(body)

@@ -636,3 +636,34 @@ def test_create_and_init_of_a_container_podmand_is_making_cost_no_look() -> None
         return driver.looked
 
     assert run(body) == ["cid-s3"]
+
+
+def test_a_deleted_found_by_a_look_survives_the_end_of_its_subscription() -> None:
+    """forget() already removed what podmand made of the sandbox: its Deleted is true
+    whatever happened to Podman's event stream meanwhile, and it is sent."""
+
+    async def body(hub: Hub, driver: StubDriver) -> list[tuple[str, ...]]:
+        old = hub._subscription
+        await hub._stop_work()
+        hub.connected.set()
+        stream = await subscribe(hub)
+        hub._handle(Observed("cid-s1", "s1", None, True, hub._count, old))
+        return [describe(await stream.get())]
+
+    assert run(body, boxes=("s1",)) == [("deleted", "s1")]
+
+
+def test_the_end_of_an_ended_subscription_does_not_end_the_next() -> None:
+    """The pump and a failed first list can both report one loss: the second report must
+    not end the subscription made after it."""
+
+    async def main() -> bool:
+        hub = Hub(None, StubDriver(), Inbox(), resync=0)  # type: ignore[arg-type]
+        old = hub._subscription
+        await hub._stop_work()
+        hub.inbox.put(Lost(PodmanUnavailable("gone"), old))
+        hub.inbox.put(Lost(None))  # the open subscription's own end
+        await hub._process()  # returns on the second only: the first is skipped
+        return hub.inbox.get_nowait() is None
+
+    assert asyncio.run(main()) is True
