@@ -17,7 +17,7 @@ from .. import imagefiles, names, rootfs, snapshots
 from ..config import Settings
 from ..files import SandboxFiles
 from ..imagefiles import READER_PREFIX
-from ..libpod import PodmanClient, PodmanError
+from ..libpod import ContainerListEntry, PodmanClient, PodmanError
 from ..locks import LockTable
 from . import lookup
 from .networks import Networks
@@ -37,13 +37,20 @@ async def remove_rootfs_image(podman: PodmanClient, ref: str) -> bool:
         return False
 
 
-async def remove_stale_readers(podman: PodmanClient, state_dir: Path) -> list[str]:
+async def remove_stale_readers(
+    podman: PodmanClient, state_dir: Path, owned: list[ContainerListEntry] | None = None
+) -> list[str]:
     """Image readers of this state directory not in use: left by a predecessor
     killed mid-read, or by a removal Podman did not answer (one podmand per
-    state directory, so nobody else's)."""
+    state directory, so nobody else's).  ``owned``: every podmand-owned container,
+    when a list of them was just made (a list costs Podman 4.3.1 a runtime query per
+    running container)."""
     removed = []
-    mine = [f"{names.OWNER}={names.OWNER_VALUE}", f"{names.STATE_DIR}={state_dir}"]
-    for entry in await podman.list_containers(mine):
+    if owned is None:
+        owned = await podman.list_containers([f"{names.OWNER}={names.OWNER_VALUE}", f"{names.STATE_DIR}={state_dir}"])
+    for entry in owned:
+        if (entry.labels or {}).get(names.STATE_DIR) != str(state_dir):
+            continue
         name = (entry.names or [""])[0]
         stale = name.startswith(READER_PREFIX) and name not in imagefiles.ACTIVE
         if not stale:
@@ -75,7 +82,8 @@ class Collector:
         networks, rootfs images and image reader containers; what was removed."""
         removed: list[str] = []
         cutoff = time.time() - self.settings.gc_grace
-        entries = await lookup.containers(self.podman)
+        owned = await self.podman.list_containers([f"{names.OWNER}={names.OWNER_VALUE}"])  # the one list of a pass
+        entries = [e for e in owned if (e.labels or {}).get(names.MANAGED) == "true"]
         live = {(e.labels or {}).get(names.SANDBOX_ID) for e in entries} | set(self.pending()) | set(self.deleting())
         volumes = {
             (v.labels or {}).get(names.SANDBOX_ID)
@@ -107,13 +115,15 @@ class Collector:
         for ref in await self.podman.image_names(rootfs.REPOSITORY):  # rootfs imports of sandboxes now gone
             if rootfs.sandbox_of(ref) not in live | volumes and await remove_rootfs_image(self.podman, ref):
                 removed.append(f"image:{ref}")
-        removed += await remove_stale_readers(self.podman, self.state_dir)
+        removed += await remove_stale_readers(self.podman, self.state_dir, owned)
         # Readers of other state directories (or older podmands) live for well under
         # a second: one older than a minute was orphaned by a podmand killed mid-read.
         # (Older than both the grace and a minute: a grace of 0 must not take a live read.)
         extractor_cutoff = min(cutoff, time.time() - 60)
-        for extractor in await self.podman.list_containers([f"{names.OWNER}={names.OWNER_VALUE}"]):
+        for extractor in owned:
             name = (extractor.names or [""])[0]
+            if f"container:{name}" in removed:
+                continue
             created = snapshots.parse_time(extractor.created)
             old = created is not None and created.seconds < extractor_cutoff
             reader = name.startswith(READER_PREFIX) and name not in imagefiles.ACTIVE

@@ -519,3 +519,25 @@ def test_a_create_refused_for_a_network_podman_no_longer_has_makes_it_again() ->
         assert not rig.sink.reasons() or "ContainerCreateFailed" not in rig.sink.reasons()
 
     run(body, pinned_supervisor)
+
+
+def test_a_garbage_collection_pass_lists_containers_once() -> None:
+    """On Podman 4.3.1 every container list queries the runtime for each running
+    container: a pass makes one, for sandboxes and image readers alike, and a stale
+    reader of this state directory found in it is still removed."""
+
+    async def body(rig: Rig) -> None:
+        for i in range(5):
+            rig.boxes.add(f"sb-{i}")
+        reader = rig.boxes.add("reader")
+        rig.boxes.boxes[reader]["Name"] = "podmand-read-stale"
+        rig.boxes.boxes[reader]["Config"]["Labels"] = {
+            names.OWNER: names.OWNER_VALUE, names.STATE_DIR: str(rig.driver.state_dir)
+        }
+        lists = rig.fake.count("GET .*/containers/json")
+        removed = await rig.driver.collect_garbage()
+        assert rig.fake.count("GET .*/containers/json") == lists + 1
+        assert removed == ["container:podmand-read-stale"]
+        assert await rig.driver.collect_garbage() == []  # not again before gc_grace / 4
+
+    run(body, lambda _t: Settings(gc_grace=3600))
