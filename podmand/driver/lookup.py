@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import names
-from ..libpod import ContainerInspect, ContainerListEntry, PodmanClient, PodmanError
+from ..libpod import ContainerInspect, ContainerListEntry, PodmanClient
 from .index import Index, known_from_inspect
 
 
@@ -20,15 +20,6 @@ async def find(podman: PodmanClient, sandbox_id: str) -> ContainerListEntry | No
     return entries[0] if entries else None
 
 
-async def inspect_or_none(podman: PodmanClient, container_id: str) -> ContainerInspect | None:
-    try:
-        return await podman.inspect_container(container_id)
-    except PodmanError as exc:
-        if exc.gone:
-            return None
-        raise
-
-
 def entry_of(info: ContainerInspect) -> ContainerListEntry:
     """An inspect in the list endpoint's shape (what the RPCs read of a lookup)."""
     return ContainerListEntry(id=info.id, names=[info.name], state=info.state.status, labels=info.labels)
@@ -37,7 +28,7 @@ def entry_of(info: ContainerInspect) -> ContainerListEntry:
 async def find_indexed(podman: PodmanClient, index: Index, sandbox_id: str) -> ContainerListEntry | None:
     """The sandbox's container: one inspect when the index knows it, a list otherwise."""
     for container_id in index.containers(sandbox_id) or ():
-        info = await inspect_or_none(podman, container_id)
+        info = await podman.inspect_container_or_none(container_id)
         known = known_from_inspect(info) if info is not None else None
         if info is None or known is None or known.sandbox_id != sandbox_id:
             index.drop(container_id)

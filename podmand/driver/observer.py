@@ -126,16 +126,8 @@ class Observer:
 
     async def read(self, container_id: str) -> pb.DriverSandbox | None:
         """A fresh snapshot of one container, or None when it is gone."""
-        info = await self._inspect(container_id)
+        info = await self.podman.inspect_container_or_none(container_id)
         return None if info is None else self._snapshot(info, self._facts_of(info))
-
-    async def _inspect(self, container_id: str) -> ContainerInspect | None:
-        try:
-            return await self.podman.inspect_container(container_id)
-        except PodmanError as exc:
-            if exc.gone:
-                return None
-            raise
 
     def from_list(self, entry: ContainerListEntry, sandbox_id: str) -> pb.DriverSandbox:
         """A snapshot from a list entry and what earlier inspects cached."""
@@ -176,7 +168,7 @@ class Observer:
     async def observe(self, container_id: str) -> pb.DriverSandbox | None:
         """Like :meth:`read`, and remember the facts, watch a running container
         for its end, and announce an abnormal end once."""
-        info = await self._inspect(container_id)
+        info = await self.podman.inspect_container_or_none(container_id)
         if info is None:  # the index keeps it: forgetting the sandbox is the driver's call
             self._facts.pop(container_id, None)
             return None

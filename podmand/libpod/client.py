@@ -186,6 +186,10 @@ class PodmanClient:
         resp = await self.call("GET", f"/containers/{quote(name)}/json")
         return _decode(resp.body, ContainerInspect, "a container inspect")
 
+    async def inspect_container_or_none(self, name: str) -> ContainerInspect | None:
+        """None when there is no such container (any more)."""
+        return await self._inspect_or_none(f"/containers/{quote(name)}/json", ContainerInspect, "a container inspect")
+
     async def create_container(self, spec: Mapping[str, Any]) -> tuple[str, list[str]]:
         """The new container's ID and Podman's warnings."""
         resp = await self.call("POST", "/containers/create", json=spec)
