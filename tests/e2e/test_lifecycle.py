@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import pwd
 from collections.abc import Callable
 
 import grpc
 import podman
 import pytest
 
+from podmand import capacity
 from podmand._proto import compute_driver_pb2 as pb
 from tests.jwt import make_token
 
-from .conftest import Podmand, containers_of, gateway_metadata, ready, run_in, sandbox, volumes_of, wait_until
+from .conftest import USER, Podmand, containers_of, gateway_metadata, ready, run_in, sandbox, volumes_of, wait_until
 
 
 def test_capabilities_negotiate(driver: Podmand) -> None:
@@ -199,6 +202,9 @@ def test_natural_exit_is_reported(driver: Podmand, cleanup: list[str]) -> None:
     snap = watch.wait_reason(box.id, "ContainerExited")
     assert ready(snap).status == "False"
     assert "3" in ready(snap).message
+    # podmand found conmon's exit directory from the real conmon, and watches it.
+    uid = pwd.getpwnam(USER).pw_uid
+    assert f"watching conmon's exit files in /run/user/{uid}/libpod/tmp/exits" in driver.logs()
     assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
@@ -253,6 +259,13 @@ def test_workspaces_are_isolated(driver: Podmand, podman_client: podman.PodmanCl
     [far] = containers_of(podman_client, stranger.id)
     assert "root:x:0:0" in run_in(near, fetch)[1]
     assert "root:x:0:0" not in run_in(far, fetch)[1]
+    # Numbered by podmand from its pool, sized for what the user's sub-ids allow (no /24 cap).
+    subnets = [ipaddress.ip_network(podman_client.networks.get(f"openshell-{ws}").attrs["subnets"][0]["subnet"])
+               for ws in ("wsa", "wsb")]
+    pool = ipaddress.ip_network("10.128.0.0/9")
+    want = capacity.workspace_prefix(0, pool, capacity.host_subids(pwd.getpwnam(USER).pw_uid), "auto")
+    assert [n.prefixlen for n in subnets] == [want, want] and want < 24
+    assert all(n.subnet_of(pool) for n in subnets) and not subnets[0].overlaps(subnets[1])
     for box in (server, peer, stranger):
         assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
     names = {n.name for n in podman_client.networks.list()}
