@@ -67,8 +67,8 @@ def renew_userns(user: str, uid: int, socket: str) -> str:
     own namespace it is two, and setup-podman.sh records only the outer one, so its
     restart would leave the inner one serving in the old namespace), then let
     tests/setup-podman.sh start and record a new one.  Podman's view of the uid map."""
+    pids = setup_service_pids(socket, uid)  # refuse before anything changes
     as_user(user, "podman system migrate")
-    pids = service_pids(socket, uid)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -129,6 +129,41 @@ class HostLimits:
         if self.subids_added:
             self.subids_added = False
             renew_userns(self.user, self.uid, self.socket)
+
+
+RECORD = Path("/var/lib/podmand-test/rootless.service")  # written by tests/setup-podman.sh
+
+
+def _starttime(pid: int) -> str:
+    return (Path("/proc") / str(pid) / "stat").read_text().rsplit(") ", 1)[1].split()[19]
+
+
+def _parent(pid: int) -> int:
+    return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+
+
+def setup_service_pids(socket: str, uid: int) -> list[int]:
+    """The processes of the service on ``socket`` that tests/setup-podman.sh started (its
+    recorded PID, checked by start time, and that process's descendants serving the same
+    socket): the only service this script may stop.  Anything else: refuse."""
+    try:
+        pid_text, start, _uid, recorded_socket = RECORD.read_text().split()
+        pid = int(pid_text)
+        ours = recorded_socket == socket and _starttime(pid) == start
+    except (OSError, ValueError, IndexError):
+        ours = False
+    if not ours:
+        raise SystemExit(f"the Podman service on {socket} was not started by tests/setup-podman.sh "
+                         f"(no matching {RECORD}): not stopping it; give the sub-ids by hand or use a smaller -n")
+    found = []
+    for other in service_pids(socket, uid):
+        walk = other
+        with contextlib.suppress(OSError, ValueError):
+            while walk > 1 and walk != pid:
+                walk = _parent(walk)
+        if walk == pid:
+            found.append(other)
+    return found
 
 
 def service_pids(socket: str, uid: int) -> list[int]:
