@@ -43,7 +43,7 @@ async def probe(podman: PodmanClient, state_dir: Path, image: str = "") -> Visib
         "name": name,
         "image": image,
         "entrypoint": ["/nonexistent"],
-        "labels": {names.OWNER: names.OWNER_VALUE},
+        "labels": names.own_labels(),
         "netns": {"nsmode": "none"},
         "mounts": [{"destination": "/probe", "type": "bind", "source": str(probe_file), "options": ["bind", "ro"]}],
     }

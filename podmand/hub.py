@@ -132,7 +132,7 @@ class Hub:
         delay = 0.25
         while not self._closed:
             try:
-                async with self.podman.events([f"{names.MANAGED}=true"]) as events:
+                async with self.podman.events([f"{names.OWNER}={names.OWNER_VALUE}"]) as events:
                     log.debug("subscribed to Podman events")
                     self._down = False
                     self.link(True)

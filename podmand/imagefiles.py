@@ -44,7 +44,7 @@ async def read_image_files(
         "image": image_id,
         "entrypoint": ["/nonexistent"],
         "command": [],
-        "labels": {names.OWNER: names.OWNER_VALUE, names.STATE_DIR: state_dir},
+        "labels": names.own_labels(state_dir),
     }
     ACTIVE.add(reader)
     try:

@@ -7,6 +7,7 @@ the contract: keep them byte-identical to upstream.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 # ---- labels on containers (and, for podmand, on volumes and networks)
 MANAGED = "openshell.managed"
@@ -27,6 +28,27 @@ IDENTITY = "io.podmand.identity"  # resolved workload identity (JSON, no secrets
 ROOTFS_IMAGE = "io.podmand.rootfs-image"  # on the intent volume: the sandbox's imported rootfs (rootfs.py)
 
 MANAGED_FILTER = [f"{MANAGED}=true", f"{OWNER}={OWNER_VALUE}"]
+# Every label podmand reads of what it made. Podman copies an image's labels onto each
+# container made from it unless the spec sets the key: a container podmand makes sets
+# every one of these (its own helpers to a neutral "", see :func:`own_labels`), so no
+# image can fill one in, and images that would are refused (:func:`reserved_label`).
+READ_LABELS = (
+    MANAGED,
+    SANDBOX_ID,
+    SANDBOX_NAME,
+    SANDBOX_NAMESPACE,
+    SANDBOX_WORKSPACE,
+    DRIVER_CONFIG_USED,
+    OWNER,
+    SPEC_HASH,
+    INTENT,
+    HAS_TOKEN,
+    STATE_DIR,
+    INSTANCE,
+    IDENTITY,
+    ROOTFS_IMAGE,
+)
+RESERVED_LABEL_PREFIXES = ("openshell.", "io.podmand.")
 
 # Ids, names and workspaces become file names, resource names and label filters.
 ID_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]*")
@@ -135,6 +157,36 @@ def stable_identity(runtime_identity: str) -> str:
 
 def container_name(workspace: str, name: str, sandbox_id: str) -> str:
     return f"openshell-{workspace}--{name}-{sandbox_id}"
+
+
+def sandbox_of(name: str, labels: Mapping[str, str]) -> str:
+    """The sandbox id of a podmand sandbox's container, else "". Labels alone prove
+    nothing (an image brings its own): the container must also bear the name
+    :func:`container_name` gives for those labels. Podman keeps names unique, and
+    only podmand names a container so (and only from a request with that id)."""
+    sandbox_id = labels.get(SANDBOX_ID, "")
+    if not sandbox_id or labels.get(MANAGED) != "true" or labels.get(OWNER) != OWNER_VALUE:
+        return ""
+    expected = container_name(labels.get(SANDBOX_WORKSPACE, ""), labels.get(SANDBOX_NAME, ""), sandbox_id)
+    return sandbox_id if name.removeprefix("/") == expected else ""
+
+
+def own_labels(state_dir: str = "") -> dict[str, str]:
+    """Labels of a container podmand makes for itself (an image reader, a probe): every
+    label podmand reads is set, to "" but for its owner and state directory, so none
+    comes from the image."""
+    labels = dict.fromkeys(READ_LABELS, "")
+    labels.update({OWNER: OWNER_VALUE, STATE_DIR: state_dir})
+    return labels
+
+
+def reserved_label(labels: Mapping[str, str] | None) -> str | None:
+    """The first of an image's labels that uses a prefix reserved for OpenShell and
+    podmand (copied onto the sandbox's container, it could pose as another sandbox's)."""
+    for key in sorted(labels or {}):
+        if key.startswith(RESERVED_LABEL_PREFIXES):
+            return key
+    return None
 
 
 def volume_name(sandbox_id: str) -> str:

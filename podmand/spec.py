@@ -255,6 +255,7 @@ def filtered_user_env(plan: Plan) -> list[str]:
 
 def container_labels(plan: Plan, instance: str = "", identity: Resolved | None = None) -> dict[str, str]:
     labels = dict(plan.labels)
+    labels.update(dict.fromkeys(names.READ_LABELS, ""))  # none from the template or the image
     labels.update(
         {
             names.MANAGED: "true",

@@ -76,7 +76,7 @@ async def _facts(path: str, default_image: str) -> dict[str, Facts]:
                                     labels.get(names.INSTANCE, ""))
     for ctr in ctrs:
         labels = ctr.labels or {}
-        sandbox_id = labels.get(names.SANDBOX_ID, "")
+        sandbox_id = names.sandbox_of((ctr.names or [""])[0], labels)  # labels alone prove nothing
         if not sandbox_id:
             continue
         fact = out.setdefault(sandbox_id, Facts(sandbox_id, default_image, created=parse_time(ctr.created)))

@@ -83,7 +83,7 @@ class Collector:
         removed: list[str] = []
         cutoff = time.time() - self.settings.gc_grace
         owned = await self.podman.list_containers([f"{names.OWNER}={names.OWNER_VALUE}"])  # the one list of a pass
-        entries = [e for e in owned if (e.labels or {}).get(names.MANAGED) == "true"]
+        entries = [e for e in owned if names.sandbox_of((e.names or [""])[0], e.labels or {})]
         live = {(e.labels or {}).get(names.SANDBOX_ID) for e in entries} | set(self.pending()) | set(self.deleting())
         volumes = {
             (v.labels or {}).get(names.SANDBOX_ID)

@@ -54,14 +54,14 @@ def inspected_run(info: ContainerInspect) -> Run:
 
 def known_from_list(entry: ContainerListEntry) -> Known | None:
     labels = entry.labels or {}
-    sandbox_id = labels.get(names.SANDBOX_ID, "")
+    sandbox_id = names.sandbox_of((entry.names or [""])[0], labels)
     if not sandbox_id:
         return None
     return Known(entry.id, sandbox_id, labels.get(names.SANDBOX_WORKSPACE, ""), None)
 
 
 def known_from_inspect(info: ContainerInspect) -> Known | None:
-    sandbox_id = info.labels.get(names.SANDBOX_ID, "")
+    sandbox_id = names.sandbox_of(info.name, info.labels)
     if not sandbox_id:
         return None
     return Known(info.id, sandbox_id, info.labels.get(names.SANDBOX_WORKSPACE, ""), inspected_run(info))

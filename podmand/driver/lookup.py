@@ -8,11 +8,16 @@ from .index import Index, known_from_inspect
 
 
 async def containers(podman: PodmanClient, sandbox_id: str | None = None) -> list[ContainerListEntry]:
-    """Every managed sandbox container, or those of one sandbox (a label-filtered list)."""
+    """Every managed sandbox container, or those of one sandbox (a label-filtered list):
+    only those whose names match their labels (:func:`names.sandbox_of`)."""
     labels = list(names.MANAGED_FILTER)
     if sandbox_id is not None:
         labels.append(f"{names.SANDBOX_ID}={sandbox_id}")
-    return await podman.list_containers(labels)
+    return [e for e in await podman.list_containers(labels) if names.sandbox_of(entry_name(e), e.labels or {})]
+
+
+def entry_name(entry: ContainerListEntry) -> str:
+    return (entry.names or [""])[0]
 
 
 async def find(podman: PodmanClient, sandbox_id: str) -> ContainerListEntry | None:

@@ -69,8 +69,7 @@ ABNORMAL_ENDS = frozenset({"OOMKilled", "ContainerRuntimeRestart", "ContainerExi
 def changes_state(event: Event) -> bool:
     """Whether a Podman event may change what a podmand sandbox's snapshot says."""
     attrs = event.Actor.attributes or {}
-    owned = attrs.get(names.OWNER) == names.OWNER_VALUE
-    return bool(attrs.get(names.SANDBOX_ID)) and owned and event.Action in STATE_ACTIONS
+    return event.Action in STATE_ACTIONS and bool(names.sandbox_of(attrs.get("name", ""), attrs))
 
 
 def ended_before(finished_at: str, since: float) -> bool:

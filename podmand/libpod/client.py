@@ -358,7 +358,8 @@ class PodmanClient:
         return [_decode(line, Event, "GET /events") for line in resp.body.splitlines() if line.strip()]
 
     def events(self, labels: list[str]) -> AbstractAsyncContextManager[AsyncIterator[Event | BadEvent]]:
-        """Podman's live container events for ``labels``; a line that cannot be read is a BadEvent."""
+        """Podman's live container events of containers with any of ``labels`` (Podman
+        ORs the values of one filter key); a line that cannot be read is a BadEvent."""
         return self._live_events({"label": labels, "type": ["container"]})
 
     def image_events(self) -> AbstractAsyncContextManager[AsyncIterator[Event | BadEvent]]:

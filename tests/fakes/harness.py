@@ -53,6 +53,11 @@ class Sink:
                 if e.WhichOneof("payload") == "sandbox"]
 
 
+def name_for(sandbox_id: str, workspace: str = "ws") -> str:
+    """The name podmand gives the container of ``labels_for(sandbox_id, workspace)``."""
+    return names.container_name(workspace, f"name-{sandbox_id}", sandbox_id)
+
+
 def labels_for(sandbox_id: str, workspace: str = "ws") -> dict[str, str]:
     return {
         names.MANAGED: "true",
@@ -85,7 +90,7 @@ class Containers:
         cid = f"{sandbox_id}-cid".ljust(64, "0")
         self.boxes[cid] = {
             "Id": cid,
-            "Name": f"openshell-sandbox-{sandbox_id}",
+            "Name": name_for(sandbox_id, workspace),
             "Created": "2026-11-29T17:00:00Z",
             "State": {"Status": status, "Running": status == "running", "ExitCode": exit_code, "OOMKilled": oom,
                       "StartedAt": "2026-11-29T17:00:01Z", "FinishedAt": finished_at or "0001-01-01T00:00:00Z"},
@@ -97,10 +102,11 @@ class Containers:
         """A sandbox container joins the model (created, not started); an image reader does not."""
         spec = req.json()
         sandbox_id = (spec.get("labels") or {}).get(names.SANDBOX_ID)
-        if sandbox_id is None:
+        if not sandbox_id:
             return 201, {}, {"Id": "reader", "Warnings": []}
         cid = self.add(sandbox_id, "created")
         self.boxes[cid]["Config"]["Labels"] = spec["labels"]
+        self.boxes[cid]["Name"] = spec["name"]
         return 201, {}, {"Id": cid, "Warnings": []}
 
     def end(self, cid: str, exit_code: int, *, oom: bool = False) -> None:

@@ -22,7 +22,7 @@ from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from tests.fakes.libpod import FakeLibpod, Hang, Request
 from tests.faults import test_faults as base
 from tests.faults.test_faults import DEADLINE, VOLUMES, Podmand, ready, rpc_error, sandbox, wait_until
-from tests.faults.test_watch_faults import CID, LABELS, Container
+from tests.faults.test_watch_faults import CID, LABELS, NAME, Container
 
 # The fault suite's fixtures, shared (pytest finds fixtures by module attribute).
 launch = base.launch
@@ -253,8 +253,9 @@ def test_delete_treats_no_such_volume_and_container_500s_as_gone(
 
 
 def event(action: str, attributes: dict[str, str]) -> dict[str, Any]:
+    """Podman's event of the container: its labels and, as Podman adds it, its name."""
     return {"status": action, "id": CID, "Type": "container", "Action": action,
-            "Actor": {"ID": CID, "Attributes": attributes}, "timeNano": time.time_ns()}
+            "Actor": {"ID": CID, "Attributes": {**attributes, "name": NAME}}, "timeNano": time.time_ns()}
 
 
 def test_unreadable_events_are_skipped_and_every_stream_stays(

@@ -30,6 +30,7 @@ LABELS = {
     names.SANDBOX_NAME: "n",
     names.SANDBOX_WORKSPACE: "w",
 }
+NAME = names.container_name("w", "n", "sb1")  # the name podmand gives the container of LABELS
 OLD = "2020-01-01T00:00:00Z"
 Reply = tuple[int, dict[str, str], Any]
 
@@ -54,7 +55,7 @@ class Container:
         if self.status == "gone":
             return 200, {}, []
         return 200, {}, [{
-            "Id": CID, "Names": ["n"], "State": self.status, "Labels": LABELS, "ExitCode": self.exit_code,
+            "Id": CID, "Names": [NAME], "State": self.status, "Labels": LABELS, "ExitCode": self.exit_code,
             "Exited": self.status == "exited", "Created": OLD,
         }]
 
@@ -62,7 +63,7 @@ class Container:
         if self.status == "gone":
             return 404, {}, {"cause": "no such container", "message": f"no such container {CID}", "response": 404}
         return 200, {}, {
-            "Id": CID, "Name": "n", "Created": OLD,
+            "Id": CID, "Name": NAME, "Created": OLD,
             "State": {"Status": self.status, "Running": self.status == "running", "ExitCode": self.exit_code,
                       "StartedAt": self.started, "FinishedAt": self.finished},
             "Config": {"Labels": LABELS},

@@ -223,9 +223,10 @@ def test_credential_with_bad_sandbox_id_is_unauthenticated(tree: Path) -> None:
 
 def container(labels: dict[str, str], mounts: list[dict[str, str]]) -> Any:
     def setup(fake: FakeLibpod) -> None:
-        entry = {"Id": "cid", "State": "exited", "Labels": labels}
+        name = names.container_name("ws", "n", "sb1")
+        entry = {"Id": "cid", "Names": [name], "State": "exited", "Labels": labels}
         fake.route("GET", "/containers/json", (200, {}, [entry]))
-        fake.route("GET", "/containers/cid/json", (200, {}, {"Id": "cid", "Config": {"Labels": labels},
+        fake.route("GET", "/containers/cid/json", (200, {}, {"Id": "cid", "Name": name, "Config": {"Labels": labels},
                                                             "Mounts": mounts}))
         fake.route("POST", "/containers/cid/start", (204, {}, b""))
         fake.volumes["data"] = {"Name": "data", "Labels": {}}
@@ -233,7 +234,8 @@ def container(labels: dict[str, str], mounts: list[dict[str, str]]) -> Any:
     return setup
 
 
-BASE_LABELS = {names.SANDBOX_ID: "sb1", names.SANDBOX_WORKSPACE: "ws", names.INSTANCE: "inst"}
+BASE_LABELS = {names.MANAGED: "true", names.OWNER: names.OWNER_VALUE, names.SANDBOX_ID: "sb1",
+               names.SANDBOX_NAME: "n", names.SANDBOX_WORKSPACE: "ws", names.INSTANCE: "inst"}
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
 from podmand.errors import AlreadyExists, NotFound
-from tests.fakes.harness import Rig, Sink, driver_on, eventually
+from tests.fakes.harness import Rig, Sink, driver_on, eventually, labels_for
 from tests.fakes.libpod import Request
 
 DEADLINE = 30.0
@@ -61,6 +61,26 @@ def test_get_and_list_read_without_starting_tasks_or_publishing() -> None:
         await rig.driver.observe(cid2)
         assert len(rig.driver.tasks) == 1 and len(rig.driver.observer) == 2
         assert rig.sink.reasons() == ["ContainerExited"]
+
+    run(body, WAIT)
+
+
+def test_a_container_bearing_a_sandboxs_labels_under_another_name_is_not_that_sandbox() -> None:
+    """Podman copies an image's labels onto its containers: a reader of a hostile image
+    may carry the victim's every label. Lists, lookups and RPCs never take it for the victim."""
+    async def body(rig: Rig) -> None:
+        cid = rig.boxes.add("victim")
+        impostor = rig.boxes.add("impostor")
+        rig.boxes.boxes[impostor]["Config"]["Labels"] = labels_for("victim")  # under its own name
+        assert [s.id for s in await rig.driver.list_sandboxes()] == ["victim"]
+        assert (await rig.driver.get("victim")).status.instance_id == cid[:12]
+        await rig.driver.stop("victim")
+        assert rig.boxes.boxes[impostor]["State"]["Status"] == "running"  # untouched
+        assert rig.boxes.boxes[cid]["State"]["Status"] == "exited"
+        del rig.boxes.boxes[cid]
+        with pytest.raises(NotFound):  # the victim is gone: the impostor never stands in
+            await rig.driver.get("victim")
+        assert impostor not in (rig.driver.index.containers("victim") or [])
 
     run(body, WAIT)
 

@@ -45,6 +45,14 @@ async def drain(hub: Hub, inbox: Inbox) -> None:
 
 
 def podman_event(action: str, cid: str, attributes: dict[str, str]) -> Event:
+    """Podman's event, with the container's name (Podman adds it to the labels) as
+    podmand names the container of those labels."""
+    name = names.container_name(
+        attributes.get(names.SANDBOX_WORKSPACE, ""),
+        attributes.get(names.SANDBOX_NAME, ""),
+        attributes.get(names.SANDBOX_ID, ""),
+    )
+    attributes = {"name": name, **attributes}
     return Event(Type="container", Action=action, Actor=EventActor(id=cid, attributes=attributes))
 
 
@@ -104,6 +112,9 @@ def test_events_that_change_no_sandbox_state_are_not_observed() -> None:
     assert not changes_state(podman_event("exec_died", "c", labels))
     assert not changes_state(podman_event("died", "c", {**labels, names.OWNER: "someone-else"}))
     assert not changes_state(podman_event("died", "c", {k: v for k, v in labels.items() if k != names.SANDBOX_ID}))
+    impostor = Event(Type="container", Action="died",  # an image reader whose image bears the victim's labels
+                     Actor=EventActor(id="c", attributes={**labels, "name": "podmand-read-1-abc"}))
+    assert not changes_state(impostor)
 
     async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
         cid = rig.boxes.add("sb-1")

@@ -21,7 +21,7 @@ from podmand.hub import Hub
 from podmand.inbox import Inbox, Listed, Lost, Observed, PodmanEvent, Resync, Subscribe, Unreadable
 from podmand.libpod import ContainerListEntry, Event, EventActor, PodmanUnavailable
 from podmand.streams import End, Stream
-from tests.fakes.harness import settle
+from tests.fakes.harness import labels_for, name_for, settle
 
 T = TypeVar("T")
 DEADLINE = 5.0
@@ -150,7 +150,7 @@ def marker(reason: str) -> pb.WatchSandboxesEvent:
 
 
 def podman_event(action: str, cid: str, sandbox_id: str) -> PodmanEvent:
-    attributes = {names.SANDBOX_ID: sandbox_id, names.OWNER: names.OWNER_VALUE}
+    attributes = {**labels_for(sandbox_id), "name": name_for(sandbox_id)}
     return PodmanEvent(Event(Type="container", Action=action, Actor=EventActor(id=cid, attributes=attributes)))
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from podmand import names
 from podmand.driver.index import Index, Known, listed_run
 from podmand.libpod import ContainerListEntry
+from tests.fakes.harness import labels_for, name_for
 
 
 def entry(cid: str, sandbox_id: str, state: str = "running", *, workspace: str = "ws", exited_at: int = 0,
           exit_code: int = 0) -> ContainerListEntry:
-    labels = {names.SANDBOX_ID: sandbox_id, names.SANDBOX_WORKSPACE: workspace}
-    return ContainerListEntry(id=cid, state=state, labels=labels, exited_at=exited_at, exit_code=exit_code,
+    return ContainerListEntry(id=cid, names=[name_for(sandbox_id, workspace)], state=state,
+                              labels=labels_for(sandbox_id, workspace), exited_at=exited_at, exit_code=exit_code,
                               started_at=100)
 
 

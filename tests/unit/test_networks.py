@@ -16,6 +16,7 @@ from podmand.driver.networks import Networks, pick_subnet
 from podmand.errors import FailedPrecondition
 from podmand.libpod import PodmanClient
 from podmand.locks import LockTable
+from tests.fakes.harness import labels_for, name_for
 from tests.fakes.libpod import FakeLibpod, Request
 
 POOL = ipaddress.IPv4Network("10.128.0.0/9")
@@ -187,8 +188,8 @@ def test_delete_lists_containers_only_when_the_index_knows_of_none() -> None:
 def test_index_not_ready_lists_and_keeps_a_network_in_use() -> None:
     async def body(nets: Networks, podman: Podman) -> None:
         await nets.ensure("ws")
-        labels = {names.SANDBOX_WORKSPACE: "ws", names.SANDBOX_ID: "sb-1"}
-        podman.fake.route("GET", "/containers/json", (200, {}, [{"Id": "c1", "Labels": labels}]))
+        entry = {"Id": "c1", "Names": [name_for("sb-1")], "Labels": labels_for("sb-1")}
+        podman.fake.route("GET", "/containers/json", (200, {}, [entry]))
         assert not await nets.remove_unused("ws")
         with pytest.raises(FailedPrecondition, match="still has 1 sandbox"):
             await nets.delete_workspace("ws")
