@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from google.protobuf import json_format, struct_pb2
 
-from . import admission, names, rootfs
+from . import admission, imagechecks, names, rootfs
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
 from .errors import FailedPrecondition, InvalidArgument
@@ -193,6 +193,8 @@ def _mount(mw: str, m: Any, settings: Settings, userns: str, control: tuple[str,
 def _image(mw: str, source: Any, subpath: Any, settings: Settings, userns: str) -> None:
     if not isinstance(source, str) or not names.is_image_reference(source):
         raise InvalidArgument(f"{mw}.source: must be an image reference")
+    if why := imagechecks.reference_refusal(source):
+        raise InvalidArgument(f"{mw}.source: {why}")
     _subpath(f"{mw}.subpath", subpath, "image")
     if admission.policy(settings).enabled:
         raise FailedPrecondition(f"{mw}: {admission.HOST_MOUNT_REFUSED}")

@@ -16,7 +16,19 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cdi, drivercfg, names, proxy, requestchecks, rootfs, sandboxenv, sandboxmounts, tokens, usernamespace
+from . import (
+    cdi,
+    drivercfg,
+    imagechecks,
+    names,
+    proxy,
+    requestchecks,
+    rootfs,
+    sandboxenv,
+    sandboxmounts,
+    tokens,
+    usernamespace,
+)
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
 from .drivercfg import Mount
@@ -155,6 +167,8 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
         )
     if not is_image_reference(image):
         raise InvalidArgument(f"sandbox.spec.template.image: {requestchecks.shown(image)} is not an image reference")
+    if not from_tar and (why := imagechecks.reference_refusal(image)):
+        raise InvalidArgument(f"sandbox.spec.template.image: {why}")
     requestchecks.check_text("sandbox.spec.log_level", spec.log_level)
     user_env = requestchecks.env_vars("sandbox.spec.template.environment", tpl.environment)
     user_env.update(requestchecks.env_vars("sandbox.spec.environment", spec.environment))

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import admission, names, proxy, rootfs, selinux, snapshots
+from .. import admission, imagechecks, names, proxy, rootfs, selinux, snapshots
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
 from ..credentials import CredentialSigner
@@ -38,11 +38,12 @@ from .networks import Networks
 from .pending import STOPPED_EARLY, STOPPED_EARLY_MESSAGE, Pending, ProvisionFailed
 from .pulls import Puller, supervisor_pull_policy
 from .tasks import Tasks, cancel
-from .validation import Validator
+from .validation import Validator, image_refusal
 
 log = logging.getLogger("podmand.driver")
 
 ROOTFS_FAILED = "RootfsImportFailed"
+IMAGE_REFUSED = "ImageRefused"  # terminal: the image itself is what is wrong (imagechecks.py)
 
 
 class Relabel:
@@ -294,11 +295,16 @@ class Provisioner:
         else:
             self._set(pending, "Starting", f"Pulling image {plan.image}")
             image = await pull(plan.image, s.image_pull_policy, "ImagePullFailed", plan.sandbox_id)
-        mount_images = {  # driver_config image mounts: pulled with the sandbox's policy, pinned by ID
-            m.source: (await pull(m.source, s.image_pull_policy, "ImagePullFailed", plan.sandbox_id)).id
-            for m in plan.mounts
-            if m.kind == "image"
-        }
+        if why := image_refusal(plan, image):
+            raise ProvisionFailed(IMAGE_REFUSED, f"image {plan.image}: {why}")
+        mount_images = {}  # driver_config image mounts: pulled with the sandbox's policy, pinned by ID
+        for m in plan.mounts:
+            if m.kind != "image":
+                continue
+            mounted = await pull(m.source, s.image_pull_policy, "ImagePullFailed", plan.sandbox_id)
+            if why := imagechecks.rootfs_refusal(mounted):
+                raise ProvisionFailed(IMAGE_REFUSED, f"image mount {m.source}: {why}")
+            mount_images[m.source] = mounted.id
         try:
             workload = await self.validator.resolve_identity(plan, image.id, image.config.user)
         except FailedPrecondition as exc:

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from .. import admission, cdi, identity, rootfs
+from .. import admission, cdi, identity, imagechecks, rootfs
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
 from ..errors import FailedPrecondition
@@ -19,6 +19,12 @@ from .images import Images
 from .pending import ProvisionFailed
 
 log = logging.getLogger("podmand.driver")
+
+
+def image_refusal(plan: Plan, image: ImageInspect) -> str | None:
+    """Why the sandbox may not run from ``image`` (imagechecks.py), or None."""
+    own = plan.image if plan.rootfs_tar else ""  # its own import: rootfs.reference(sandbox id)
+    return imagechecks.rootfs_refusal(image, own) or imagechecks.label_refusal(image)
 
 
 class Validator:
@@ -55,6 +61,8 @@ class Validator:
                     f"sandbox.spec.template.image: image {plan.image!r} is not present and the pull policy is 'never'"
                 ) from exc
         else:  # present already: what the image declares can be checked before anything is made
+            if why := image_refusal(plan, image):
+                raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {why}")
             try:
                 if image.id in self._accounts:  # validation allocates nothing: only account files read before
                     self._resolve_from(plan, image.id, image.config.user)
@@ -83,15 +91,17 @@ class Validator:
         for i, m in enumerate(plan.mounts):
             if m.kind != "image":
                 continue
+            where = f"sandbox.spec.template.driver_config.mounts[{i}].source"
             try:
-                await self._inspect(m.source)
+                image = await self._inspect(m.source)
             except PodmanError as exc:
                 if exc.status != 404:
                     raise
                 raise FailedPrecondition(
-                    f"sandbox.spec.template.driver_config.mounts[{i}].source: image {m.source!r} is not present "
-                    "and the pull policy is 'never'"
+                    f"{where}: image {m.source!r} is not present and the pull policy is 'never'"
                 ) from exc
+            if why := imagechecks.rootfs_refusal(image):
+                raise FailedPrecondition(f"{where}: {why}")
 
     async def _inspect(self, ref: str) -> ImageInspect:
         """The image ``ref`` names, as known or inspected (PodmanError 404: not present)."""

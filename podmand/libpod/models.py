@@ -118,11 +118,13 @@ class HealthcheckResult(msgspec.Struct, rename="pascal"):
 class ImageConfig(msgspec.Struct, rename="pascal"):
     user: str = ""
     env: list[str] | None = None
+    labels: dict[str, str] | None = None  # copied onto every container made from the image
 
 
 class ImageInspect(msgspec.Struct, rename="pascal"):
     id: str = ""
     config: ImageConfig = msgspec.field(default_factory=ImageConfig)
+    repo_tags: list[str] | None = None
 
 
 class ImageSummary(msgspec.Struct, rename="pascal"):
