@@ -13,7 +13,7 @@ from pathlib import Path
 from . import names
 from .errors import FailedPrecondition
 from .files import ensure_dir, write_atomic
-from .imagefiles import read_image_files
+from .imagefiles import SUPERVISOR_LIMIT, TooLarge, read_image_files
 from .libpod import PodmanClient, PodmanError
 
 
@@ -34,12 +34,14 @@ class SupervisorCache:
                 return path
             try:
                 files = await read_image_files(
-                    self.podman, image_id, [names.SUPERVISOR_IN_IMAGE], str(self.root.parent)
+                    self.podman, image_id, [names.SUPERVISOR_IN_IMAGE], str(self.root.parent), limit=SUPERVISOR_LIMIT
                 )
             except PodmanError as exc:
                 raise FailedPrecondition(
                     f"cannot read {names.SUPERVISOR_IN_IMAGE} from the supervisor image {image_id}: {exc.message}"
                 ) from exc
+            except TooLarge as exc:
+                raise FailedPrecondition(f"the supervisor image {image_id}: {exc}") from None
             binary = files[names.SUPERVISOR_IN_IMAGE]
             if not binary:
                 raise FailedPrecondition(f"the supervisor image {image_id} has no {names.SUPERVISOR_IN_IMAGE}")

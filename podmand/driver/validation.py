@@ -3,8 +3,10 @@ identity the supervisor will select from the image's own account files."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+from collections import OrderedDict
 from pathlib import Path
 
 from .. import admission, cdi, identity, imagechecks, rootfs
@@ -12,13 +14,56 @@ from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
 from ..errors import FailedPrecondition
 from ..identity import Resolved
-from ..imagefiles import read_image_files
+from ..imagefiles import TooLarge, read_image_files
 from ..libpod import ImageInspect, PodmanClient, PodmanError
 from ..spec import Plan, userns_id_limit, validate
 from .images import Images
 from .pending import ProvisionFailed
 
 log = logging.getLogger("podmand.driver")
+
+
+ACCOUNT_FILES = ("/etc/passwd", "/etc/group")
+READS = 4  # account reads at a time: each holds up to two files of imagefiles.ACCOUNT_FILE_LIMIT
+CACHED_IMAGES = 256  # images whose account files are kept...
+CACHED_BYTES = 8 * 1024 * 1024  # ...in at most this many characters together
+
+
+class Accounts:
+    """Image ID -> (/etc/passwd, /etc/group), least recently used dropped first, bounded
+    in images and in size (the files are the images', chosen by callers)."""
+
+    def __init__(self, images: int = CACHED_IMAGES, size: int = CACHED_BYTES) -> None:
+        self.images, self.size = images, size
+        self._kept: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._size = 0
+
+    def get(self, image_id: str) -> tuple[str, str] | None:
+        accounts = self._kept.get(image_id)
+        if accounts is not None:
+            self._kept.move_to_end(image_id)
+        return accounts
+
+    def put(self, image_id: str, accounts: tuple[str, str]) -> tuple[str, str]:
+        """Keep ``accounts`` unless they alone are over the size; give them back."""
+        size = sum(map(len, accounts))
+        if size > self.size:
+            return accounts
+        if (old := self._kept.pop(image_id, None)) is not None:
+            self._size -= sum(map(len, old))
+        self._kept[image_id] = accounts
+        self._size += size
+        while len(self._kept) > self.images or self._size > self.size:
+            _, dropped = self._kept.popitem(last=False)
+            self._size -= sum(map(len, dropped))
+        return accounts
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @property
+    def kept_size(self) -> int:
+        return self._size
 
 
 def image_refusal(plan: Plan, image: ImageInspect) -> str | None:
@@ -36,7 +81,8 @@ class Validator:
         self.settings = settings
         self.state_dir = state_dir
         self.gpus = cdi.GpuSelector(tuple(settings.cdi_spec_dirs))
-        self._accounts: dict[str, tuple[str, ...]] = {}  # image ID -> (/etc/passwd, /etc/group)
+        self._accounts = Accounts()
+        self._reads = asyncio.Semaphore(READS)
 
     async def validate(self, sandbox: pb.DriverSandbox | None, *, staged: bool = True) -> Plan:
         """``staged=False``: leave the staged rootfs tar unchecked (create checks it
@@ -64,8 +110,8 @@ class Validator:
             if why := image_refusal(plan, image):
                 raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {why}")
             try:
-                if image.id in self._accounts:  # validation allocates nothing: only account files read before
-                    self._resolve_from(plan, image.id, image.config.user)
+                if (accounts := self._accounts.get(image.id)) is not None:  # only account files read before
+                    self._resolve_from(plan, image.id, image.config.user, accounts)
                 else:
                     self._check_declaration(plan, image.config.user)
             except FailedPrecondition as exc:
@@ -119,8 +165,8 @@ class Validator:
         log.info("sandbox %s: assigned GPU(s) %s", plan.sandbox_id, ", ".join(devices))
         return dataclasses.replace(plan, cdi_devices=tuple(devices), gpu_count=0)
 
-    def _resolve_from(self, plan: Plan, image_id: str, image_user: str) -> Resolved:
-        passwd, group = self._accounts[image_id]
+    def _resolve_from(self, plan: Plan, image_id: str, image_user: str, accounts: tuple[str, str]) -> Resolved:
+        passwd, group = accounts
         limit = userns_id_limit(self.settings, plan.userns)
         return identity.resolve(
             plan.workload_user, plan.workload_group, image_user, passwd, group, image_id, id_limit=limit
@@ -128,8 +174,18 @@ class Validator:
 
     async def resolve_identity(self, plan: Plan, image_id: str, image_user: str) -> Resolved:
         """The identity the supervisor will select, from the image's own /etc/passwd and
-        /etc/group (read from a never-started container, once per image ID)."""
-        if image_id not in self._accounts:
-            files = await read_image_files(self.podman, image_id, ["/etc/passwd", "/etc/group"], str(self.state_dir))
-            self._accounts[image_id] = tuple((files[p] or b"").decode(errors="replace") for p in files)
-        return self._resolve_from(plan, image_id, image_user)
+        /etc/group (read from a never-started container, once per image ID while cached).
+        FailedPrecondition when a file is over the limit (imagefiles.py): the image's fault."""
+        accounts = self._accounts.get(image_id)
+        if accounts is None:
+            async with self._reads:
+                try:
+                    files = await read_image_files(self.podman, image_id, list(ACCOUNT_FILES), str(self.state_dir))
+                except TooLarge as exc:
+                    raise FailedPrecondition(
+                        f"{exc.path} of image {image_id} is larger than {exc.limit // 1024} KiB, "
+                        "the most podmand reads of an account file"
+                    ) from None
+            passwd, group = ((files[p] or b"").decode(errors="replace") for p in ACCOUNT_FILES)
+            accounts = self._accounts.put(image_id, (passwd, group))
+        return self._resolve_from(plan, image_id, image_user, accounts)

@@ -238,8 +238,10 @@ class PodmanClient:
         resp = await self.call("GET", f"/containers/{quote(name)}/healthcheck", timeout=self.timeouts.healthcheck)
         return _decode(resp.body, HealthcheckResult, "a healthcheck").status
 
-    async def archive(self, name: str, path: str) -> bytes:
-        return (await self.call("GET", f"/containers/{quote(name)}/archive", query={"path": path})).body
+    def archive(self, name: str, path: str) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """A tar of ``path`` in the container, as it arrives (its reader decides how much
+        to hold); PodmanError 404 when there is no such path."""
+        return self._chunks("GET", f"/containers/{quote(name)}/archive", query={"path": path})
 
     @contextlib.asynccontextmanager
     async def container_logs(

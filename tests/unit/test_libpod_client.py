@@ -11,6 +11,7 @@ import io
 import json
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import msgspec
@@ -120,6 +121,11 @@ def test_image_references_are_one_path_segment() -> None:
     assert rec.last.target == "/v4.0.0/libpod/images/quay.io%2Forg%2Fimg%3A1.0/json"
 
 
+async def read_all(stream: AbstractAsyncContextManager[AsyncIterator[bytes]]) -> bytes:
+    async with stream as chunks:
+        return b"".join([c async for c in chunks])
+
+
 @pytest.mark.parametrize(("call", "method", "target"), [
     (lambda c: c.ping(), "GET", "/_ping"),
     (lambda c: c.start_container("x"), "POST", "/v4.0.0/libpod/containers/x/start"),
@@ -128,7 +134,8 @@ def test_image_references_are_one_path_segment() -> None:
     (lambda c: c.remove_container("x", 3), "DELETE", "/v4.0.0/libpod/containers/x?force=true&timeout=3"),
     (lambda c: c.remove_volume("v"), "DELETE", "/v4.0.0/libpod/volumes/v?force=true"),
     (lambda c: c.remove_network("n"), "DELETE", "/v4.0.0/libpod/networks/n"),
-    (lambda c: c.archive("x", "/etc/passwd"), "GET", "/v4.0.0/libpod/containers/x/archive?path=%2Fetc%2Fpasswd"),
+    (lambda c: read_all(c.archive("x", "/etc/passwd")), "GET",
+     "/v4.0.0/libpod/containers/x/archive?path=%2Fetc%2Fpasswd"),
 ])
 def test_endpoint_request_lines(call: Callable[[PodmanClient], Awaitable[Any]], method: str, target: str) -> None:
     rec = Recorder(lambda _r: ok(status=204))
