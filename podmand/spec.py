@@ -156,12 +156,11 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
     if not is_image_reference(image):
         raise InvalidArgument(f"sandbox.spec.template.image: {requestchecks.shown(image)} is not an image reference")
     requestchecks.check_text("sandbox.spec.log_level", spec.log_level)
-    user_env = requestchecks.env_vars("sandbox.spec.template.environment", tpl.environment)
-    user_env.update(requestchecks.env_vars("sandbox.spec.environment", spec.environment))
+    user_env = requestchecks.environment(
+        ("sandbox.spec.template.environment", tpl.environment), ("sandbox.spec.environment", spec.environment)
+    )
     labels = requestchecks.bounded_labels("sandbox.spec.template.labels", tpl.labels)
-    for i, arg in enumerate(spec.command):
-        if "\x00" in arg:
-            raise InvalidArgument(f"sandbox.spec.command[{i}]: must not contain NUL")
+    command = requestchecks.command("sandbox.spec.command", spec.command)
     if tpl.agent_socket_path:
         ssh_socket = requestchecks.check_socket_path("sandbox.spec.template.agent_socket_path", tpl.agent_socket_path)
     else:  # the operator's setting: a bad one is a server-side problem
@@ -197,7 +196,7 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
         log_level=spec.log_level,
         user_env=user_env,
         labels=labels,
-        command=list(spec.command),
+        command=command,
         tty=spec.tty,
         await_attach=spec.await_main_process_attachment,
         ssh_socket_path=ssh_socket,
