@@ -1,14 +1,17 @@
 """Checks of single fields of a sandbox request: free text, environment, command,
-labels and the supervisor's SSH socket path. Each error names the field (``where``)
-and never echoes a value (values may be secrets): keys through :func:`shown`, and sizes."""
+labels, the supervisor's SSH socket path, and the size of the request as recorded.
+Each error names the field (``where``) and never echoes a value (values may be
+secrets): keys through :func:`shown`, and sizes."""
 
 from __future__ import annotations
 
 import json
 import posixpath
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
+
+from google.protobuf.message import Message
 
 from . import names
 from .errors import DriverError, InvalidArgument
@@ -39,6 +42,13 @@ MAX_ENV_TOTAL = 96 * 1024  # bytes of keys and values, template.environment and 
 MAX_COMMAND_ARGS = 1024  # arguments of spec.command
 MAX_COMMAND_ARG = 32 * 1024  # bytes of one argument: an inline script (sh -c, python -c) fits
 MAX_COMMAND_TOTAL = 96 * 1024  # bytes of all arguments
+# The create request as recorded (secrets left out, base64 in one label of the sandbox's
+# volume): Podman keeps it in its database and returns it with every volume list and
+# inspect (podmand lists its volumes at start and at every garbage collection). Every
+# field at its own bound at once is ~350 KiB encoded; this leaves room for the rest
+# (driver_config, resources, ids), and bounds what podmand itself never bounds field
+# by field (template.platform_config, spec.policy, many tiny entries).
+MAX_RECORD = 512 * 1024
 
 # Parents the supervisor must not chmod 0700 (it does so to the socket's parent):
 # shared or podmand-owned directories. Top-level directories are refused as well.
@@ -171,6 +181,37 @@ def bounded_labels(where: str, labels: Any) -> dict[str, str]:
     if total > MAX_LABELS_TOTAL:
         raise InvalidArgument(f"{where}: {total} bytes of labels, more than {MAX_LABELS_TOTAL // 1024} KiB")
     return out
+
+
+def check_record(where: str, message: Message, encoded: int) -> None:
+    """``message`` (the request as recorded) takes ``encoded`` bytes once encoded: at most
+    :data:`MAX_RECORD`, or INVALID_ARGUMENT naming its biggest part (by size alone)."""
+    if encoded <= MAX_RECORD:
+        return
+    size, part = max(_parts(where, message), default=(0, where))
+    raise InvalidArgument(
+        f"{where}: {encoded} bytes as podmand records the request (secrets left out, base64), "
+        f"more than {_kib(MAX_RECORD)}; its biggest part is {part} ({size} bytes)"
+    )
+
+
+def _parts(where: str, message: Message) -> Iterator[tuple[int, str]]:
+    """(encoded size, field path) of each field set in ``message``, going into the
+    singular messages of its own .proto file (sandbox, spec, template, ...); others
+    (maps, lists, Struct, the policy) count whole."""
+    fields = [fd for fd, _ in message.ListFields()]
+    for fd in fields:
+        path = f"{where}.{fd.name}"
+        nested = fd.message_type
+        if nested is not None and not fd.is_repeated and nested.file is message.DESCRIPTOR.file:
+            yield from _parts(path, getattr(message, fd.name))
+            continue
+        alone = type(message)()
+        alone.CopyFrom(message)
+        for other in fields:
+            if other is not fd:
+                alone.ClearField(other.name)
+        yield alone.ByteSize(), path
 
 
 def check_socket_path(where: str, path: str, error: type[DriverError] = InvalidArgument) -> str:

@@ -1,7 +1,8 @@
 """Sandbox request validation and the libpod container spec, as pure functions.
 
 ``validate`` turns a ``DriverSandbox`` into a :class:`Plan` or raises an error
-naming the offending field; ``container_spec`` turns a plan plus what
+naming the offending field, the request's size as recorded included (the
+intent label, :func:`encode_intent`); ``container_spec`` turns a plan plus what
 provisioning resolved (image ID, paths) into the SpecGenerator JSON. Their
 parts live beside them: single-field checks in ``requestchecks``, the container
 environment in ``sandboxenv``, podmand's own mounts in ``sandboxmounts`` and the
@@ -188,6 +189,8 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
     cfg = drivercfg.parse(tpl, settings, userns=userns, control_paths=(ssh_socket,))
     devices, gpu_count = _gpu(sandbox, cfg.cdi_devices)
     spec_hash, intent = encode_intent(sandbox)
+    if len(intent) > requestchecks.MAX_RECORD:  # the volume label that records the create
+        requestchecks.check_record("sandbox", strip_secrets(sandbox), len(intent))
     return Plan(
         sandbox_id=sandbox.id,
         name=sandbox.name,

@@ -332,14 +332,17 @@ def oversized() -> list[tuple[pb.DriverSandbox, str]]:
     cases.append((sandbox(command=["true"] * 1025), "sandbox.spec.command: 1025 arguments, more than 1024"))
     cases.append((sandbox(command=[secret(30 * KIB) for _ in range(4)]),
                   f"sandbox.spec.command: {120 * KIB} bytes of arguments, more than 96 KiB"))
+    box = sandbox()  # nothing podmand bounds field by field, but the record of the create
+    box.spec.template.platform_config.update({"blob": secret(600 * KIB)})
+    cases.append((box, "more than 512 KiB; its biggest part is sandbox.spec.template.platform_config ("))
     return cases
 
 
-def test_oversized_environment_and_command_are_refused(
+def test_oversized_environment_command_and_record_are_refused(
     make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient
 ) -> None:
-    """An environment value, the environment, an argument or the command past its
-    bound: INVALID_ARGUMENT naming the field from validation and
+    """An environment value, the environment, an argument, the command or the recorded
+    request past its bound: INVALID_ARGUMENT naming the field from validation and
     create alike, nothing created, and no value in the message (values may be secrets)."""
     daemon = make_podmand()
     for box, needle in oversized():

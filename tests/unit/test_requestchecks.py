@@ -1,5 +1,5 @@
-"""Unit tests for podmand.requestchecks: the bounds of the environment and the command,
-through spec.validate as a create meets them."""
+"""Unit tests for podmand.requestchecks: the bounds of the environment, the command and
+the recorded request, through spec.validate as a create meets them."""
 
 from __future__ import annotations
 
@@ -128,3 +128,37 @@ def test_the_command_at_its_bound_fits_one_execve_string() -> None:
     assert sandboxenv.main_process_spec(plan).count('"x"') == requestchecks.MAX_COMMAND_ARGS - 3
     [main] = [s for s in execve_strings(plan) if s.startswith(names.ENV_MAIN_PROCESS.encode() + b"=")]
     assert len(main) <= requestchecks.MAX_ARG_STRLEN
+
+
+# ---------------------------------------------------------------- the record
+
+
+def test_every_field_at_its_bound_at_once_is_recorded_and_execs() -> None:
+    """The bounds agree with each other: env, command and labels all at theirs is
+    accepted (the record under its own bound), and the supervisor's execve fits."""
+    env = {f"E{i}": value(32 * KIB - 2) for i in range(3)}
+    labels = {f"l{i:02d}": value(4 * KIB - 3) for i in range(16)}  # 64 KiB
+    box = make_sandbox(environment=env, command=[value(32 * KIB) for _ in range(3)],
+                       template=pb.DriverSandboxTemplate(labels=labels))
+    plan = spec.validate(box, Settings())
+    assert 340 * KIB < len(plan.intent) < requestchecks.MAX_RECORD - 128 * KIB  # room for the rest
+    strings = execve_strings(plan)
+    assert max(map(len, strings)) <= requestchecks.MAX_ARG_STRLEN
+    assert sum(map(len, strings)) + 8 * len(strings) < 2 * 1024 * KIB  # ARG_MAX with the usual 8 MiB stack
+
+
+def test_a_record_over_its_bound_is_refused_naming_the_biggest_part() -> None:
+    """What podmand bounds nowhere else (platform_config, the policy) still cannot
+    grow the volume label past MAX_RECORD; the message names sizes and fields only."""
+    box = make_sandbox(command=["python", "app.py"])
+    box.spec.template.platform_config.update({"blob": value(600 * KIB)})
+    box.spec.template.environment["SMALL"] = value(100)
+    refused(box, "sandbox: ", "bytes as podmand records the request (secrets left out, base64), more than 512 KiB",
+            "its biggest part is sandbox.spec.template.platform_config (")
+    policy = make_sandbox()
+    policy.spec.policy.filesystem.read_only.extend(value(KIB) for _ in range(400))
+    refused(policy, "its biggest part is sandbox.spec.policy (")
+    under = make_sandbox()
+    under.spec.template.platform_config.update({"blob": value(380 * KIB)})
+    assert len(spec.validate(under, Settings()).intent) <= requestchecks.MAX_RECORD
+
