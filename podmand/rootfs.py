@@ -7,9 +7,13 @@ image ID, runs the sandbox from it as from a pulled image, and deletes the slot
 whatever happens: imported, failed, or refused. ``ValidateSandboxCreate`` only
 looks: the gateway sends the same path again with the create.
 
-:func:`check_path` is pure (shape, and containment before symlinks); :func:`open_staged`
-opens the file and checks the open descriptor (where it really is, a regular file,
-the size limit), so what is checked is what is imported.
+Only the gateway's own shape is taken, ``<staging dir>/req-<uuid>/<file>``: the
+path is a tenant's request, and a refused create deletes what it names, so it
+must not name anything but one file in one slot. :func:`check_path` is pure
+(shape, and containment before symlinks); :func:`open_staged` opens the file and
+checks the open descriptor (where it really is, a regular file, the size limit),
+so what is checked is what is imported; :func:`remove_slot` unlinks that one file
+and removes its slot if it is then empty, never following a symlink.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ import logging
 import os
 import posixpath
 import re
-import shutil
 import stat
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -37,6 +40,14 @@ REPOSITORY = "localhost/podmand-rootfs"  # tagged with the sandbox id: one image
 STAGING_DIR = "rootfs-staging"  # under the state directory, unless rootfs_staging_dir says otherwise
 MAX_PATH = 4096
 MAX_NAME = 255  # bytes in one path component (NAME_MAX)
+# The gateway's slot (upstream OpenShell, crates/openshell-server/src/compute/rootfs_tar.rs):
+# "req-" and a fresh UUID v4 as Rust's uuid crate prints it (lowercase, hyphenated),
+# holding one file whose name the gateway took from the client (at most 128 bytes, no
+# path separator or backslash, not starting with "."; the gateway keeps a dot file of
+# its own in the slot while the driver request runs, which a path must never name).
+SLOT_PREFIX = "req-"
+_SLOT_RE = re.compile(r"req-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+MAX_FILE_NAME = 128
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -97,9 +108,9 @@ def _check_apart(s: Settings, state_dir: Path, staging: Path, where: str) -> Non
 
 
 def check_path(value: object, s: Settings) -> str:
-    """``value`` as a normalised absolute path inside the staging directory, before
-    symlinks are looked at (INVALID_ARGUMENT naming the field), or FAILED_PRECONDITION
-    when this podmand takes no rootfs tars."""
+    """``value`` as a file directly in a gateway slot, ``<staging dir>/req-<uuid>/<file>``,
+    before symlinks are looked at (INVALID_ARGUMENT naming the field), or
+    FAILED_PRECONDITION when this podmand takes no rootfs tars."""
     if not enabled(s):
         raise FailedPrecondition(
             f"{WHERE}: rootfs tar sources are not supported here (rootfs_max_bytes is 0: "
@@ -112,44 +123,82 @@ def check_path(value: object, s: Settings) -> str:
         raise InvalidArgument(f"{WHERE}: must be normalised (no empty, '.' or '..' segments, no trailing '/')")
     if any(len(p.encode("utf-8", "surrogateescape")) > MAX_NAME for p in parts):
         raise InvalidArgument(f"{WHERE}: each path component must be at most {MAX_NAME} bytes")
-    if slot(value, s) is None:
+    root = s.rootfs_staging_dir.rstrip("/")
+    if not value.startswith(root + "/"):
         raise InvalidArgument(f"{WHERE}: must be inside the rootfs staging directory {s.rootfs_staging_dir}")
+    inner = value[len(root) + 1 :].split("/")
+    if len(inner) != 2 or not _SLOT_RE.fullmatch(inner[0]):
+        raise InvalidArgument(
+            f"{WHERE}: must name a file directly in a slot the gateway staged, "
+            f"{root}/{SLOT_PREFIX}<uuid>/<file> (a lowercase UUID, one file name)"
+        )
+    name = inner[1]
+    if name.startswith(".") or "\\" in name or len(name.encode("utf-8", "surrogateescape")) > MAX_FILE_NAME:
+        raise InvalidArgument(
+            f"{WHERE}: the file name in the slot must be at most {MAX_FILE_NAME} bytes, "
+            "without a backslash, not starting with '.'"
+        )
     return value
 
 
 def slot(path: str, s: Settings) -> Path | None:
-    """The staging slot holding ``path`` (the staging directory's entry it lies in:
-    the gateway's request directory, or the tar itself), or None when ``path`` is
-    not lexically inside the staging directory."""
-    root = s.rootfs_staging_dir
-    if not root or not isinstance(path, str) or not path.startswith(root.rstrip("/") + "/"):
+    """The slot directory holding ``path`` when :func:`check_path` takes it, else
+    None: a path of any other shape names no slot, and nothing of it is touched."""
+    try:
+        check_path(path, s)
+    except (InvalidArgument, FailedPrecondition):
         return None
-    first = path[len(root.rstrip("/")) + 1 :].split("/", 1)[0]
-    if first in ("", ".", ".."):
-        return None
-    return Path(root) / first
+    return Path(path).parent
 
 
 def remove_slot(path: str, s: Settings) -> bool:
-    """Delete the slot holding ``path`` (never anything outside the staging
-    directory, never through a symlink); True when something was removed."""
+    """Delete the staged tar ``path`` names and then its slot, when :func:`check_path`
+    takes ``path`` (a refused path is never touched); True when the file was removed.
+
+    The file is unlinked (a symlink goes, never what it points at) through the slot
+    directory opened without following a symlink, and the slot is removed with
+    rmdir: only when nothing else is left in it (the gateway deletes a slot it still
+    keeps something in). A slot that is no directory is left as it is."""
     found = slot(path, s)
     if found is None:
         return False
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
     try:
-        st = os.lstat(found)
-    except (OSError, ValueError):  # gone, or a name the filesystem cannot hold: nothing of ours
-        return False
-    try:
-        if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(found)
-        else:
-            found.unlink()
+        root_fd = os.open(s.rootfs_staging_dir, flags)
     except OSError as exc:
-        log.warning("could not remove rootfs staging slot %s: %s", found, exc)
+        log.warning("could not open the rootfs staging directory %s: %s", s.rootfs_staging_dir, exc.strerror)
         return False
-    log.info("removed rootfs staging slot %s", found)
-    return True
+    try:
+        try:
+            slot_fd = os.open(found.name, flags | os.O_NOFOLLOW, dir_fd=root_fd)
+        except FileNotFoundError:
+            return False  # gone already
+        except OSError as exc:  # ELOOP, ENOTDIR: a symlink or a file where the slot should be
+            log.warning("rootfs staging slot %s is not a directory (%s): left as it is", found, exc.strerror)
+            return False
+        try:
+            os.unlink(Path(path).name, dir_fd=slot_fd)
+        except FileNotFoundError:
+            removed = False
+        except OSError as exc:  # EISDIR (a directory in place of the tar), EPERM, ...
+            log.warning("could not remove staged rootfs tar %s: %s", path, exc.strerror)
+            return False
+        else:
+            removed = True
+            log.info("removed staged rootfs tar %s", path)
+        finally:
+            os.close(slot_fd)
+        try:
+            os.rmdir(found.name, dir_fd=root_fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # ENOTEMPTY: the gateway's, or another file, still in it
+            log.info("kept rootfs staging slot %s: %s", found, exc.strerror)
+        else:
+            log.info("removed rootfs staging slot %s", found)
+        return removed
+    finally:
+        os.close(root_fd)
 
 
 class Staged(NamedTuple):

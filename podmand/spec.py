@@ -1,7 +1,8 @@
 """Sandbox request validation and the libpod container spec, as pure functions.
 
 ``validate`` turns a ``DriverSandbox`` into a :class:`Plan` or raises an error
-naming the offending field; ``container_spec`` turns a plan plus what
+naming the offending field, the request's size as recorded included (the
+intent label, :func:`encode_intent`); ``container_spec`` turns a plan plus what
 provisioning resolved (image ID, paths) into the SpecGenerator JSON. Their
 parts live beside them: single-field checks in ``requestchecks``, the container
 environment in ``sandboxenv``, podmand's own mounts in ``sandboxmounts`` and the
@@ -170,12 +171,11 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
     if not from_tar and (why := imagechecks.reference_refusal(image)):
         raise InvalidArgument(f"sandbox.spec.template.image: {why}")
     requestchecks.check_text("sandbox.spec.log_level", spec.log_level)
-    user_env = requestchecks.env_vars("sandbox.spec.template.environment", tpl.environment)
-    user_env.update(requestchecks.env_vars("sandbox.spec.environment", spec.environment))
+    user_env = requestchecks.environment(
+        ("sandbox.spec.template.environment", tpl.environment), ("sandbox.spec.environment", spec.environment)
+    )
     labels = requestchecks.bounded_labels("sandbox.spec.template.labels", tpl.labels)
-    for i, arg in enumerate(spec.command):
-        if "\x00" in arg:
-            raise InvalidArgument(f"sandbox.spec.command[{i}]: must not contain NUL")
+    command = requestchecks.command("sandbox.spec.command", spec.command)
     if tpl.agent_socket_path:
         ssh_socket = requestchecks.check_socket_path("sandbox.spec.template.agent_socket_path", tpl.agent_socket_path)
     else:  # the operator's setting: a bad one is a server-side problem
@@ -203,6 +203,8 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
     cfg = drivercfg.parse(tpl, settings, userns=userns, control_paths=(ssh_socket,))
     devices, gpu_count = _gpu(sandbox, cfg.cdi_devices)
     spec_hash, intent = encode_intent(sandbox)
+    if len(intent) > requestchecks.MAX_RECORD:  # the volume label that records the create
+        requestchecks.check_record("sandbox", strip_secrets(sandbox), len(intent))
     return Plan(
         sandbox_id=sandbox.id,
         name=sandbox.name,
@@ -211,7 +213,7 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
         log_level=spec.log_level,
         user_env=user_env,
         labels=labels,
-        command=list(spec.command),
+        command=command,
         tty=spec.tty,
         await_attach=spec.await_main_process_attachment,
         ssh_socket_path=ssh_socket,

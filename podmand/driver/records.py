@@ -32,7 +32,9 @@ async def create(prov: Provisioner, sandbox: pb.DriverSandbox | None) -> str:
     """Record the request and start provisioning; the runtime identity. A staged
     rootfs tar belongs to the create from here on: provisioning deletes it after the
     import, and any refusal here deletes it at once, unless a create already
-    accepted owns that slot (:func:`_slot_owned`)."""
+    accepted owns that slot (:func:`_slot_owned`). The path is the caller's: only one
+    of the gateway's shape is deleted, and only that file and its emptied slot
+    (:func:`rootfs.remove_slot`); any other path is refused and left alone."""
     try:
         plan = await prov.validator.validate(sandbox, staged=False)
         assert sandbox is not None

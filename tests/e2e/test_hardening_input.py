@@ -20,6 +20,7 @@ import pytest
 from podmand._proto import compute_driver_pb2 as pb
 
 from .conftest import Podmand, containers_of, gateway_metadata, ready, sandbox, volumes_of, wait_until
+from .test_conformance import reported
 
 ADMITTED = {"openshell.ai/sandbox-attachable": "true", "openshell.ai/workspace": "ws"}
 DRIVER_CONFIG = {"PODMAND_ALLOW_DRIVER_CONFIG": "true"}
@@ -302,6 +303,73 @@ def test_bad_values_are_invalid_argument(
     for box, field in cases:
         refused(create(daemon, box), grpc.StatusCode.INVALID_ARGUMENT, field)
         nothing_created(daemon, podman_client, box.id)
+
+
+KIB = 1024
+SECRET = "s3cr3t-"  # starts every oversized value: no message may contain it
+
+
+def secret(size: int, fill: str = "v") -> str:
+    return SECRET + fill * (size - len(SECRET))
+
+
+def oversized() -> list[tuple[pb.DriverSandbox, str]]:
+    """Requests past one bound each, with the message that names it."""
+    cases: list[tuple[pb.DriverSandbox, str]] = []
+    box = sandbox(environment={"BIG": secret(32 * KIB + 1)})
+    cases.append((box, f"sandbox.spec.environment[BIG]: value is {32 * KIB + 1} bytes, more than 32 KiB"))
+    box = sandbox()
+    box.spec.template.environment["BIG"] = secret(32 * KIB + 1)
+    cases.append((box, "sandbox.spec.template.environment[BIG]: value is"))
+    box = sandbox(environment={f"S{i}": secret(20 * KIB - 2) for i in range(2)})
+    box.spec.template.environment.update({f"T{i}": secret(20 * KIB - 2) for i in range(3)})
+    cases.append((box, "sandbox.spec.template.environment + sandbox.spec.environment: "
+                       f"{100 * KIB} bytes of keys and values together, more than 96 KiB"))
+    box = sandbox(environment={f"C{i}": secret(8 * KIB, "\x01") for i in range(3)})  # six bytes each as JSON
+    cases.append((box, "bytes once encoded as JSON for OPENSHELL_USER_ENVIRONMENT"))
+    cases.append((sandbox(command=["sh", "-c", secret(32 * KIB + 1)]),
+                  f"sandbox.spec.command[2]: {32 * KIB + 1} bytes, more than 32 KiB"))
+    cases.append((sandbox(command=["true"] * 1025), "sandbox.spec.command: 1025 arguments, more than 1024"))
+    cases.append((sandbox(command=[secret(30 * KIB) for _ in range(4)]),
+                  f"sandbox.spec.command: {120 * KIB} bytes of arguments, more than 96 KiB"))
+    box = sandbox()  # nothing podmand bounds field by field, but the record of the create
+    box.spec.template.platform_config.update({"blob": secret(600 * KIB)})
+    cases.append((box, "more than 512 KiB; its biggest part is sandbox.spec.template.platform_config ("))
+    return cases
+
+
+def test_oversized_environment_command_and_record_are_refused(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient
+) -> None:
+    """An environment value, the environment, an argument, the command or the recorded
+    request past its bound: INVALID_ARGUMENT naming the field from validation and
+    create alike, nothing created, and no value in the message (values may be secrets)."""
+    daemon = make_podmand()
+    for box, needle in oversized():
+        for call in (validate(daemon, box), create(daemon, box)):
+            details = refused(call, grpc.StatusCode.INVALID_ARGUMENT, needle)
+            assert details.startswith("sandbox"), details
+            assert SECRET not in details and "vvvv" not in details, details
+        nothing_created(daemon, podman_client, box.id)
+
+
+def test_environment_and_command_at_their_bounds_run(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """The bounds are ones Linux execs: 96 KiB of environment and 96 KiB of command (each
+    value and argument near 32 KiB) reach the main process through the supervisor."""
+    daemon = make_podmand()
+    script = 'printf "%s %s %s" "$#" "${#1}" "${#E0}" >/tmp/.r; mv /tmp/.r /tmp/report; exec sleep 600'
+    args = [secret(32 * KIB - 200) for _ in range(3)]
+    box = sandbox(command=["sh", "-c", script, "sh", *args],
+                  environment={f"E{i}": secret(32 * KIB - 2) for i in range(3)})
+    cleanup.append(box.id)
+    daemon.stub.ValidateSandboxCreate(pb.ValidateSandboxCreateRequest(sandbox=box))
+    watch = daemon.watch()
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    watch.wait_reason(box.id, "ContainerRunning", timeout=60)
+    assert reported(podman_client, box.id) == f"3 {32 * KIB - 200} {32 * KIB - 2}"
+    assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
 def test_podmands_own_paths_are_never_bind_sources(

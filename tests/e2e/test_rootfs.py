@@ -133,16 +133,17 @@ def test_refused_rootfs_tars_create_nothing_and_touch_nothing_outside(
 ) -> None:
     """Outside the staging directory (directly, through a slot that is a symlink, or a
     tar that is one), or over the limit: INVALID_ARGUMENT naming the field, no container
-    or volume, the outside file intact. A refused create deletes its slot inside the staging directory, whatever the
-    reason (also a policy without the group a USER-less rootfs needs); validation
-    deletes nothing."""
+    or volume, the outside file intact. A refused create deletes its tar and slot,
+    whatever the reason (also a policy without the group a USER-less rootfs needs):
+    a tar that is a symlink loses the link, never its target, and a slot that is a
+    symlink is left as it is; validation deletes nothing."""
     staging = daemon.state_dir / "rootfs-staging"
     outside = daemon.workdir / "outside" / "rootfs.tar"
     outside.parent.mkdir()
     outside.write_bytes(SANDBOX_TAR.read_bytes())
-    link = staging / "req-link"
+    link = staging / f"req-{uuid.uuid4()}"
     link.symlink_to(outside.parent)
-    inner = staging / "req-inner-link"
+    inner = staging / f"req-{uuid.uuid4()}"
     inner.mkdir()
     shutil.chown(inner, USER, USER)
     (inner / "rootfs.tar").symlink_to(outside)
@@ -161,10 +162,13 @@ def test_refused_rootfs_tars_create_nothing_and_touch_nothing_outside(
         assert path.exists() or path.is_symlink()
         message = refused(daemon, "CreateSandbox", box)
         assert message.startswith(f"{WHERE}: ") and needle in message, message
+        assert outside.read_bytes() == SANDBOX_TAR.read_bytes()  # a symlink is unlinked, never followed
         assert containers_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []
         assert not podman_client.images.exists(f"localhost/podmand-rootfs:{box.id}")
     assert outside.read_bytes() == SANDBOX_TAR.read_bytes()
-    assert list(staging.iterdir()) == []  # the refused creates' slots
+    # The refused creates' slots are gone (the tar that is a symlink: the link, not its
+    # target); a slot that is a symlink is no slot podmand deletes through or removes.
+    assert list(staging.iterdir()) == [link] and link.is_symlink()
 
     # A good tar, but a policy without a group: the image declares no USER to take it from.
     tar = stage(staging, SANDBOX_TAR.read_bytes())
@@ -175,6 +179,50 @@ def test_refused_rootfs_tars_create_nothing_and_touch_nothing_outside(
         assert message.startswith(f"{WHERE}: a rootfs tar declares no USER: ") and "name both" in message, message
         assert tar.exists() == (rpc == "ValidateSandboxCreate")
     assert containers_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []
+
+
+def owned(path: Path, data: bytes | None = None) -> Path:
+    """A directory (or, with ``data``, a file) as the gateway's user makes it."""
+    if data is None:
+        path.mkdir(mode=0o700)
+    else:
+        path.write_bytes(data)
+    shutil.chown(path, USER, USER)
+    return path
+
+
+def test_paths_of_another_shape_are_refused_and_what_they_name_stays(
+    daemon: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """Only <staging>/req-<uuid>/<file> is taken. A file below another tenant's slot, in
+    a directory that is no slot, or in the staging directory itself: INVALID_ARGUMENT
+    naming the field from validation and create alike, nothing created, and every
+    file and directory there as it was (a refused create once rmtree'd the first
+    component below the staging directory)."""
+    staging = daemon.state_dir / "rootfs-staging"
+    victim = stage(staging, SANDBOX_TAR.read_bytes())  # another tenant's slot, its tar staged
+    owned(victim.parent / "sub")
+    owned(victim.parent / "sub" / "keep", b"the other tenant's")
+    victimdir = owned(staging / "victimdir")
+    owned(victimdir / "keep", b"not a slot")
+    loose = owned(staging / "x.tar", b"x" * 1024)  # a tar in the staging directory itself
+
+    def tree() -> dict[str, bytes | None]:
+        return {str(p.relative_to(staging)): p.read_bytes() if p.is_file() else None for p in staging.rglob("*")}
+
+    before = tree()
+    for path in (victim.parent / "sub" / "x.tar", victimdir / "x.tar", loose):
+        box = from_tar(path)
+        cleanup.append(box.id)
+        messages = []
+        for rpc in ("ValidateSandboxCreate", "CreateSandbox"):
+            messages.append(refused(daemon, rpc, box))
+            assert tree() == before, (rpc, path)
+        for message in messages:
+            assert message.startswith(f"{WHERE}: must name a file directly in a slot the gateway staged, "
+                                      f"{staging.resolve()}/req-<uuid>/<file>"), message
+        assert containers_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []
+    assert victim.read_bytes() == SANDBOX_TAR.read_bytes()
 
 
 def test_a_tar_podman_cannot_import_fails_the_sandbox_and_its_slot_is_deleted(

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,12 @@ from tests.fakes.libpod import FakeLibpod
 
 ROOT = "/srv/staging"
 ON = Settings(rootfs_staging_dir=ROOT, rootfs_max_bytes=1024)
+SLOT = "req-0b6c2e57-3a1f-4c2d-9e8f-1a2b3c4d5e6f"  # as the gateway names one: req- and a lowercase UUID
+TAR = f"{ROOT}/{SLOT}/rootfs.tar"
+
+
+def new_slot() -> str:
+    return f"req-{uuid.uuid4()}"
 
 
 def staged_in(tmp_path: Path, max_bytes: int = 1024) -> Settings:
@@ -32,19 +39,36 @@ def staged_in(tmp_path: Path, max_bytes: int = 1024) -> Settings:
     return Settings(rootfs_staging_dir=str(root), rootfs_max_bytes=max_bytes)
 
 
+SHAPE = "must name a file directly in a slot the gateway staged, /srv/staging/req-<uuid>/<file>"
+FILE_NAME = "the file name in the slot must be at most 128 bytes"
+
+
 @pytest.mark.parametrize(
     ("value", "needle"),
     [
-        ("req-1/rootfs.tar", "must be an absolute path"),
+        (f"{SLOT}/rootfs.tar", "must be an absolute path"),
         (7, "must be an absolute path"),
-        ("/srv/staging/req-1/../../etc/shadow", "must be normalised"),
-        ("/srv/staging/./req-1/rootfs.tar", "must be normalised"),
-        ("/srv/staging//req-1/rootfs.tar", "must be normalised"),
-        ("/srv/staging/req-1/", "must be normalised"),
+        (f"/srv/staging/{SLOT}/../../etc/shadow", "must be normalised"),
+        (f"/srv/staging/./{SLOT}/rootfs.tar", "must be normalised"),
+        (f"/srv/staging//{SLOT}/rootfs.tar", "must be normalised"),
+        (f"/srv/staging/{SLOT}/", "must be normalised"),
         ("/srv/staging/req\n1/rootfs.tar", "must be an absolute path"),
         ("/srv/staging", "must be inside the rootfs staging directory /srv/staging"),
-        ("/srv/staging-evil/rootfs.tar", "must be inside the rootfs staging directory"),
+        (f"/srv/staging-evil/{SLOT}/rootfs.tar", "must be inside the rootfs staging directory"),
         ("/etc/shadow", "must be inside the rootfs staging directory"),
+        # Anything but the gateway's own shape: a refused create deletes what the path names.
+        ("/srv/staging/rootfs.tar", SHAPE),
+        ("/srv/staging/victimdir/x.tar", SHAPE),
+        (f"/srv/staging/{SLOT}", SHAPE),
+        (f"/srv/staging/{SLOT}/sub/x.tar", SHAPE),
+        ("/srv/staging/req-1/rootfs.tar", SHAPE),
+        (f"/srv/staging/{SLOT.upper().replace('REQ-', 'req-')}/rootfs.tar", SHAPE),
+        (f"/srv/staging/req-{uuid.UUID(SLOT[4:]).hex}/rootfs.tar", SHAPE),
+        (f"/srv/staging/{{{SLOT[4:]}}}/rootfs.tar", SHAPE),
+        (f"/srv/staging/{SLOT}x/rootfs.tar", SHAPE),
+        (f"/srv/staging/{SLOT}/.driver-request-pending", FILE_NAME),
+        (f"/srv/staging/{SLOT}/a\\b.tar", FILE_NAME),
+        (f"/srv/staging/{SLOT}/" + "x" * 129, FILE_NAME),
     ],
 )
 def test_paths_refused_before_the_filesystem_is_asked(value: object, needle: str) -> None:
@@ -53,38 +77,42 @@ def test_paths_refused_before_the_filesystem_is_asked(value: object, needle: str
     assert exc.value.message.startswith(f"{rootfs.WHERE}: ") and needle in exc.value.message
 
 
-def test_a_path_inside_the_staging_directory_is_taken() -> None:
-    assert rootfs.check_path("/srv/staging/req-1/rootfs.tar", ON) == "/srv/staging/req-1/rootfs.tar"
-    assert rootfs.check_path("/srv/staging/rootfs.tar", ON) == "/srv/staging/rootfs.tar"
+def test_a_file_in_a_gateway_slot_is_taken() -> None:
+    assert rootfs.check_path(TAR, ON) == TAR
+    for name in ("x" * 128, "é" * 64, "rootfs.tar.gz", "my rootfs (1).tar"):
+        assert rootfs.check_path(f"{ROOT}/{SLOT}/{name}", ON) == f"{ROOT}/{SLOT}/{name}"
+    with_slash = Settings(rootfs_staging_dir=ROOT + "/", rootfs_max_bytes=1024)
+    assert rootfs.check_path(TAR, with_slash) == TAR
 
 
 @pytest.mark.parametrize("settings", [Settings(rootfs_max_bytes=0, rootfs_staging_dir=ROOT), Settings()])
 def test_disabled_or_unprepared_is_a_failed_precondition(settings: Settings) -> None:
     with pytest.raises(FailedPrecondition) as exc:
-        rootfs.check_path("/srv/staging/req-1/rootfs.tar", settings)
+        rootfs.check_path(TAR, settings)
     assert "rootfs tar sources are not supported" in exc.value.message
 
 
 @pytest.mark.parametrize(
     ("path", "slot"),
     [
-        ("/srv/staging/req-1/rootfs.tar", "/srv/staging/req-1"),
-        ("/srv/staging/req-1/deeper/rootfs.tar", "/srv/staging/req-1"),
-        ("/srv/staging/rootfs.tar", "/srv/staging/rootfs.tar"),
-        ("/srv/staging-evil/req-1/rootfs.tar", None),
+        (TAR, f"/srv/staging/{SLOT}"),
+        (f"/srv/staging/{SLOT}/deeper/rootfs.tar", None),
+        ("/srv/staging/req-1/rootfs.tar", None),
+        ("/srv/staging/rootfs.tar", None),
+        (f"/srv/staging-evil/{SLOT}/rootfs.tar", None),
         ("/srv/staging", None),
         ("/srv/staging/../x", None),
         ("/tmp/rootfs.tar", None),
     ],
 )
-def test_slot_is_the_staging_directory_entry_holding_the_tar(path: str, slot: str | None) -> None:
+def test_slot_is_the_gateway_directory_holding_the_tar(path: str, slot: str | None) -> None:
     found = rootfs.slot(path, ON)
     assert (str(found) if found else None) == slot
 
 
 def test_open_staged_takes_a_regular_file_within_the_limit(tmp_path: Path) -> None:
     s = staged_in(tmp_path)
-    tar = Path(s.rootfs_staging_dir) / "req-1" / "rootfs.tar"
+    tar = Path(s.rootfs_staging_dir) / SLOT / "rootfs.tar"
     tar.parent.mkdir()
     tar.write_bytes(b"x" * 100)
     staged = rootfs.open_staged(str(tar), s)
@@ -97,24 +125,25 @@ def test_open_staged_refusals(tmp_path: Path) -> None:
     root = Path(s.rootfs_staging_dir)
     outside = tmp_path / "secret.tar"
     outside.write_bytes(b"secret")
-    (root / "req-big").mkdir()
-    (root / "req-big" / "rootfs.tar").write_bytes(b"x" * 11)
-    (root / "req-empty").mkdir()
-    (root / "req-empty" / "rootfs.tar").write_bytes(b"")
-    (root / "req-dir" / "rootfs.tar").mkdir(parents=True)
-    (root / "req-link").mkdir()
-    (root / "req-link" / "rootfs.tar").symlink_to(outside)
-    (root / "req-inner-link").mkdir()
-    (root / "req-inner-link" / "rootfs.tar").symlink_to(root / "req-big" / "rootfs.tar")
-    (root / "req-escape").symlink_to(tmp_path)  # a slot that is a link out of the staging directory
+    slots = {name: new_slot() for name in ("big", "empty", "dir", "link", "inner", "escape", "missing")}
+    (root / slots["big"]).mkdir()
+    (root / slots["big"] / "rootfs.tar").write_bytes(b"x" * 11)
+    (root / slots["empty"]).mkdir()
+    (root / slots["empty"] / "rootfs.tar").write_bytes(b"")
+    (root / slots["dir"] / "rootfs.tar").mkdir(parents=True)
+    (root / slots["link"]).mkdir()
+    (root / slots["link"] / "rootfs.tar").symlink_to(outside)
+    (root / slots["inner"]).mkdir()
+    (root / slots["inner"] / "rootfs.tar").symlink_to(root / slots["big"] / "rootfs.tar")
+    (root / slots["escape"]).symlink_to(tmp_path)  # a slot that is a link out of the staging directory
     cases = {
-        "req-big/rootfs.tar": "is 11 bytes, more than rootfs_max_bytes (10)",
-        "req-empty/rootfs.tar": "is empty",
-        "req-dir/rootfs.tar": "is not a regular file",
-        "req-link/rootfs.tar": "is a symbolic link",
-        "req-inner-link/rootfs.tar": "is a symbolic link",
-        "req-escape/secret.tar": "resolves outside the rootfs staging directory",
-        "req-missing/rootfs.tar": "cannot be opened: No such file or directory",
+        f"{slots['big']}/rootfs.tar": "is 11 bytes, more than rootfs_max_bytes (10)",
+        f"{slots['empty']}/rootfs.tar": "is empty",
+        f"{slots['dir']}/rootfs.tar": "is not a regular file",
+        f"{slots['link']}/rootfs.tar": "is a symbolic link",
+        f"{slots['inner']}/rootfs.tar": "is a symbolic link",
+        f"{slots['escape']}/secret.tar": "resolves outside the rootfs staging directory",
+        f"{slots['missing']}/rootfs.tar": "cannot be opened: No such file or directory",
     }
     for rel, needle in cases.items():
         with pytest.raises(InvalidArgument) as exc:
@@ -123,23 +152,77 @@ def test_open_staged_refusals(tmp_path: Path) -> None:
     assert outside.read_bytes() == b"secret"
 
 
-def test_remove_slot_deletes_the_request_directory_and_nothing_outside(tmp_path: Path) -> None:
+def test_remove_slot_unlinks_the_tar_and_rmdirs_its_slot_and_nothing_else(tmp_path: Path) -> None:
     s = staged_in(tmp_path)
     root = Path(s.rootfs_staging_dir)
-    (root / "req-1").mkdir()
-    (root / "req-1" / "rootfs.tar").write_bytes(b"x")
-    (root / "req-2").mkdir()
+    mine, other = root / new_slot(), root / new_slot()
+    for slot in (mine, other):
+        slot.mkdir()
+        (slot / "rootfs.tar").write_bytes(b"x")
+    assert rootfs.remove_slot(str(mine / "rootfs.tar"), s)
+    assert not mine.exists() and (other / "rootfs.tar").read_bytes() == b"x"
+    assert not rootfs.remove_slot(str(mine / "rootfs.tar"), s)  # gone already
+
+
+def test_remove_slot_never_touches_a_path_of_another_shape(tmp_path: Path) -> None:
+    """Once any refused create rmtree'd the first component under the staging directory:
+    another tenant's slot (through a file below it), a directory that is no slot, a
+    file in the staging directory itself. A path check_path refuses is left alone."""
+    s = staged_in(tmp_path)
+    root = Path(s.rootfs_staging_dir)
+    victim = root / new_slot()
+    (victim / "sub").mkdir(parents=True)
+    (victim / "rootfs.tar").write_bytes(b"victim")
+    (victim / "sub" / "x.tar").write_bytes(b"victim")
+    (root / "victimdir").mkdir()
+    (root / "victimdir" / "x.tar").write_bytes(b"victim")
+    (root / "x.tar").write_bytes(b"victim")
+    upper = root / f"req-{str(uuid.uuid4()).upper()}"
+    upper.mkdir()
+    (upper / "rootfs.tar").write_bytes(b"victim")
+    before = {str(p.relative_to(root)) for p in root.rglob("*")}
+    for path in (victim / "sub" / "x.tar", victim, root / "victimdir" / "x.tar", root / "x.tar",
+                 upper / "rootfs.tar", victim / ".driver-request-pending", f"{root}/{victim.name}/../x.tar"):
+        assert not rootfs.remove_slot(str(path), s), path
+    assert {str(p.relative_to(root)) for p in root.rglob("*")} == before
+    assert all(p.read_bytes() == b"victim" for p in root.rglob("*") if p.is_file())
+
+
+def test_remove_slot_never_follows_a_symlink(tmp_path: Path) -> None:
+    """A tar that is a symlink: the link goes, its target stays. A slot that is a
+    symlink (out of the staging directory): nothing is removed through it, nor it."""
+    s = staged_in(tmp_path)
+    root = Path(s.rootfs_staging_dir)
     keep = tmp_path / "keep"
     keep.mkdir()
-    (keep / "file").write_bytes(b"k")
-    (root / "req-link").symlink_to(keep)
-    assert rootfs.remove_slot(str(root / "req-1" / "rootfs.tar"), s)
-    assert not (root / "req-1").exists() and (root / "req-2").exists()
-    assert rootfs.remove_slot(str(root / "req-link" / "file"), s)  # the link goes, not what it points at
-    assert not (root / "req-link").exists() and (keep / "file").read_bytes() == b"k"
-    assert not rootfs.remove_slot(str(keep / "file"), s)
-    assert not rootfs.remove_slot(str(root / "req-1" / "rootfs.tar"), s)  # gone already
-    assert (keep / "file").exists()
+    (keep / "rootfs.tar").write_bytes(b"k")
+    linked = root / new_slot()
+    linked.mkdir()
+    (linked / "rootfs.tar").symlink_to(keep / "rootfs.tar")
+    assert rootfs.remove_slot(str(linked / "rootfs.tar"), s)
+    assert not os.path.lexists(linked) and (keep / "rootfs.tar").read_bytes() == b"k"
+    escape = root / new_slot()
+    escape.symlink_to(keep)
+    assert not rootfs.remove_slot(str(escape / "rootfs.tar"), s)
+    assert escape.is_symlink() and (keep / "rootfs.tar").read_bytes() == b"k"
+
+
+def test_remove_slot_keeps_a_slot_with_something_else_in_it(tmp_path: Path) -> None:
+    """rmdir, never rmtree: the gateway's own marker (or a directory in place of the
+    tar) keeps the slot; the gateway deletes it."""
+    s = staged_in(tmp_path)
+    root = Path(s.rootfs_staging_dir)
+    marked = root / new_slot()
+    marked.mkdir()
+    (marked / "rootfs.tar").write_bytes(b"x")
+    (marked / ".driver-request-pending").write_bytes(b"pending\n")
+    assert rootfs.remove_slot(str(marked / "rootfs.tar"), s)
+    assert [p.name for p in marked.iterdir()] == [".driver-request-pending"]
+    tree = root / new_slot()
+    (tree / "rootfs.tar").mkdir(parents=True)
+    (tree / "rootfs.tar" / "inner").write_bytes(b"i")
+    assert not rootfs.remove_slot(str(tree / "rootfs.tar"), s)
+    assert (tree / "rootfs.tar" / "inner").read_bytes() == b"i"
 
 
 def test_prepare_staging_creates_a_private_directory_and_resolves_it(tmp_path: Path) -> None:
@@ -174,18 +257,18 @@ def template(cfg: dict[str, object]) -> pb.DriverSandboxTemplate:
 
 
 def test_rootfs_tar_path_needs_no_allow_driver_config_and_is_not_caller_config() -> None:
-    cfg = drivercfg.parse(template({"rootfs_tar_path": "/srv/staging/req-1/rootfs.tar"}), ON)
-    assert (cfg.rootfs_tar, cfg.used) == ("/srv/staging/req-1/rootfs.tar", False)
+    cfg = drivercfg.parse(template({"rootfs_tar_path": TAR}), ON)
+    assert (cfg.rootfs_tar, cfg.used) == (TAR, False)
     with pytest.raises(FailedPrecondition) as exc:  # anything else beside it still needs the setting
-        drivercfg.parse(template({"rootfs_tar_path": "/srv/staging/req-1/rootfs.tar", "cdi_devices": []}), ON)
+        drivercfg.parse(template({"rootfs_tar_path": TAR, "cdi_devices": []}), ON)
     assert "allow_driver_config" in exc.value.message
 
 
 def test_a_plan_from_a_rootfs_tar_runs_the_image_imported_for_it() -> None:
     sandbox = pb.DriverSandbox(id="Sb-1", name="demo", workspace="ws", spec=pb.DriverSandboxSpec())
-    sandbox.spec.template.CopyFrom(template({"rootfs_tar_path": "/srv/staging/req-1/rootfs.tar"}))
+    sandbox.spec.template.CopyFrom(template({"rootfs_tar_path": TAR}))
     plan = spec.validate(sandbox, ON)
-    assert (plan.image, plan.rootfs_tar) == ("localhost/podmand-rootfs:Sb-1", "/srv/staging/req-1/rootfs.tar")
+    assert (plan.image, plan.rootfs_tar) == ("localhost/podmand-rootfs:Sb-1", TAR)
     assert spec.intent_labels(plan, "inst")[names.ROOTFS_IMAGE] == plan.image
     assert rootfs.sandbox_of(plan.image) == "Sb-1"
     assert names.ROOTFS_IMAGE not in spec.intent_labels(spec.validate(sandbox_without_tar(), ON), "inst")
@@ -204,9 +287,9 @@ def test_sandbox_of(tag: str, sandbox_id: str | None) -> None:
 @pytest.mark.parametrize(
     ("value", "needle"),
     [
-        ("/srv/staging/req-1/" + "x" * 256, "each path component must be at most 255 bytes"),
+        (f"/srv/staging/{SLOT}/" + "x" * 256, "each path component must be at most 255 bytes"),
         ("/srv/staging/" + "é" * 128 + "/rootfs.tar", "each path component must be at most 255 bytes"),
-        ("/srv/staging/req-1/root\x00fs.tar", "must be an absolute path"),
+        (f"/srv/staging/{SLOT}/root\x00fs.tar", "must be an absolute path"),
     ],
 )
 def test_names_the_filesystem_cannot_hold_are_invalid_arguments(value: str, needle: str) -> None:
@@ -220,10 +303,11 @@ def test_remove_slot_of_a_name_the_filesystem_cannot_hold_removes_nothing(tmp_pa
     ours: False, not an exception that would turn a refusal into INTERNAL."""
     s = staged_in(tmp_path)
     root = Path(s.rootfs_staging_dir)
-    (root / "req-1").mkdir()
-    assert not rootfs.remove_slot(f"{root}/req\x001/rootfs.tar", s)
-    assert not rootfs.remove_slot(f"{root}/{'x' * 256}/rootfs.tar", s)
-    assert (root / "req-1").is_dir()
+    (root / SLOT).mkdir()
+    (root / SLOT / "rootfs.tar").write_bytes(b"x")
+    assert not rootfs.remove_slot(f"{root}/{SLOT}/rootfs\x00.tar", s)
+    assert not rootfs.remove_slot(f"{root}/{SLOT}/{'x' * 256}", s)
+    assert (root / SLOT / "rootfs.tar").read_bytes() == b"x"
 
 
 def test_open_staged_checks_where_the_open_descriptor_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,22 +315,22 @@ def test_open_staged_checks_where_the_open_descriptor_is(tmp_path: Path, monkeyp
     any check by path and before the open: the open file is refused, not imported."""
     s = staged_in(tmp_path)
     root = Path(s.rootfs_staging_dir)
-    (root / "req-1").mkdir()
-    (root / "req-1" / "rootfs.tar").write_bytes(b"staged")
+    (root / SLOT).mkdir()
+    (root / SLOT / "rootfs.tar").write_bytes(b"staged")
     host = tmp_path / "host"
     host.mkdir()
     (host / "rootfs.tar").write_bytes(b"host secret")
     real_open = os.open
 
     def swap_then_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if str(path) == str(root / "req-1" / "rootfs.tar") and not (root / "req-1").is_symlink():
-            os.rename(root / "req-1", root / "req-1.checked")
-            (root / "req-1").symlink_to(host)
+        if str(path) == str(root / SLOT / "rootfs.tar") and not (root / SLOT).is_symlink():
+            os.rename(root / SLOT, root / f"{SLOT}.checked")
+            (root / SLOT).symlink_to(host)
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", swap_then_open)
     with pytest.raises(InvalidArgument) as exc:
-        staged = rootfs.open_staged(str(root / "req-1" / "rootfs.tar"), s)
+        staged = rootfs.open_staged(str(root / SLOT / "rootfs.tar"), s)
         staged.file.close()
     assert "resolves outside the rootfs staging directory" in exc.value.message
 
@@ -300,8 +384,8 @@ def rootfs_sandbox(sandbox_id: str, tar: Path, name: str = "demo") -> pb.DriverS
     return sandbox
 
 
-def stage(staging: Path, slot: str = "req-1") -> Path:
-    tar = staging / slot / "rootfs.tar"
+def stage(staging: Path, slot: str = "") -> Path:
+    tar = staging / (slot or new_slot()) / "rootfs.tar"
     tar.parent.mkdir()
     tar.write_bytes(b"x" * 100)
     return tar
@@ -333,7 +417,7 @@ def test_a_refusal_leaves_the_slot_of_the_create_under_way() -> None:
 
     async def main() -> None:
         async with driver_on() as (driver, _fake, staging):
-            tar = stage(staging, "req-1")
+            tar = stage(staging)
             sandbox = rootfs_sandbox("sb-1", tar)
             plan = spec.validate(sandbox, driver.settings)
             driver.provisioning.add(Pending(plan, "inst1", Condition("False", "Starting", "", snapshots.now())))
@@ -341,7 +425,7 @@ def test_a_refusal_leaves_the_slot_of_the_create_under_way() -> None:
                 await driver.create(rootfs_sandbox("sb-1", tar, name="other"))
             assert tar.exists()
 
-            unowned = stage(staging, "req-2")
+            unowned = stage(staging)
             with pytest.raises(AlreadyExists):
                 await driver.create(rootfs_sandbox("sb-1", unowned, name="other"))
             assert not unowned.parent.exists()  # the refused request's own slot goes at once
@@ -355,7 +439,7 @@ def test_a_refusal_leaves_the_slot_of_a_recorded_create_not_resumed_yet() -> Non
 
     async def main() -> None:
         async with driver_on() as (driver, fake, staging):
-            tar = stage(staging, "req-1")
+            tar = stage(staging)
             record(driver, fake, rootfs_sandbox("sb-1", tar), "inst1")
             with pytest.raises(AlreadyExists):
                 await driver.create(rootfs_sandbox("sb-1", tar.parent / "other.tar", name="other"))
@@ -378,5 +462,39 @@ def test_a_staged_tar_is_imported_even_when_the_image_tag_exists() -> None:
             assert fake.count("POST .*/images/import") == 1 and not tar.parent.exists()
             await driver.provisioning.import_rootfs(pending)  # after a restart: the slot is gone
             assert fake.count("POST .*/images/import") == 1
+
+    run(main)
+
+
+def test_a_refused_create_deletes_only_a_path_of_the_gateways_shape(tmp_path: Path) -> None:
+    """A create naming a file below another tenant's slot, a directory that is no slot
+    or a file in the staging directory itself is refused naming the field, and all of
+    them stay; a well-shaped tar that is a symlink is refused, and only the link goes."""
+
+    async def main() -> None:
+        async with driver_on() as (driver, fake, staging):
+            victim = stage(staging)
+            (victim.parent / "sub").mkdir()
+            (victim.parent / "sub" / "x.tar").write_bytes(b"victim")
+            (staging / "victimdir").mkdir()
+            (staging / "victimdir" / "x.tar").write_bytes(b"victim")
+            (staging / "x.tar").write_bytes(b"victim")
+            before = {p: p.read_bytes() for p in staging.rglob("*") if p.is_file()}
+            for path in (victim.parent / "sub" / "x.tar", staging / "victimdir" / "x.tar", staging / "x.tar"):
+                with pytest.raises(InvalidArgument) as exc:
+                    await driver.create(rootfs_sandbox("sb-9", path))
+                assert exc.value.message.startswith(f"{rootfs.WHERE}: must name a file directly in a slot")
+            assert {p: p.read_bytes() for p in staging.rglob("*") if p.is_file()} == before
+
+            target = tmp_path / "target.tar"
+            target.write_bytes(b"x" * 100)
+            link = staging / new_slot() / "rootfs.tar"
+            link.parent.mkdir()
+            link.symlink_to(target)
+            with pytest.raises(InvalidArgument) as exc:
+                await driver.create(rootfs_sandbox("sb-9", link))
+            assert "is a symbolic link" in exc.value.message
+            assert not os.path.lexists(link.parent) and target.read_bytes() == b"x" * 100
+            assert fake.volumes == {}
 
     run(main)
