@@ -204,7 +204,7 @@ def test_refused_mounts_create_nothing(
         ([{"type": "volume", "source": volume.name, "target": "/data", "subpath": "sub"}],
          grpc.StatusCode.FAILED_PRECONDITION, f"{where}[0].subpath: ", "do not support subpath"),
         ([{"type": "tmpfs", "target": "/etc/openshell/auth"}], grpc.StatusCode.INVALID_ARGUMENT,
-         f"{where}[0].target: ", "reserved OpenShell path '/etc/openshell'"),
+         f"{where}[0].target: ", "reserved path '/etc/openshell'"),
         ([{"type": "tmpfs", "target": "/x"}, {"type": "volume", "source": volume.name, "target": "/x/"}],
          grpc.StatusCode.INVALID_ARGUMENT, f"{where}[1].target: ", "duplicate"),
         ([{"type": "bind", "source": "/srv", "target": "/srv", "selinux_label": "Z"}],
@@ -223,3 +223,26 @@ def test_refused_mounts_create_nothing(
     refused(create(daemon, absent), grpc.StatusCode.FAILED_PRECONDITION, f"{where}[0].source: ",
             "is not present and the pull policy is 'never'")
     nothing_created(daemon, podman_client, absent.id)
+
+
+def test_kernel_filesystem_targets_are_refused(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, volume: Any
+) -> None:
+    """A mount at or under /proc, /sys or /dev would replace procfs, sysfs or the device nodes
+    under the root supervisor: INVALID_ARGUMENT naming the target, and nothing is created."""
+    daemon = make_podmand(OPEN)
+    where = "sandbox.spec.template.driver_config.mounts"
+    cases = [
+        ({"type": "tmpfs", "target": "/proc"}, "/proc", "/proc"),
+        ({"type": "tmpfs", "target": "/sys/fs"}, "/sys/fs", "/sys"),
+        ({"type": "tmpfs", "target": "/dev"}, "/dev", "/dev"),
+        ({"type": "tmpfs", "target": "/dev/shm"}, "/dev/shm", "/dev"),
+        ({"type": "volume", "source": volume.name, "target": "/sys/fs/cgroup"}, "/sys/fs/cgroup", "/sys"),
+        ({"type": "bind", "source": "/srv", "target": "/proc/"}, "/proc", "/proc"),
+    ]
+    for mount, target, root in cases:
+        box = with_mounts({"type": "tmpfs", "target": "/scratch"}, mount)
+        refused(create(daemon, box), grpc.StatusCode.INVALID_ARGUMENT,
+                f"{where}[1].target: mount target {target!r} conflicts with reserved path {root!r}")
+        nothing_created(daemon, podman_client, box.id)
+
