@@ -4,9 +4,10 @@ The gateway admits podmand on the strength of ``resource_admission_policy``, so
 the checks here read the same :class:`Policy` that string is serialised from
 (:func:`policy`): they cannot drift apart. Also here: host paths podmand must
 never hand to a sandbox (:func:`protected_paths`: its own files, its operator's
-credentials, Podman's storage and the user's registry logins), symlinks
-resolved. Podman's storage paths come from one ``/info`` per client, kept for
-podmand's life.
+credentials, Podman's storage and the user's registry logins), checked for each
+bind at create and, with symlinks resolved again, before every start (Podman
+resolves a bind source each time it starts the container). Podman's storage
+paths come from one ``/info`` per client, kept for podmand's life.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import NamedTuple, Protocol
 from . import names
 from .config import Settings, default_socket
 from .errors import FailedPrecondition
-from .libpod import Info, PodmanClient, VolumeInspect
+from .libpod import ContainerInspect, Info, MountPoint, PodmanClient, VolumeInspect
 
 WORKSPACE_PLACEHOLDER = "${workspace}"
 NOT_ADMITTED = "external resource not admitted by required labels"
@@ -251,11 +252,26 @@ async def admit_volumes(
             raise FailedPrecondition(prefix + exc.message) from exc
 
 
-async def attached_volumes(podman: PodmanClient, container_id: str, sandbox_id: str) -> list[str]:
+def attached_volumes(facts: ContainerInspect, sandbox_id: str) -> list[str]:
     """Named volumes a sandbox's container has, besides its own workspace volume."""
-    info = await podman.inspect_container(container_id)
     own = names.volume_name(sandbox_id)
-    return [m.name for m in info.mounts or () if m.type == "volume" and m.name and m.name != own]
+    return [m.name for m in facts.mounts or () if m.type == "volume" and m.name and m.name != own]
+
+
+def caller_binds(facts: ContainerInspect, state_dir: str) -> list[MountPoint]:
+    """The host binds a start of the container mounts besides podmand's own. podmand's
+    own (sandboxmounts.py: the supervisor binary, token or credential, TLS and proxy
+    files) are the binds at a reserved target, which no caller mount may have
+    (drivercfg.py), from inside the state directory; Podman shows an image mount,
+    once started, as a bind from its storage at that mount's target as well."""
+    state = posixpath.normpath(state_dir)
+    images = {m.destination for m in facts.mounts or () if m.type == "image"}
+
+    def own(m: MountPoint) -> bool:
+        reserved = any(_within(m.destination, root) for root in names.RESERVED_ROOTS)
+        return reserved and _within(posixpath.normpath(m.source), state)
+
+    return [m for m in facts.mounts or () if m.type == "bind" and not own(m) and m.destination not in images]
 
 
 # ---------------------------------------------------------------- per request
@@ -302,18 +318,30 @@ async def admit_mounts(
 async def admit_start(
     podman: PodmanClient, settings: Settings, state_dir: str, container_id: str, labels: Mapping[str, str]
 ) -> None:
-    """StartSandbox re-checks what the container was admitted with: provenance and
-    the labels of its attached volumes, under today's policy."""
+    """StartSandbox re-checks what the container was admitted with, under today's
+    policy: provenance, its host binds (allowed at all, and clear of the protected
+    paths with symlinks resolved now, as Podman resolves them when it starts the
+    container) and its attached volumes' labels."""
     pol = policy(settings)
     check_provenance(pol, labels.get(names.DRIVER_CONFIG_USED))
-    volumes = await attached_volumes(podman, container_id, labels.get(names.SANDBOX_ID, ""))
-    if not volumes:
+    facts = await podman.inspect_container(container_id)
+    binds = caller_binds(facts, state_dir)
+    volumes = attached_volumes(facts, labels.get(names.SANDBOX_ID, ""))
+    if binds and pol.enabled:
+        raise FailedPrecondition(f"bind mount {binds[0].destination!r}: {HOST_MOUNT_REFUSED}")
+    if binds and not settings.enable_bind_mounts:
+        where = f"bind mount {binds[0].destination!r}"
+        raise FailedPrecondition(f"{where}: bind mounts require enable_bind_mounts (OPENSHELL_ENABLE_BIND_MOUNTS)")
+    if not binds and not volumes:
         return
+    own = await protected(podman, settings, state_dir)
+    for m in binds:
+        check_host_path(f"bind mount {m.destination!r}", m.source, own)
     await admit_volumes(
         podman,
         pol,
         labels.get(names.SANDBOX_WORKSPACE, ""),
         [("", v) for v in volumes],
         enable_bind_mounts=settings.enable_bind_mounts,
-        protected=await protected(podman, settings, state_dir),
+        protected=own,
     )

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
 
-from .conftest import USER, Podmand, containers_of, gateway_metadata, ready, sandbox, volumes_of, wait_until
+from .conftest import USER, Podmand, containers_of, gateway_metadata, ready, run_in, sandbox, volumes_of, wait_until
 
 ADMITTED = {"openshell.ai/sandbox-attachable": "true", "openshell.ai/workspace": "ws"}
 DRIVER_CONFIG = {"PODMAND_ALLOW_DRIVER_CONFIG": "true"}
@@ -387,3 +388,47 @@ def test_operator_secrets_podmans_storage_and_registry_logins_are_never_bind_sou
         nothing_created(daemon, podman_client, box.id)
     os.chmod(tmp_path, 0o755)
     validate(daemon, with_mounts({"type": "bind", "source": str(tmp_path), "target": "/data"}))()
+
+
+def test_start_rechecks_bind_sources_with_symlinks_resolved(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """Podman resolves a bind source again at every start: a source that was a symlink to a
+    harmless directory at create, re-pointed at podmand's state directory while the sandbox
+    was stopped, makes StartSandbox FAILED_PRECONDITION, and the container stays stopped.
+    Pointed back, the same sandbox starts."""
+    daemon = make_podmand(BINDS)
+    scratch = Path(tempfile.mkdtemp(prefix="binds-", dir="/tmp"))
+    try:
+        harmless = scratch / "harmless"
+        harmless.mkdir()
+        (harmless / "hello").write_text("harmless\n")
+        for p, mode in ((scratch, 0o755), (harmless, 0o755), (harmless / "hello", 0o644)):
+            p.chmod(mode)
+        link = scratch / "link"
+        link.symlink_to(harmless)
+        box = with_mounts({"type": "bind", "source": str(link), "target": "/data"})
+        cleanup.append(box.id)
+        daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+        running(daemon, box.id)
+        [container] = containers_of(podman_client, box.id)
+        assert run_in(container, ["cat", "/data/hello"])[1] == "harmless\n"
+        daemon.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id))
+
+        link.unlink()
+        link.symlink_to(daemon.state_dir)
+        refused(lambda: daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id)),
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"bind mount '/data': {str(link)!r} would expose podmand's own state directory ({daemon.state_dir})")
+        [container] = containers_of(podman_client, box.id)
+        assert container.attrs["State"]["Status"] == "exited" and not container.attrs["State"]["Running"]
+
+        link.unlink()
+        link.symlink_to(harmless)
+        daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id))
+        running(daemon, box.id)
+        [container] = containers_of(podman_client, box.id)
+        assert run_in(container, ["cat", "/data/hello"])[1] == "harmless\n"
+        assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

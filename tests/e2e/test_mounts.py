@@ -25,10 +25,11 @@ import grpc
 import podman
 import pytest
 
+from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 
 from .conftest import SUPERVISOR_IMAGE, Podmand, containers_of, run_in, sandbox
-from .test_hardening_input import create, nothing_created, refused
+from .test_hardening_input import create, nothing_created, refused, running
 
 OPEN = {
     "PODMAND_ALLOW_DRIVER_CONFIG": "true",
@@ -246,3 +247,31 @@ def test_kernel_filesystem_targets_are_refused(
                 f"{where}[1].target: mount target {target!r} conflicts with reserved path {root!r}")
         nothing_created(daemon, podman_client, box.id)
 
+
+def test_stopped_sandbox_with_a_bind_and_an_image_mount_starts_again(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str], tmp_path: Path
+) -> None:
+    """StartSandbox re-checks the caller's binds only: not podmand's own (supervisor binary,
+    token, from the state directory) nor the bind from Podman's storage that a started
+    image mount shows as (graphRoot is protected), so such a sandbox starts again."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for p in (tmp_path, shared):
+        p.chmod(0o755)
+    daemon = make_podmand(OPEN)
+    box = with_mounts({"type": "image", "source": SUPERVISOR_IMAGE, "target": "/img"},
+                      {"type": "bind", "source": str(shared), "target": "/shared"}, host_userns=True)
+    cleanup.append(box.id)
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    running(daemon, box.id)
+    graph_root = podman_client.info()["store"]["graphRoot"]
+    [container] = containers_of(podman_client, box.id)
+    binds = {m["Destination"]: m["Source"] for m in container.attrs["Mounts"] if m["Type"] == "bind"}
+    assert binds["/img"].startswith(graph_root + "/"), binds  # what the re-check must not refuse
+    assert binds[names.SUPERVISOR_BIN].startswith(str(daemon.state_dir) + "/"), binds
+    daemon.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id))
+    daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id))
+    running(daemon, box.id)
+    [container] = containers_of(podman_client, box.id)
+    assert run_in(container, ["test", "-x", "/img/openshell-sandbox"])[0] == 0
+    assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted

@@ -390,3 +390,105 @@ def test_podmans_storage_comes_from_one_info_and_only_for_binds(tree: Path) -> N
         assert fake.count(r"^GET \S*/info") == 1
 
     run_driver(settings, state, setup, body)
+
+
+# ---------------------------------------------------------------- StartSandbox re-checks the binds
+
+
+OPEN = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+
+
+def own_binds(state: Path) -> list[dict[str, str]]:
+    """The binds podmand gives every sandbox (sandboxmounts.py), as Podman's inspect shows them,
+    and what a started image mount looks like: a bind from Podman's storage."""
+    secrets = state / "sandboxes" / "sb1"
+    return [
+        {"Type": "bind", "Source": str(state / "supervisor" / "sha256-x" / "openshell-sandbox"),
+         "Destination": names.SUPERVISOR_BIN},
+        {"Type": "bind", "Source": str(secrets / "sandbox.jwt"), "Destination": names.TOKEN_PATH},
+        {"Type": "bind", "Source": str(secrets / "ca.crt"), "Destination": f"{names.TLS_DIR}/ca.crt"},
+        {"Type": "image", "Source": "localhost/data:1", "Destination": "/img"},
+        {"Type": "bind", "Source": "/srv/podman/graph/overlay-containers/c/userdata/overlay/1/merge",
+         "Destination": "/img"},
+        {"Type": "volume", "Name": names.volume_name("sb1"), "Destination": "/sandbox"},
+    ]
+
+
+def test_start_rechecks_bind_sources_with_symlinks_resolved_now(tree: Path) -> None:
+    """A bind source that was a harmless directory at create and now leads into a protected
+    path (here: through a symlink re-pointed at the state directory, or into Podman's
+    storage) is refused at StartSandbox, naming the mount and the path's role, and nothing
+    is started. podmand's own binds and a started image mount's bind are not the caller's."""
+    state, harmless = tree / "state", tree / "harmless"
+    harmless.mkdir()
+    link = tree / "x" / "link"
+    link.parent.mkdir()
+    link.symlink_to(harmless)
+    labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "true"}
+    mounts = [*own_binds(state), {"Type": "bind", "Source": str(link), "Destination": "/data"}]
+
+    fakes: list[FakeLibpod] = []
+
+    def setup(fake: FakeLibpod) -> None:
+        fakes.append(fake)
+        container(labels, mounts)(fake)
+        with_store(fake)
+
+    async def body(driver: Driver) -> None:
+        [fake] = fakes
+        await driver.start("sb1")  # harmless: started
+        assert fake.count(r"/containers/cid/start$") == 1
+        link.unlink()
+        link.symlink_to(state)
+        with pytest.raises(FailedPrecondition) as exc:
+            await driver.start("sb1")
+        assert exc.value.message == (f"bind mount '/data': {str(link)!r} would expose podmand's own state directory "
+                                     f"({state}); choose a path outside it")
+        link.unlink()
+        link.symlink_to("/srv/podman/graph/overlay")
+        with pytest.raises(FailedPrecondition) as exc:
+            await driver.start("sb1")
+        assert "would expose Podman's storage (graphRoot) (/srv/podman/graph)" in exc.value.message
+        assert fake.count(r"/containers/cid/start$") == 1  # neither refused start reached Podman
+
+    run_driver(OPEN, state, setup, body)
+
+
+@pytest.mark.parametrize(
+    ("settings", "needle"),
+    [
+        (Settings(allow_driver_config=True, admission_enabled=False), "bind mount '/data': bind mounts require "
+         "enable_bind_mounts"),
+        (Settings(allow_driver_config=True, enable_bind_mounts=True),
+         f"bind mount '/data': {admission.HOST_MOUNT_REFUSED}"),
+    ],
+)
+def test_start_rechecks_that_binds_are_allowed_today(settings: Settings, needle: str, tree: Path) -> None:
+    """Turned off since the create (bind mounts, or resource admission on): the bind sandbox does not start."""
+    (tree / "harmless").mkdir()
+    labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "true"}
+    mounts = [*own_binds(tree / "state"), {"Type": "bind", "Source": str(tree / "harmless"), "Destination": "/data"}]
+
+    async def body(driver: Driver) -> None:
+        with pytest.raises(FailedPrecondition) as exc:
+            await driver.start("sb1")
+        assert exc.value.message.startswith(needle), exc.value.message
+
+    fake = run_driver(settings, tree / "state", container(labels, mounts), body)
+    assert fake.count(r"/start$") == 0
+
+
+def test_podmands_own_binds_outside_reserved_targets_are_checked(tree: Path) -> None:
+    """Only a bind at a reserved target from inside the state directory is podmand's own:
+    the same state-directory file bound anywhere else is refused."""
+    state = tree / "state"
+    labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "true"}
+    stray = {"Type": "bind", "Source": str(state / "sandboxes" / "sb1" / "sandbox.jwt"), "Destination": "/tok"}
+
+    async def body(driver: Driver) -> None:
+        with pytest.raises(FailedPrecondition) as exc:
+            await driver.start("sb1")
+        assert exc.value.message.startswith("bind mount '/tok': ") and "state directory" in exc.value.message
+
+    fake = run_driver(OPEN, state, container(labels, [*own_binds(state), stray]), body)
+    assert fake.count(r"/start$") == 0
