@@ -315,6 +315,22 @@ async def admit_mounts(
     )
 
 
+async def admit_binds(
+    podman: PodmanClient,
+    settings: Settings,
+    state_dir: str,
+    mounts: Iterable[_MountLike],
+    base: str = "sandbox.spec.template.driver_config.mounts",
+) -> None:
+    """A request's host binds against today's protected paths, symlinks resolved now:
+    provisioning checks them again just before the container's first start."""
+    binds = [(f"{base}[{i}].source", m.source) for i, m in enumerate(mounts) if m.kind == "bind"]
+    if binds:
+        own = await protected(podman, settings, state_dir)
+        for where, source in binds:
+            check_host_path(where, source, own)
+
+
 async def admit_start(
     podman: PodmanClient, settings: Settings, state_dir: str, container_id: str, labels: Mapping[str, str]
 ) -> None:

@@ -13,14 +13,15 @@ from typing import Any
 import pytest
 
 from podmand import admission, names, negotiation
+from podmand._proto import compute_driver_pb2 as pb
 from podmand.admission import Protected
 from podmand.config import Settings
 from podmand.driver import Driver
 from podmand.drivercfg import Mount
 from podmand.errors import FailedPrecondition, InvalidArgument, Unauthenticated
 from podmand.libpod import Info, PodmanClient, StoreInfo, VolumeInspect
-from tests.fakes.harness import Sink
-from tests.fakes.libpod import INFO, FakeLibpod
+from tests.fakes.harness import Rig, Sink, driver_on, eventually
+from tests.fakes.libpod import INFO, FakeLibpod, Request
 
 UPSTREAM_DEFAULT = (
     'v1:{"allow_driver_config":false,"resource_admission":{"enabled":true,"required_labels":'
@@ -492,3 +493,43 @@ def test_podmands_own_binds_outside_reserved_targets_are_checked(tree: Path) -> 
 
     fake = run_driver(OPEN, state, container(labels, [*own_binds(state), stray]), body)
     assert fake.count(r"/start$") == 0
+
+
+# ---------------------------------------------------------------- provisioning re-checks before the first start
+
+
+def bind_box(sandbox_id: str, source: Path) -> pb.DriverSandbox:
+    template = pb.DriverSandboxTemplate(image="registry.example/app:1")
+    template.driver_config.update({"mounts": [{"type": "bind", "source": str(source), "target": "/data"}]})
+    return pb.DriverSandbox(id=sandbox_id, name="demo", workspace="ws", spec=pb.DriverSandboxSpec(template=template))
+
+
+def test_provisioning_rechecks_binds_just_before_the_first_start() -> None:
+    """The create RPC checked the bind; by the time the container is made (after pulls, or when
+    a restart resumes and adopts it) the source leads into the state directory: the container
+    is removed unstarted and the sandbox fails with MountRefused naming the field."""
+
+    async def main() -> None:
+        async with driver_on(lambda _tmp: OPEN) as rig:
+            await scenario(rig)
+
+    async def scenario(rig: Rig) -> None:
+        harmless = rig.tmp / "harmless"
+        harmless.mkdir()
+        link = rig.tmp / "link"
+        link.symlink_to(harmless)
+
+        def swapping_create(req: Request) -> Any:
+            link.unlink()
+            link.symlink_to(rig.driver.state_dir)  # while Podman makes the container
+            return rig.boxes.create(req)
+
+        rig.fake.route("POST", "/containers/create", swapping_create)
+        await rig.driver.create(bind_box("sb-1", link))
+        await eventually(lambda: "MountRefused" in rig.sink.sandbox_reasons(), "the refusal")
+        assert rig.fake.count(r"/start$") == 0 and rig.boxes.boxes == {}
+        snap = await rig.driver.get("sb-1")
+        assert snap.status.conditions[0].message.startswith(
+            f"sandbox.spec.template.driver_config.mounts[0].source: {str(link)!r} would expose podmand's own state")
+
+    asyncio.run(asyncio.wait_for(main(), 30))
