@@ -533,3 +533,51 @@ def test_provisioning_rechecks_binds_just_before_the_first_start() -> None:
             f"sandbox.spec.template.driver_config.mounts[0].source: {str(link)!r} would expose podmand's own state")
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_resumed_create_rechecks_binds_before_starting_the_container_it_adopts() -> None:
+    """podmand went away while Podman made the container; before the next podmand resumes
+    the create the bind source is re-pointed at the state directory: the container it
+    adopts is removed unstarted and the sandbox fails with MountRefused."""
+
+    async def main() -> None:
+        async with driver_on(lambda _tmp: OPEN) as rig:
+            await scenario(rig)
+
+    async def scenario(rig: Rig) -> None:
+        harmless = rig.tmp / "harmless"
+        harmless.mkdir()
+        link = rig.tmp / "link"
+        link.symlink_to(harmless)
+        made, answer = asyncio.Event(), asyncio.Event()
+
+        async def create(req: Request) -> Any:
+            sandbox_id = (req.json().get("labels") or {}).get(names.SANDBOX_ID)
+            if sandbox_id is not None and any(b["Config"]["Labels"].get(names.SANDBOX_ID) == sandbox_id
+                                              for b in rig.boxes.boxes.values()):
+                return 500, {}, {"message": "container name is already in use"}  # Podman 4.3.1's answer
+            reply = rig.boxes.create(req)
+            if sandbox_id is not None:  # made, but podmand is gone before it hears so
+                made.set()
+                await answer.wait()
+            return reply
+
+        rig.fake.route("POST", "/containers/create", create)
+        await rig.driver.create(bind_box("sb-1", link))
+        await asyncio.wait_for(made.wait(), 10)
+        await rig.driver.close()
+        answer.set()
+        link.unlink()
+        link.symlink_to(rig.driver.state_dir)
+        sink = Sink()
+        again = Driver(rig.driver.settings, rig.driver.podman, rig.driver.state_dir, sink)
+        try:
+            assert await again.resume() == 1
+            await eventually(lambda: "MountRefused" in sink.sandbox_reasons(), "the refusal")
+            assert rig.fake.count(r"/start$") == 0 and rig.boxes.boxes == {}
+            message = (await again.get("sb-1")).status.conditions[0].message
+            assert "would expose podmand's own state directory" in message, message
+        finally:
+            await again.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
