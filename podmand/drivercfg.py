@@ -92,8 +92,9 @@ def _overlaps(a: str, b: str) -> bool:
 
 
 def normalize_target(where: str, target: Any, control_paths: tuple[str, ...] = ()) -> str:
-    """An absolute, normalised container path clear of OpenShell's own paths
-    (a trailing '/' is dropped, as upstream does)."""
+    """An absolute, normalised container path, not '/', clear of the reserved paths
+    (OpenShell's own and the kernel's /proc, /sys and /dev; a trailing '/' is
+    dropped, as upstream does)."""
     if not isinstance(target, str) or not target.startswith("/") or target != target.strip() or _CONTROL.search(target):
         raise InvalidArgument(f"{where}: mount target must be an absolute path")
     if len(target) > MAX_PATH:
@@ -104,7 +105,7 @@ def normalize_target(where: str, target: Any, control_paths: tuple[str, ...] = (
     norm = "/" + "/".join(parts)
     for root in names.RESERVED_ROOTS:
         if _overlaps(norm, root):
-            raise InvalidArgument(f"{where}: mount target {norm!r} conflicts with reserved OpenShell path {root!r}")
+            raise InvalidArgument(f"{where}: mount target {norm!r} conflicts with reserved path {root!r}")
     for path in control_paths:
         if _overlaps(norm, path):
             raise InvalidArgument(f"{where}: mount target {norm!r} conflicts with OpenShell control path {path!r}")

@@ -77,6 +77,11 @@ RESERVED_ROOTS = (
     "/run/netns",
     "/var/run/netns",
     "/sandbox",
+    # The kernel's: a mount there would replace procfs, sysfs or the device nodes
+    # under the root supervisor (it reads /proc and /sys/fs/cgroup; GPUs come through CDI).
+    "/proc",
+    "/sys",
+    "/dev",
 )
 
 # ---- env names the supervisor reads

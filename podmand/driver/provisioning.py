@@ -344,6 +344,12 @@ class Provisioner:
             spec = container_spec(plan, s, prov)
             container_id = await self._create_container(pending, spec)
             self.files.mark_created(plan.sandbox_id, container_id)
+        try:  # Podman resolves bind sources at the start, maybe long after the create (or a restart) checked them
+            await admission.admit_binds(self.podman, s, str(self.state_dir), plan.mounts)
+        except FailedPrecondition as exc:
+            with contextlib.suppress(PodmanError, PodmanUnavailable):
+                await self.podman.remove_container(container_id, 0)
+            raise ProvisionFailed("MountRefused", exc.message) from exc
         try:  # an adopted container may run already: Podman answers 304, nothing to do
             await self.podman.start_container(container_id)
         except PodmanError as exc:

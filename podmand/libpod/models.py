@@ -67,6 +67,7 @@ class MountPoint(msgspec.Struct, rename="pascal"):
     destination: str = ""
     type: str = ""
     name: str = ""  # a named volume's
+    source: str = ""  # a bind's host path, as given (symlinks unresolved: Podman resolves them at each start)
     rw: bool = msgspec.field(default=True, name="RW")
 
 
@@ -223,6 +224,9 @@ class HostInfo(msgspec.Struct):
 class StoreInfo(msgspec.Struct):
     graphDriverName: str = ""
     graphRoot: str = ""
+    runRoot: str = ""
+    volumePath: str = ""
+    configFile: str = ""  # the storage.conf Podman read (rootless: in the user's containers config directory)
 
 
 class VersionInfo(msgspec.Struct, rename="pascal"):

@@ -7,7 +7,9 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
 
-from .conftest import Podmand, containers_of, gateway_metadata, ready, sandbox, volumes_of, wait_until
+from .conftest import USER, Podmand, containers_of, gateway_metadata, ready, run_in, sandbox, volumes_of, wait_until
 from .test_conformance import reported
 
 ADMITTED = {"openshell.ai/sandbox-attachable": "true", "openshell.ai/workspace": "ws"}
@@ -387,7 +389,114 @@ def test_podmands_own_paths_are_never_bind_sources(
         box = with_mounts({"type": "bind", "source": str(source), "target": "/data"})
         for call in (create(daemon, box), validate(daemon, box)):
             refused(call, grpc.StatusCode.FAILED_PRECONDITION,
-                    "sandbox.spec.template.driver_config.mounts[0].source:", "podmand's own")
+                    "sandbox.spec.template.driver_config.mounts[0].source:", "would expose")
         nothing_created(daemon, podman_client, box.id)
     os.chmod(tmp_path, 0o755)
     validate(daemon, with_mounts({"type": "bind", "source": str(tmp_path), "target": "/data"}))()
+
+
+BINDS = {**DRIVER_CONFIG, "OPENSHELL_ENABLE_BIND_MOUNTS": "true", "PODMAND_RESOURCE_ADMISSION": "false"}
+PROXY_PEM = "-----BEGIN CERTIFICATE-----\nMIIBe2e\n-----END CERTIFICATE-----\n"
+
+
+def owned_file(path: Path, text: str) -> Path:
+    """A file of podmand's user, 0600, in a directory of its own."""
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    for p in (path.parent, path):
+        shutil.chown(p, USER, USER)
+    path.chmod(0o600)
+    return path
+
+
+def test_operator_secrets_podmans_storage_and_registry_logins_are_never_bind_sources(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, tmp_path: Path
+) -> None:
+    """With bind mounts enabled (and admission off): the registry auth file, the proxy's
+    credential and CA bundle, the rootfs staging directory, Podman's storage (graphRoot,
+    runRoot, as its /info says) and the user's registry logins (auth.json where Podman
+    keeps it, the containers config directory, Docker's config.json) are refused, named by
+    what they are, and nothing is created."""
+    daemon = make_podmand(BINDS, start=False)
+    secrets = daemon.workdir / "operator"
+    auth = owned_file(secrets / "auth.json", json.dumps({"auths": {"registry.example": {"auth": "dTpw"}}}))
+    proxy_auth = owned_file(secrets / "proxy-auth", "corp-user:secret\n")
+    proxy_ca = owned_file(secrets / "proxy-ca.pem", PROXY_PEM)
+    staging = daemon.workdir / "staging"
+    daemon.env.update({
+        "PODMAND_REGISTRY_AUTH_FILE": str(auth),
+        "OPENSHELL_SANDBOX_HTTPS_PROXY": "http://proxy.corp.example:3128",
+        "OPENSHELL_SANDBOX_PROXY_AUTH_FILE": str(proxy_auth),
+        "OPENSHELL_SANDBOX_PROXY_AUTH_ALLOW_INSECURE": "true",
+        "OPENSHELL_SANDBOX_PROXY_CA_BUNDLE": str(proxy_ca),
+        "PODMAND_ROOTFS_STAGING_DIR": str(staging),
+    })
+    daemon.start()
+    store = podman_client.info()["store"]
+    home, runtime = Path(daemon.env["HOME"]), Path(daemon.env["XDG_RUNTIME_DIR"])
+    cases = [
+        (auth, "the registry auth file (registry_auth_file)"),
+        (proxy_auth, "the proxy credential file (proxy_auth_file)"),
+        (proxy_ca, "the proxy CA bundle (proxy_ca_bundle)"),
+        (staging, "the rootfs staging directory (rootfs_staging_dir)"),
+        (Path(store["graphRoot"]), "Podman's storage (graphRoot)"),
+        (Path(store["graphRoot"]) / "overlay", "Podman's storage (graphRoot)"),
+        (Path(store["runRoot"]), "Podman's run root (runRoot)"),
+        # Rootless Podman's run root is the runtime directory holding auth.json: either name is right.
+        (runtime / "containers" / "auth.json", f"({runtime / 'containers'})"),
+        (home / ".config" / "containers" / "auth.json", "Podman's containers config directory"),
+        (home / ".config" / "containers", "Podman's containers config directory"),
+        (home / ".docker" / "config.json", "Docker's registry auth file (~/.docker/config.json)"),
+    ]
+    for source, role in cases:
+        box = with_mounts({"type": "bind", "source": str(source), "target": "/data"})
+        for call in (create(daemon, box), validate(daemon, box)):
+            refused(call, grpc.StatusCode.FAILED_PRECONDITION,
+                    f"sandbox.spec.template.driver_config.mounts[0].source: {str(source)!r} would expose ", role)
+        nothing_created(daemon, podman_client, box.id)
+    os.chmod(tmp_path, 0o755)
+    validate(daemon, with_mounts({"type": "bind", "source": str(tmp_path), "target": "/data"}))()
+
+
+def test_start_rechecks_bind_sources_with_symlinks_resolved(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """Podman resolves a bind source again at every start: a source that was a symlink to a
+    harmless directory at create, re-pointed at podmand's state directory while the sandbox
+    was stopped, makes StartSandbox FAILED_PRECONDITION, and the container stays stopped.
+    Pointed back, the same sandbox starts."""
+    daemon = make_podmand(BINDS)
+    scratch = Path(tempfile.mkdtemp(prefix="binds-", dir="/tmp"))
+    try:
+        harmless = scratch / "harmless"
+        harmless.mkdir()
+        (harmless / "hello").write_text("harmless\n")
+        for p, mode in ((scratch, 0o755), (harmless, 0o755), (harmless / "hello", 0o644)):
+            p.chmod(mode)
+        link = scratch / "link"
+        link.symlink_to(harmless)
+        box = with_mounts({"type": "bind", "source": str(link), "target": "/data"})
+        cleanup.append(box.id)
+        daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+        running(daemon, box.id)
+        [container] = containers_of(podman_client, box.id)
+        assert run_in(container, ["cat", "/data/hello"])[1] == "harmless\n"
+        daemon.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id))
+
+        link.unlink()
+        link.symlink_to(daemon.state_dir)
+        refused(lambda: daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id)),
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"bind mount '/data': {str(link)!r} would expose podmand's own state directory ({daemon.state_dir})")
+        [container] = containers_of(podman_client, box.id)
+        assert container.attrs["State"]["Status"] == "exited" and not container.attrs["State"]["Running"]
+
+        link.unlink()
+        link.symlink_to(harmless)
+        daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id))
+        running(daemon, box.id)
+        [container] = containers_of(podman_client, box.id)
+        assert run_in(container, ["cat", "/data/hello"])[1] == "harmless\n"
+        assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -25,10 +25,11 @@ import grpc
 import podman
 import pytest
 
+from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 
 from .conftest import SUPERVISOR_IMAGE, Podmand, containers_of, run_in, sandbox
-from .test_hardening_input import create, nothing_created, refused
+from .test_hardening_input import create, nothing_created, refused, running
 
 OPEN = {
     "PODMAND_ALLOW_DRIVER_CONFIG": "true",
@@ -204,7 +205,7 @@ def test_refused_mounts_create_nothing(
         ([{"type": "volume", "source": volume.name, "target": "/data", "subpath": "sub"}],
          grpc.StatusCode.FAILED_PRECONDITION, f"{where}[0].subpath: ", "do not support subpath"),
         ([{"type": "tmpfs", "target": "/etc/openshell/auth"}], grpc.StatusCode.INVALID_ARGUMENT,
-         f"{where}[0].target: ", "reserved OpenShell path '/etc/openshell'"),
+         f"{where}[0].target: ", "reserved path '/etc/openshell'"),
         ([{"type": "tmpfs", "target": "/x"}, {"type": "volume", "source": volume.name, "target": "/x/"}],
          grpc.StatusCode.INVALID_ARGUMENT, f"{where}[1].target: ", "duplicate"),
         ([{"type": "bind", "source": "/srv", "target": "/srv", "selinux_label": "Z"}],
@@ -223,3 +224,54 @@ def test_refused_mounts_create_nothing(
     refused(create(daemon, absent), grpc.StatusCode.FAILED_PRECONDITION, f"{where}[0].source: ",
             "is not present and the pull policy is 'never'")
     nothing_created(daemon, podman_client, absent.id)
+
+
+def test_kernel_filesystem_targets_are_refused(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, volume: Any
+) -> None:
+    """A mount at or under /proc, /sys or /dev would replace procfs, sysfs or the device nodes
+    under the root supervisor: INVALID_ARGUMENT naming the target, and nothing is created."""
+    daemon = make_podmand(OPEN)
+    where = "sandbox.spec.template.driver_config.mounts"
+    cases = [
+        ({"type": "tmpfs", "target": "/proc"}, "/proc", "/proc"),
+        ({"type": "tmpfs", "target": "/sys/fs"}, "/sys/fs", "/sys"),
+        ({"type": "tmpfs", "target": "/dev"}, "/dev", "/dev"),
+        ({"type": "tmpfs", "target": "/dev/shm"}, "/dev/shm", "/dev"),
+        ({"type": "volume", "source": volume.name, "target": "/sys/fs/cgroup"}, "/sys/fs/cgroup", "/sys"),
+        ({"type": "bind", "source": "/srv", "target": "/proc/"}, "/proc", "/proc"),
+    ]
+    for mount, target, root in cases:
+        box = with_mounts({"type": "tmpfs", "target": "/scratch"}, mount)
+        refused(create(daemon, box), grpc.StatusCode.INVALID_ARGUMENT,
+                f"{where}[1].target: mount target {target!r} conflicts with reserved path {root!r}")
+        nothing_created(daemon, podman_client, box.id)
+
+
+def test_stopped_sandbox_with_a_bind_and_an_image_mount_starts_again(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str], tmp_path: Path
+) -> None:
+    """StartSandbox re-checks the caller's binds only: not podmand's own (supervisor binary,
+    token, from the state directory) nor the bind from Podman's storage that a started
+    image mount shows as (graphRoot is protected), so such a sandbox starts again."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for p in (tmp_path, shared):
+        p.chmod(0o755)
+    daemon = make_podmand(OPEN)
+    box = with_mounts({"type": "image", "source": SUPERVISOR_IMAGE, "target": "/img"},
+                      {"type": "bind", "source": str(shared), "target": "/shared"}, host_userns=True)
+    cleanup.append(box.id)
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    running(daemon, box.id)
+    graph_root = podman_client.info()["store"]["graphRoot"]
+    [container] = containers_of(podman_client, box.id)
+    binds = {m["Destination"]: m["Source"] for m in container.attrs["Mounts"] if m["Type"] == "bind"}
+    assert binds["/img"].startswith(graph_root + "/"), binds  # what the re-check must not refuse
+    assert binds[names.SUPERVISOR_BIN].startswith(str(daemon.state_dir) + "/"), binds
+    daemon.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id))
+    daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id))
+    running(daemon, box.id)
+    [container] = containers_of(podman_client, box.id)
+    assert run_in(container, ["test", "-x", "/img/openshell-sandbox"])[0] == 0
+    assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted

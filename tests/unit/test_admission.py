@@ -13,13 +13,15 @@ from typing import Any
 import pytest
 
 from podmand import admission, names, negotiation
+from podmand._proto import compute_driver_pb2 as pb
+from podmand.admission import Protected
 from podmand.config import Settings
 from podmand.driver import Driver
 from podmand.drivercfg import Mount
 from podmand.errors import FailedPrecondition, InvalidArgument, Unauthenticated
-from podmand.libpod import PodmanClient, VolumeInspect
-from tests.fakes.harness import Sink
-from tests.fakes.libpod import FakeLibpod
+from podmand.libpod import Info, PodmanClient, StoreInfo, VolumeInspect
+from tests.fakes.harness import Rig, Sink, driver_on, eventually
+from tests.fakes.libpod import INFO, FakeLibpod, Request
 
 UPSTREAM_DEFAULT = (
     'v1:{"allow_driver_config":false,"resource_admission":{"enabled":true,"required_labels":'
@@ -124,11 +126,12 @@ def test_bind_backed_volume_needs_enable_bind_mounts() -> None:
     with pytest.raises(FailedPrecondition) as exc:
         admission.check_volume(bound, pol, "ws", enable_bind_mounts=False, protected=())
     assert "backed by a host bind mount" in exc.value.message and "enable_bind_mounts" in exc.value.message
-    admission.check_volume(bound, pol, "ws", enable_bind_mounts=True, protected=("/var/lib/podmand",))
+    own = (Protected("/var/lib/podmand", "podmand's own state directory"),)
+    admission.check_volume(bound, pol, "ws", enable_bind_mounts=True, protected=own)
     state = facts(ADMITTED, type="none", o="bind", device="/var/lib")
     with pytest.raises(FailedPrecondition) as exc:
-        admission.check_volume(state, pol, "ws", enable_bind_mounts=True, protected=("/var/lib/podmand",))
-    assert "/var/lib/podmand" in exc.value.message
+        admission.check_volume(state, pol, "ws", enable_bind_mounts=True, protected=own)
+    assert "podmand's own state directory (/var/lib/podmand)" in exc.value.message
 
 
 # ---------------------------------------------------------------- host paths
@@ -149,14 +152,76 @@ def test_podmands_own_paths_are_never_bind_sources(tree: Path) -> None:
     (state / "sandboxes").mkdir(parents=True)
     (tree / "elsewhere").mkdir()
     os.symlink(state, tree / "link")
-    own = admission.protected_paths(Settings(socket=str(tree / "run" / "d.sock")), str(state), "/run/p/podman.sock")
-    assert str(state) in own and str(tree / "run") in own and "/run/p/podman.sock" in own
+    own = admission.protected_paths(Settings(socket=str(tree / "run" / "d.sock")), str(state), "/run/p/podman.sock",
+                                    env={"HOME": str(tree / "home")})
+    paths = [p.path for p in own]
+    assert str(state) in paths and str(tree / "run") in paths and "/run/p/podman.sock" in paths
     for source in (state, state / "sandboxes", tree, "/", tree / "link", tree / "link" / "sandboxes",
                    tree / "elsewhere" / ".." / "state", "/run/p"):
         with pytest.raises(FailedPrecondition) as exc:
             admission.check_host_path("m.source", str(source), own)
         assert exc.value.message.startswith("m.source:")
     admission.check_host_path("m.source", str(tree / "elsewhere"), own)
+
+
+def test_operator_secrets_podmans_storage_and_registry_logins_are_protected(tree: Path) -> None:
+    """Each protected path, a path inside it, its parent and a symlink to it are refused,
+    naming what the path is; a path beside them all is not."""
+    home, run, secrets = tree / "home", tree / "run" / "user", tree / "etc"
+    for d in (home, run, secrets, tree / "staging", tree / "elsewhere"):
+        d.mkdir(parents=True)
+    settings = Settings(socket=str(tree / "sock" / "d.sock"), registry_auth_file=str(secrets / "auth.json"),
+                        proxy_auth_file=str(secrets / "proxy-auth"), proxy_ca_bundle=str(secrets / "ca" / "p.pem"),
+                        rootfs_staging_dir=str(tree / "staging"))
+    store = tree / "storage"
+    info = Info(store=StoreInfo(graphRoot=str(store / "graph"), runRoot=str(run / "containers"),
+                                volumePath=str(tree / "volumes"), configFile=str(tree / "conf" / "storage.conf")))
+    env = {"HOME": str(home), "XDG_RUNTIME_DIR": str(run), "REGISTRY_AUTH_FILE": str(tree / "reg" / "auth.json"),
+           "XDG_CONFIG_HOME": str(tree / "xdg")}
+    own = admission.protected_paths(settings, str(tree / "state"), "/run/p/podman.sock",
+                                    admission.podman_paths(info), env)
+    cases = [
+        (secrets / "auth.json", "the registry auth file (registry_auth_file)"),
+        (secrets / "proxy-auth", "the proxy credential file (proxy_auth_file)"),
+        (secrets / "ca", "the proxy CA bundle (proxy_ca_bundle)"),
+        (tree / "staging" / "req-1", "the rootfs staging directory (rootfs_staging_dir)"),
+        (store, "Podman's storage (graphRoot)"),
+        (store / "graph" / "overlay", "Podman's storage (graphRoot)"),
+        (run / "containers", "Podman's run root (runRoot)"),
+        (tree / "volumes" / "other-tenant", "Podman's volume directory (volumePath)"),
+        (tree / "conf", "Podman's containers config directory (storage.conf, auth.json)"),
+        (tree / "reg", "the registry auth file $REGISTRY_AUTH_FILE names"),
+        (tree / "xdg" / "containers" / "auth.json", "the containers config directory (auth.json)"),
+        (home / ".config", "the containers config directory (auth.json)"),
+        (home / ".docker", "Docker's registry auth file (~/.docker/config.json)"),
+        (home, "the containers config directory (auth.json)"),
+    ]
+    os.symlink(store / "graph", tree / "elsewhere" / "innocent")
+    cases.append((tree / "elsewhere" / "innocent", "Podman's storage (graphRoot)"))
+    for source, role in cases:
+        with pytest.raises(FailedPrecondition) as exc:
+            admission.check_host_path("m.source", str(source), own)
+        assert exc.value.message.startswith(f"m.source: {str(source)!r} would expose {role} ("), exc.value.message
+    admission.check_host_path("m.source", str(tree / "elsewhere"), own)
+
+
+def test_registry_logins_are_where_podman_looks() -> None:
+    """containers-auth.json(5): $REGISTRY_AUTH_FILE, the runtime directory (or /run/containers/<uid>
+    without one), the config home's containers directory, and Docker's config.json."""
+    full = admission.registry_logins({"HOME": "/h", "XDG_RUNTIME_DIR": "/run/user/7", "REGISTRY_AUTH_FILE": "/a.json",
+                                      "XDG_CONFIG_HOME": "/cfg"}, 7)
+    assert [p.path for p in full] == ["/a.json", "/run/user/7/containers", "/cfg/containers",
+                                      "/h/.config/containers", "/h/.docker/config.json"]
+    bare = admission.registry_logins({"HOME": "/h"}, 7)
+    assert [p.path for p in bare] == ["/run/containers/7", "/h/.config/containers", "/h/.config/containers",
+                                      "/h/.docker/config.json"]
+
+
+def test_podman_paths_from_info() -> None:
+    info = Info(store=StoreInfo(graphRoot="/g", runRoot="/r", volumePath="/g/volumes",
+                                configFile="/h/.config/containers/storage.conf"))
+    assert [p.path for p in admission.podman_paths(info)] == ["/g", "/r", "/g/volumes", "/h/.config/containers"]
+    assert admission.podman_paths(Info()) == ()  # an older Podman that says nothing: nothing added
 
 
 def test_provenance() -> None:
@@ -275,11 +340,11 @@ def test_validate_checks_volumes_and_bind_sources(tree: Path) -> None:
     settings = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
 
     async def body(driver: Driver) -> None:
-        own = admission.protected_paths(settings, str(state), driver.podman.socket_path)
+        own = await admission.protected(driver.podman, settings, str(state))
         with pytest.raises(FailedPrecondition) as exc:
             await admission.admit_mounts(driver.podman, settings, str(state), "ws", [Mount("bind", "/x", str(state))])
         assert exc.value.message.startswith("sandbox.spec.template.driver_config.mounts[0].source:")
-        assert str(state) in own
+        assert str(state) in [p.path for p in own]
         await admission.admit_mounts(driver.podman, settings, str(state), "ws", [Mount("volume", "/d", "data")])
         with pytest.raises(FailedPrecondition) as exc:
             await admission.admit_mounts(driver.podman, Settings(), str(state), "ws", [Mount("volume", "/d", "data")])
@@ -290,3 +355,231 @@ def test_validate_checks_volumes_and_bind_sources(tree: Path) -> None:
         assert "does not exist" in exc.value.message
 
     run_driver(settings, state, container({}, []), body)
+
+
+STORE = {"graphRoot": "/srv/podman/graph", "runRoot": "/srv/podman/run", "volumePath": "/srv/podman/graph/volumes",
+         "configFile": "/srv/podman/conf/storage.conf"}
+
+
+def with_store(fake: FakeLibpod) -> None:
+    fake.route("GET", "/info", (200, {}, {**INFO, "store": {**INFO["store"], **STORE}}))
+
+
+def test_podmans_storage_comes_from_one_info_and_only_for_binds(tree: Path) -> None:
+    """A bind into Podman's graphRoot is refused by what /info says; /info is asked once for
+    the life of the client, and not at all for a request without binds or volumes."""
+    state = tree / "state"
+    settings = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+
+    fakes: list[FakeLibpod] = []
+
+    def setup(fake: FakeLibpod) -> None:
+        fakes.append(fake)
+        with_store(fake)
+
+    async def body(driver: Driver) -> None:
+        [fake] = fakes
+        await admission.admit_mounts(driver.podman, settings, str(state), "ws", [Mount("tmpfs", "/t")])
+        assert fake.count(r"^GET \S*/info") == 0
+        for source, role in (("/srv/podman/graph/overlay", "Podman's storage (graphRoot)"),
+                             ("/srv/podman", "Podman's containers config directory"),  # the first it holds
+                             ("/srv/podman/run", "Podman's run root (runRoot)"),
+                             ("/srv/podman/conf/auth.json", "Podman's containers config directory")):
+            with pytest.raises(FailedPrecondition) as exc:
+                await admission.admit_mounts(driver.podman, settings, str(state), "ws", [Mount("bind", "/x", source)])
+            assert exc.value.message.startswith(f"sandbox.spec.template.driver_config.mounts[0].source: "
+                                                f"{source!r} would expose {role}"), exc.value.message
+        await admission.admit_mounts(driver.podman, settings, str(state), "ws", [Mount("bind", "/x", "/srv/data")])
+        assert fake.count(r"^GET \S*/info") == 1
+
+    run_driver(settings, state, setup, body)
+
+
+# ---------------------------------------------------------------- StartSandbox re-checks the binds
+
+
+OPEN = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+
+
+def own_binds(state: Path) -> list[dict[str, str]]:
+    """The binds podmand gives every sandbox (sandboxmounts.py), as Podman's inspect shows them,
+    and what a started image mount looks like: a bind from Podman's storage."""
+    secrets = state / "sandboxes" / "sb1"
+    return [
+        {"Type": "bind", "Source": str(state / "supervisor" / "sha256-x" / "openshell-sandbox"),
+         "Destination": names.SUPERVISOR_BIN},
+        {"Type": "bind", "Source": str(secrets / "sandbox.jwt"), "Destination": names.TOKEN_PATH},
+        {"Type": "bind", "Source": str(secrets / "ca.crt"), "Destination": f"{names.TLS_DIR}/ca.crt"},
+        {"Type": "image", "Source": "localhost/data:1", "Destination": "/img"},
+        {"Type": "bind", "Source": "/srv/podman/graph/overlay-containers/c/userdata/overlay/1/merge",
+         "Destination": "/img"},
+        {"Type": "volume", "Name": names.volume_name("sb1"), "Destination": "/sandbox"},
+    ]
+
+
+def test_start_rechecks_bind_sources_with_symlinks_resolved_now(tree: Path) -> None:
+    """A bind source that was a harmless directory at create and now leads into a protected
+    path (here: through a symlink re-pointed at the state directory, or into Podman's
+    storage) is refused at StartSandbox, naming the mount and the path's role, and nothing
+    is started. podmand's own binds and a started image mount's bind are not the caller's."""
+    state, harmless = tree / "state", tree / "harmless"
+    harmless.mkdir()
+    link = tree / "x" / "link"
+    link.parent.mkdir()
+    link.symlink_to(harmless)
+    labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "true"}
+    mounts = [*own_binds(state), {"Type": "bind", "Source": str(link), "Destination": "/data"}]
+
+    fakes: list[FakeLibpod] = []
+
+    def setup(fake: FakeLibpod) -> None:
+        fakes.append(fake)
+        container(labels, mounts)(fake)
+        with_store(fake)
+
+    async def body(driver: Driver) -> None:
+        [fake] = fakes
+        await driver.start("sb1")  # harmless: started
+        assert fake.count(r"/containers/cid/start$") == 1
+        link.unlink()
+        link.symlink_to(state)
+        with pytest.raises(FailedPrecondition) as exc:
+            await driver.start("sb1")
+        assert exc.value.message == (f"bind mount '/data': {str(link)!r} would expose podmand's own state directory "
+                                     f"({state}); choose a path outside it")
+        link.unlink()
+        link.symlink_to("/srv/podman/graph/overlay")
+        with pytest.raises(FailedPrecondition) as exc:
+            await driver.start("sb1")
+        assert "would expose Podman's storage (graphRoot) (/srv/podman/graph)" in exc.value.message
+        assert fake.count(r"/containers/cid/start$") == 1  # neither refused start reached Podman
+
+    run_driver(OPEN, state, setup, body)
+
+
+@pytest.mark.parametrize(
+    ("settings", "needle"),
+    [
+        (Settings(allow_driver_config=True, admission_enabled=False), "bind mount '/data': bind mounts require "
+         "enable_bind_mounts"),
+        (Settings(allow_driver_config=True, enable_bind_mounts=True),
+         f"bind mount '/data': {admission.HOST_MOUNT_REFUSED}"),
+    ],
+)
+def test_start_rechecks_that_binds_are_allowed_today(settings: Settings, needle: str, tree: Path) -> None:
+    """Turned off since the create (bind mounts, or resource admission on): the bind sandbox does not start."""
+    (tree / "harmless").mkdir()
+    labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "true"}
+    mounts = [*own_binds(tree / "state"), {"Type": "bind", "Source": str(tree / "harmless"), "Destination": "/data"}]
+
+    async def body(driver: Driver) -> None:
+        with pytest.raises(FailedPrecondition) as exc:
+            await driver.start("sb1")
+        assert exc.value.message.startswith(needle), exc.value.message
+
+    fake = run_driver(settings, tree / "state", container(labels, mounts), body)
+    assert fake.count(r"/start$") == 0
+
+
+def test_podmands_own_binds_outside_reserved_targets_are_checked(tree: Path) -> None:
+    """Only a bind at a reserved target from inside the state directory is podmand's own:
+    the same state-directory file bound anywhere else is refused."""
+    state = tree / "state"
+    labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "true"}
+    stray = {"Type": "bind", "Source": str(state / "sandboxes" / "sb1" / "sandbox.jwt"), "Destination": "/tok"}
+
+    async def body(driver: Driver) -> None:
+        with pytest.raises(FailedPrecondition) as exc:
+            await driver.start("sb1")
+        assert exc.value.message.startswith("bind mount '/tok': ") and "state directory" in exc.value.message
+
+    fake = run_driver(OPEN, state, container(labels, [*own_binds(state), stray]), body)
+    assert fake.count(r"/start$") == 0
+
+
+# ---------------------------------------------------------------- provisioning re-checks before the first start
+
+
+def bind_box(sandbox_id: str, source: Path) -> pb.DriverSandbox:
+    template = pb.DriverSandboxTemplate(image="registry.example/app:1")
+    template.driver_config.update({"mounts": [{"type": "bind", "source": str(source), "target": "/data"}]})
+    return pb.DriverSandbox(id=sandbox_id, name="demo", workspace="ws", spec=pb.DriverSandboxSpec(template=template))
+
+
+def test_provisioning_rechecks_binds_just_before_the_first_start() -> None:
+    """The create RPC checked the bind; by the time the container is made (after pulls, or when
+    a restart resumes and adopts it) the source leads into the state directory: the container
+    is removed unstarted and the sandbox fails with MountRefused naming the field."""
+
+    async def main() -> None:
+        async with driver_on(lambda _tmp: OPEN) as rig:
+            await scenario(rig)
+
+    async def scenario(rig: Rig) -> None:
+        harmless = rig.tmp / "harmless"
+        harmless.mkdir()
+        link = rig.tmp / "link"
+        link.symlink_to(harmless)
+
+        def swapping_create(req: Request) -> Any:
+            link.unlink()
+            link.symlink_to(rig.driver.state_dir)  # while Podman makes the container
+            return rig.boxes.create(req)
+
+        rig.fake.route("POST", "/containers/create", swapping_create)
+        await rig.driver.create(bind_box("sb-1", link))
+        await eventually(lambda: "MountRefused" in rig.sink.sandbox_reasons(), "the refusal")
+        assert rig.fake.count(r"/start$") == 0 and rig.boxes.boxes == {}
+        snap = await rig.driver.get("sb-1")
+        assert snap.status.conditions[0].message.startswith(
+            f"sandbox.spec.template.driver_config.mounts[0].source: {str(link)!r} would expose podmand's own state")
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_resumed_create_rechecks_binds_before_starting_the_container_it_adopts() -> None:
+    """podmand went away while Podman made the container; before the next podmand resumes
+    the create the bind source is re-pointed at the state directory: the container it
+    adopts is removed unstarted and the sandbox fails with MountRefused."""
+
+    async def main() -> None:
+        async with driver_on(lambda _tmp: OPEN) as rig:
+            await scenario(rig)
+
+    async def scenario(rig: Rig) -> None:
+        harmless = rig.tmp / "harmless"
+        harmless.mkdir()
+        link = rig.tmp / "link"
+        link.symlink_to(harmless)
+        made, answer = asyncio.Event(), asyncio.Event()
+
+        async def create(req: Request) -> Any:
+            sandbox_id = (req.json().get("labels") or {}).get(names.SANDBOX_ID)
+            if sandbox_id is not None and any(b["Config"]["Labels"].get(names.SANDBOX_ID) == sandbox_id
+                                              for b in rig.boxes.boxes.values()):
+                return 500, {}, {"message": "container name is already in use"}  # Podman 4.3.1's answer
+            reply = rig.boxes.create(req)
+            if sandbox_id is not None:  # made, but podmand is gone before it hears so
+                made.set()
+                await answer.wait()
+            return reply
+
+        rig.fake.route("POST", "/containers/create", create)
+        await rig.driver.create(bind_box("sb-1", link))
+        await asyncio.wait_for(made.wait(), 10)
+        await rig.driver.close()
+        answer.set()
+        link.unlink()
+        link.symlink_to(rig.driver.state_dir)
+        sink = Sink()
+        again = Driver(rig.driver.settings, rig.driver.podman, rig.driver.state_dir, sink)
+        try:
+            assert await again.resume() == 1
+            await eventually(lambda: "MountRefused" in sink.sandbox_reasons(), "the refusal")
+            assert rig.fake.count(r"/start$") == 0 and rig.boxes.boxes == {}
+            message = (await again.get("sb-1")).status.conditions[0].message
+            assert "would expose podmand's own state directory" in message, message
+        finally:
+            await again.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

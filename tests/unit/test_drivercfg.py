@@ -121,11 +121,34 @@ def test_refusals_name_the_field(
     assert needle in message, message
 
 
+@pytest.mark.parametrize(
+    ("mount", "root"),
+    [
+        ({"type": "tmpfs", "target": "/proc"}, "/proc"),
+        ({"type": "tmpfs", "target": "/proc/sys/kernel"}, "/proc"),
+        ({"type": "bind", "source": "/srv/fake-proc", "target": "/proc/"}, "/proc"),
+        ({"type": "tmpfs", "target": "/sys"}, "/sys"),
+        ({"type": "tmpfs", "target": "/sys/fs"}, "/sys"),
+        ({"type": "volume", "source": "v", "target": "/sys/fs/cgroup"}, "/sys"),
+        ({"type": "tmpfs", "target": "/dev"}, "/dev"),
+        ({"type": "tmpfs", "target": "/dev/shm"}, "/dev"),
+        ({"type": "image", "source": "localhost/d:1", "target": "/dev/net"}, "/dev"),
+    ],
+)
+def test_kernel_filesystems_are_reserved_targets(mount: dict[str, Any], root: str) -> None:
+    """A mount at or under /proc, /sys or /dev would replace procfs, sysfs or the device
+    nodes under the root supervisor: INVALID_ARGUMENT naming the target field."""
+    with pytest.raises(InvalidArgument) as exc:
+        parse(mount)
+    target = mount["target"].rstrip("/")
+    assert exc.value.message == f"{WHERE}.target: mount target {target!r} conflicts with reserved path {root!r}"
+
+
 def test_unrelated_paths_are_not_reserved() -> None:
-    """Overlap is by path segment: /etc/openshell-tools is not /etc/openshell."""
-    targets = [m.target for m in parse({"type": "tmpfs", "target": "/etc/openshell-tools"},
-                                       {"type": "tmpfs", "target": "/run/agent-2"})]
-    assert targets == ["/etc/openshell-tools", "/run/agent-2"]
+    """Overlap is by path segment: /etc/openshell-tools is not /etc/openshell, /devices is not /dev."""
+    wanted = ["/etc/openshell-tools", "/run/agent-2", "/devices", "/system", "/process", "/srv/proc", "/home/dev"]
+    targets = [m.target for m in parse(*({"type": "tmpfs", "target": t} for t in wanted))]
+    assert targets == wanted
 
 
 def test_duplicate_targets_of_different_kinds() -> None:
