@@ -1,8 +1,9 @@
-"""Logging: human lines by default, JSON lines for machines, secrets redacted.
+"""Logging: human lines by default, JSON lines for machines, secrets redacted and
+control characters escaped.
 
-Secrets should never reach a log call in the first place; the redaction
-filter is the second line of defence, for text podmand does not control
-(Podman's error messages, exceptions)."""
+Secrets should never reach a log call in the first place, nor a caller's raw
+text (servicer.logged_id); the filter is the second line of defence, for text
+podmand does not control (Podman's error messages, exceptions)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,23 @@ def redact(text: str) -> str:
     return _SECRET.sub(REDACTED, text)
 
 
+# A newline in a message would start a line that passes for a record of its own (a forged
+# "ready" line); carriage returns, escape sequences and other C0 and C1 controls rewrite the
+# terminal, and viewers break lines at U+2028 and U+2029 too. Each is written as Python
+# escapes it (\n, \x1b, \u2028). Tracebacks keep their line breaks, which a reader needs.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape_controls(text: str) -> str:
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 class RedactingFilter(logging.Filter):
+    """Every record's message, whichever the format: secrets redacted, controls escaped."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        clean = redact(message)
+        clean = escape_controls(redact(message))
         if clean != message or record.args:
             record.msg, record.args = clean, None
         if record.exc_info and record.exc_info[1] is not None:

@@ -8,6 +8,11 @@ per connection, and splices the connection to one of two grpc servers on
 private sockets: the driver for an allowed peer, a deny server answering every
 call ``PERMISSION_DENIED`` for anyone else. The splice forwards whole reads
 (up to 256 KiB) between two asyncio transports and parses nothing.
+
+The gate bounds what any process that can reach the socket may hold: connections
+open at once (allowed and refused peers each their own cap), a connection that sends
+nothing is closed after a while, and each kind of refusal is logged at most once
+every few seconds, with a count of the others.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import os
 import socket
 import struct
 import tempfile
-from collections.abc import Collection
+import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,17 +149,55 @@ class _Half(asyncio.Protocol):
             self.other.transport.close()
 
 
+# A gRPC client writes its connection preface as soon as it connects: one that sends
+# nothing for 30 s is no client (a stuck or hostile process holding a slot). 30 s leaves
+# a loaded host room; once a connection has spoken there is no limit (a watch stream may
+# be silent for hours).
+IDLE_TIMEOUT = 30.0
+
+
 class _Accepted(_Half):
     """A connection to the public socket: check its peer, then connect it through."""
+
+    peer: Peer
+    idle: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         assert self.transport is not None
         self.transport.pause_reading()  # until the far side is connected; the kernel buffers meanwhile
-        target = self.gate.route(peer_of(transport.get_extra_info("socket")))
-        task = asyncio.get_running_loop().create_task(self._connect(target))
+        self.peer = peer_of(transport.get_extra_info("socket"))
+        target = self.gate.admit(self)
+        if target is None:  # its kind of peer is at its cap
+            self.transport.abort()
+            return
+        loop = asyncio.get_running_loop()
+        self.idle = loop.call_later(self.gate.idle_timeout, self._idle)
+        task = loop.create_task(self._connect(target))
         self.gate.tasks.add(task)
         task.add_done_callback(self.gate.tasks.discard)
+
+    def data_received(self, data: bytes) -> None:
+        if self.idle is not None:  # it spoke: no idle limit from now on
+            self.idle.cancel()
+            self.idle = None
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
+            self.idle = None
+        self.gate.release(self)
+        super().connection_lost(exc)
+
+    def _idle(self) -> None:
+        self.idle = None
+        self.gate.idle_closes.warn(
+            "driver socket: closed a connection from uid %d (pid %d) that sent nothing in %g s",
+            self.peer.uid, self.peer.pid, self.gate.idle_timeout,
+        )
+        assert self.transport is not None
+        self.transport.abort()
 
     async def _connect(self, target: str) -> None:
         assert self.transport is not None
@@ -185,21 +229,99 @@ class _Accepted(_Half):
             self.transport.resume_reading()
 
 
+# Each kind of the gate's warnings (a refused uid, a connection over a cap, an idle one
+# closed) is logged at most once per 10 s and the others counted: a flood costs a few lines
+# a minute, not one per connection, and 10 s still dates an incident closely.
+WARN_EVERY = 10.0
+
+
+class _Throttled:
+    """A warning a flood must not repeat line by line: the first of a burst is logged at
+    once, the next ones only counted, and their number logged in one line when ``every``
+    seconds have passed since the last line (or when the gate closes)."""
+
+    def __init__(self, every: float, summary: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every, self.summary, self.clock = every, summary, clock
+        self.suppressed = 0
+        self._quiet_until = -float("inf")
+        self._flush: asyncio.TimerHandle | None = None
+
+    def warn(self, message: str, *args: object) -> None:
+        now = self.clock()
+        if now >= self._quiet_until:
+            self._quiet_until = now + self.every
+            log.warning(message, *args)
+            return
+        self.suppressed += 1
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().call_later(self._quiet_until - now, self.flush)
+
+    def flush(self) -> None:
+        """Log how many went unlogged, if any; that line starts a quiet period of its own."""
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        if self.suppressed:
+            log.warning(self.summary, self.suppressed, self.every)
+            self.suppressed = 0
+            self._quiet_until = self.clock() + self.every
+
+
+# Connections of allowed peers open at once; a new one past it is closed at once. A gateway
+# holds a handful (one channel, one per ctl or health call); each costs three descriptors
+# (both sides of the splice, and the grpc server's end), so 256 stay under the usual soft
+# limit of 1024 even where raising it failed (limits.py).
+MAX_CONNECTIONS = 256
+# Refused peers' connections count apart, so a flood from a uid that is not allowed never
+# takes the allowed peers' room; reading PERMISSION_DENIED needs one connection for a moment.
+MAX_REFUSED_CONNECTIONS = 16
+
+
 class PeerGate:
     """The public driver socket: accepts, checks each peer's uid, splices it through."""
 
-    def __init__(self, path: str, allowed: str, denied: str, *, own_uid: int, allowed_uids: Collection[int]) -> None:
+    def __init__(self, path: str, allowed: str, denied: str, *, own_uid: int, allowed_uids: Collection[int],
+                 max_connections: int = MAX_CONNECTIONS, max_refused: int = MAX_REFUSED_CONNECTIONS,
+                 idle_timeout: float = IDLE_TIMEOUT, warn_every: float = WARN_EVERY) -> None:
         self.path, self.allowed, self.denied = path, allowed, denied
         self.own_uid, self.allowed_uids = own_uid, frozenset(allowed_uids)
+        self.max_connections, self.max_refused, self.idle_timeout = max_connections, max_refused, idle_timeout
         self.halves: set[_Half] = set()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.open_allowed: set[_Accepted] = set()
+        self.open_refused: set[_Accepted] = set()
+        not_one_by_one = "(not logged one by one: at most one line per %g s)"
+        self.refusals = _Throttled(
+            warn_every, f"driver socket: refused %d more connection(s) of uids not allowed {not_one_by_one}")
+        self.over_cap = _Throttled(
+            warn_every, f"driver socket: closed %d more new connection(s) over the cap at once {not_one_by_one}")
+        self.idle_closes = _Throttled(
+            warn_every, f"driver socket: closed %d more connection(s) that sent nothing {not_one_by_one}")
         self._server: asyncio.AbstractServer | None = None
         self._bound = False
+
+    def admit(self, conn: _Accepted) -> str | None:
+        """The internal socket ``conn`` is spliced to, or None: its kind of peer is at its cap."""
+        peer = conn.peer
+        if is_allowed(peer.uid, self.own_uid, self.allowed_uids):
+            held, cap, kind = self.open_allowed, self.max_connections, "connections"
+        else:
+            held, cap, kind = self.open_refused, self.max_refused, "connections of refused peers"
+        if len(held) >= cap:
+            self.over_cap.warn("driver socket: closed a new connection from uid %d (pid %d) at once: %d %s are "
+                               "open, the most podmand keeps", peer.uid, peer.pid, len(held), kind)
+            return None
+        held.add(conn)
+        return self.route(peer)
+
+    def release(self, conn: _Accepted) -> None:
+        self.open_allowed.discard(conn)
+        self.open_refused.discard(conn)
 
     def route(self, peer: Peer) -> str:
         if is_allowed(peer.uid, self.own_uid, self.allowed_uids):
             return self.allowed
-        log.warning(
+        self.refusals.warn(
             "driver socket: refused a connection from uid %d (pid %d): not podmand's uid %d, root, "
             "or in allowed_peer_uids (PODMAND_ALLOWED_PEER_UIDS)",
             peer.uid,
@@ -234,7 +356,10 @@ class PeerGate:
                 os.unlink(self.path)
 
     def close(self) -> None:
-        """Cut every spliced connection (after the servers behind them have stopped)."""
+        """Cut every spliced connection (after the servers behind them have stopped); log
+        the refusals not logged yet."""
+        for throttled in (self.refusals, self.over_cap, self.idle_closes):
+            throttled.flush()
         for task in list(self.tasks):
             task.cancel()
         for half in list(self.halves):

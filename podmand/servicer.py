@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from . import cdi, logs
+from . import cdi, logs, names, requestchecks
 from ._proto import compute_driver_pb2 as pb
 from .driver import Driver
 from .errors import DriverError, Unavailable
@@ -41,6 +41,14 @@ def status_of(exc: Exception) -> tuple[grpc.StatusCode, str] | None:
     if isinstance(exc, PodmanUnreadable):
         return grpc.StatusCode.INTERNAL, f"Podman answered something podmand cannot read: {exc}"
     return None
+
+
+def logged_id(sandbox_id: str) -> str:
+    """A request's sandbox id as its RPC line shows it. The line is written before the id
+    is checked (the check's refusal is what it reports), so one that is not a valid id is
+    escaped and bounded as its error message shows it (``requestchecks.shown``): a
+    caller's newline must not start a log line of its own."""
+    return sandbox_id if names.is_id(sandbox_id) else requestchecks.shown(sandbox_id)
 
 
 class Readiness:
@@ -93,6 +101,7 @@ class ComputeDriverServicer:
         the request), with the traceback when it was a bug."""
         started = time.monotonic()
         code, message = grpc.StatusCode.OK, ""
+        shown = logged_id(sandbox_id) if sandbox_id else None
         unexpected: BaseException | None = None
         try:
             return await call()
@@ -111,14 +120,14 @@ class ComputeDriverServicer:
                 logging.ERROR if unexpected else logging.INFO if ok else logging.WARNING,
                 "rpc=%s sandbox=%s code=%s duration_ms=%.1f%s",
                 method,
-                sandbox_id or "-",
+                shown or "-",
                 code.name,
                 ms,
                 f" error={message!r}" if message else "",
                 exc_info=unexpected,
                 extra=logs.fields(
                     rpc=method,
-                    sandbox=sandbox_id or None,
+                    sandbox=shown,
                     code=code.name,
                     ms=ms,
                     **({"error": message} if message else {}),

@@ -1,10 +1,15 @@
 """The driver socket's path: short enough, in a directory that is ours and private,
 and free (only our own stale socket is replaced). The socket itself is bound by the
-peer gate (peers.py)."""
+peer gate (peers.py).
+
+The directory is checked and made 0700 through one descriptor opened without
+following a symlink: one swapped in after the check is refused, never followed (as
+root, a chmod through it could make ``/etc`` 0700)."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import stat
@@ -34,7 +39,7 @@ def prepare_socket(path: str) -> list[Path]:
     Returns the directories it created (outermost first), for removal after a failed start."""
     parent = Path(path).parent
     if parent.is_symlink():
-        raise SocketError(f"driver socket directory {parent} is a symlink; refusing to use it")
+        raise _refused(parent, "is a symlink; refusing to use it")
     created = [p for p in (*reversed(parent.parents), parent) if not p.exists()]
     try:
         parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -44,10 +49,11 @@ def prepare_socket(path: str) -> list[Path]:
             f"cannot create the driver socket directory {parent}: {exc.strerror}; choose a --socket "
             "(OPENSHELL_COMPUTE_DRIVER_SOCKET) in a directory this user may create or owns"
         ) from None
-    st = parent.stat()
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        raise SocketError(f"driver socket directory {parent} must be a directory owned by uid {os.geteuid()}")
-    os.chmod(parent, 0o700)
+    try:
+        _make_private(parent)
+    except SocketError:
+        remove_dirs(created)  # rmdir never follows a symlink
+        raise
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -61,6 +67,31 @@ def prepare_socket(path: str) -> list[Path]:
             os.unlink(path)  # stale: nobody listens
             return created
     raise SocketError(f"another process is already serving on {path}")
+
+
+def _make_private(parent: Path) -> None:
+    """Owner and type checked, and the mode set, on the directory itself: a descriptor
+    opened without following a final symlink (O_NOFOLLOW; O_DIRECTORY refuses anything
+    else), whatever the path names by then."""
+    try:
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise _refused(parent, f"cannot be opened: {exc.strerror}") from None
+        what = "a symlink" if parent.is_symlink() else "not a directory"
+        raise _refused(parent, f"is {what}; refusing to use it") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise _refused(parent, f"must be a directory owned by uid {os.geteuid()}")
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def _refused(parent: Path, why: str) -> SocketError:
+    return SocketError(f"driver socket directory {parent} {why} (choose another --socket / "
+                       "OPENSHELL_COMPUTE_DRIVER_SOCKET)")
 
 
 def remove_dirs(created: list[Path]) -> None:

@@ -137,6 +137,30 @@ def test_traversal_ids_never_reach_the_state_dir(
     assert stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
+FORGED = "FORGED podmand: ready: serving unix:///tmp/forged.sock"
+
+
+@pytest.mark.parametrize("fmt", ["human", "json"])
+def test_an_id_cannot_forge_log_lines(make_podmand: Callable[..., Podmand], fmt: str) -> None:
+    """A sandbox id is logged before it is checked: a caller's newline must not start a
+    line of podmand's log (this one would pass for podmand's ready line). The id shows
+    escaped, as its error message shows it, in both log formats."""
+    daemon = make_podmand({"PODMAND_LOG_FORMAT": fmt})
+    bad = f"x\n{FORGED}"
+    for call in by_id(daemon, bad):
+        refused(call, grpc.StatusCode.INVALID_ARGUMENT, "sandbox_id:", repr(bad))
+
+    wait_until(lambda: daemon.logs().count("code=INVALID_ARGUMENT") >= 4, 10, "the four RPC lines",
+               detail=daemon.logs)
+    lines = daemon.logs().splitlines()
+    assert [line for line in lines if line.startswith("FORGED")] == []
+    if fmt == "json":
+        docs = [json.loads(line) for line in lines if line.startswith("{")]
+        assert [d["sandbox"] for d in docs if d.get("code") == "INVALID_ARGUMENT"] == [repr(bad)] * 4
+        lines = [d["message"] for d in docs]
+    assert sum(f"sandbox={bad!r} code=INVALID_ARGUMENT" in line for line in lines) == 4
+
+
 # ---------------------------------------------------------------- isolation gates
 
 

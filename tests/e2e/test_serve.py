@@ -1,4 +1,5 @@
-"""The pex as a process: start-up, discovery errors, restart, health probes."""
+"""The pex as a process: start-up, discovery errors, restart, health probes, what the
+driver socket lets connections hold."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from collections.abc import Callable
 
 import podman
 
+from podmand import peers
 from podmand._proto import compute_driver_pb2 as pb
 
-from .conftest import ROOT, Podmand, containers_of, ready, sandbox, volumes_of, wait_until
+from .conftest import DEADLINE, ROOT, Podmand, containers_of, ready, sandbox, volumes_of, wait_until
 
 
 def test_ready_line_names_socket(driver: Podmand) -> None:
@@ -43,6 +45,52 @@ def test_sigterm_ends_watch_and_removes_socket(driver: Podmand) -> None:
     assert watch.done.wait(10)
     assert watch.error is not None
     assert not os.path.exists(driver.socket)
+
+
+def connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(DEADLINE)
+    sock.connect(path)
+    return sock
+
+
+def is_open(sock: socket.socket) -> bool:
+    """Whether the other end still holds the connection (what it sent read and dropped)."""
+    sock.setblocking(False)  # with a timeout, Python would wait for the socket to be readable
+    try:
+        while sock.recv(65536):  # the grpc server's SETTINGS, spliced through
+            pass
+    except BlockingIOError:
+        return True
+    except ConnectionResetError:
+        pass
+    return False
+
+
+def test_the_socket_bounds_connections_held_and_silent(driver: Podmand) -> None:
+    """MAX_CONNECTIONS connections held silent: each one more is closed at once, logged in
+    one line, and one more line counts the rest; after IDLE_TIMEOUT the silent ones are
+    closed (again one line, and one counting the rest) and a real client is served."""
+    cap, extra, pid = peers.MAX_CONNECTIONS, 20, os.getpid()
+    held = [connect(driver.socket) for _ in range(cap)]
+    try:
+        for _ in range(extra):
+            with connect(driver.socket) as sock:
+                assert sock.recv(1) == b""  # closed without a byte (a spliced one hears SETTINGS)
+        assert all(is_open(sock) for sock in held)
+        wait_until(lambda: f"closed {extra - 1} more new connection(s) over the cap at once" in driver.logs(),
+                   DEADLINE, "the count of connections closed over the cap", detail=driver.logs)
+        assert driver.logs().count("driver socket: closed a new connection") == 1
+        assert f"closed a new connection from uid 0 (pid {pid}) at once: {cap} connections are open" in driver.logs()
+
+        wait_until(lambda: not any(is_open(sock) for sock in held), 3 * peers.IDLE_TIMEOUT, "the idle ones closed")
+        wait_until(lambda: f"closed {cap - 1} more connection(s) that sent nothing" in driver.logs(), DEADLINE,
+                   "the count of idle connections closed", detail=driver.logs)
+        assert driver.logs().count(f"that sent nothing in {peers.IDLE_TIMEOUT:g} s") == 1
+        assert driver.stub.ListSandboxes(pb.ListSandboxesRequest(), timeout=DEADLINE) is not None
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def test_restart_finishes_interrupted_create(

@@ -61,3 +61,32 @@ def test_human_lines_ignore_fields() -> None:
     log, out = capture("human")
     log.info("rpc=%s", "GetSandbox", extra=logs.fields(rpc="GetSandbox", ms=0.2))
     assert out.getvalue().rstrip().endswith("podmand.test: rpc=GetSandbox")
+
+
+FORGED = "2026-01-01 00:00:00,000 INFO podmand: podmand ready: serving unix:///tmp/forged.sock"
+
+
+def test_control_characters_in_messages_are_escaped_in_both_formats() -> None:
+    """Whatever text reaches a log call (a Podman error message, a value no check has seen
+    yet), it stays on its record's line: newlines, other C0 and C1 controls and Unicode
+    line separators are escaped as Python writes them; tracebacks keep their lines."""
+    hostile = f"a\n{FORGED}\r\x1b[2J\x85\u2028\x00\tz"
+    escaped = f"a\\n{FORGED}\\r\\x1b[2J\\x85\\u2028\\x00\\tz"
+    for fmt in ("human", "json"):
+        log, out = capture(fmt)
+        log.warning("podman said: %s", hostile)
+        log.warning(hostile)  # the message itself, without arguments
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            log.exception("failed with %s", "x\ny")
+        lines = out.getvalue().splitlines()
+        if fmt == "json":
+            messages = [json.loads(line)["message"] for line in lines]
+            assert messages == [f"podman said: {escaped}", escaped, "failed with x\\ny"]
+            assert "Traceback (most recent call last):\n" in json.loads(lines[2])["exception"]
+        else:
+            assert not any(line.startswith(FORGED[:10]) for line in lines), lines
+            assert lines[0].endswith(f"podmand.test: podman said: {escaped}") and lines[1].endswith(escaped)
+            assert lines[2].endswith("podmand.test: failed with x\\ny")
+            assert lines[3] == "Traceback (most recent call last):" and lines[-1] == "RuntimeError: boom"

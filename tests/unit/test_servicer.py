@@ -12,7 +12,7 @@ import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.decoding import DecodeRequests, decoding
-from podmand.errors import NotFound, Unavailable
+from podmand.errors import InvalidArgument, NotFound, Unavailable
 from podmand.libpod import PodmanError, PodmanUnavailable
 from podmand.servicer import INTERNAL_MESSAGE, ComputeDriverServicer, Readiness
 
@@ -98,6 +98,29 @@ def test_success_is_ok(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, "podmand.rpc"):
         assert asyncio.run(servicer._run("GetSandbox", "sb1", Context(), call)) == "done"
     assert "code=OK" in rpc_records(caplog)[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("sandbox_id", "shown"),
+    [
+        ("x\nFORGED podmand: ready", "'x\\nFORGED podmand: ready'"),
+        ("a\rb\x1b[2Jc", "'a\\rb\\x1b[2Jc'"),
+        ("z" * 129, "(129 characters)"),
+        ("sb-1.ok_x", "sb-1.ok_x"),  # a valid id is logged as it is
+    ],
+)
+def test_invalid_ids_are_logged_escaped(sandbox_id: str, shown: str, caplog: pytest.LogCaptureFixture) -> None:
+    """An id is logged before it is checked: one that is not a valid id is logged as
+    requestchecks.shown renders it (escaped, bounded), so a caller's newline cannot
+    start a log line of its own; the JSON field carries the same rendering."""
+    servicer = ComputeDriverServicer(None, None, Readiness())  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, "podmand.rpc"), pytest.raises(Aborted):
+        asyncio.run(servicer._run("GetSandbox", sandbox_id, Context(), raising(InvalidArgument("sandbox_id: bad"))))
+    [record] = rpc_records(caplog)
+    message = record.getMessage()
+    assert f"sandbox={shown} code=INVALID_ARGUMENT" in message
+    assert "\n" not in message and "\r" not in message and "\x1b" not in message
+    assert record.fields["sandbox"] == shown  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------- request decoding
