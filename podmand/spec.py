@@ -266,7 +266,7 @@ def identity_label(identity: Resolved) -> str:
 def filtered_user_env(plan: Plan) -> list[str]:
     """Keys of the caller's environment that stay out of the container environment
     (they still reach SSH sessions through OPENSHELL_USER_ENVIRONMENT)."""
-    return sorted(k for k in plan.user_env if sandboxenv.unsafe_env_key(k))
+    return sorted(k for k, v in plan.user_env.items() if sandboxenv.caller_env_held_back(k, v))
 
 
 def container_labels(plan: Plan, instance: str = "", identity: Resolved | None = None) -> dict[str, str]:

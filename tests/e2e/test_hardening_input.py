@@ -524,3 +524,40 @@ def test_start_rechecks_bind_sources_with_symlinks_resolved(
         assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- environment
+
+
+def test_environment_that_steers_root_never_reaches_the_supervisor(
+    driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """Loader, temp-dir, telemetry and TLS key-log variables, the caller's PATH and a
+    locale naming a file are not in the container's Config.Env (so neither the root
+    supervisor nor the helpers it runs see them); the EnvironmentFiltered event names each
+    key and no value; ordinary names pass; SSH sessions still get everything; and the
+    sandbox starts."""
+    held = {"GCONV_PATH": "/sandbox/gconv", "TMPDIR": "/sandbox/tmp",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.invalid:4317", "SSLKEYLOGFILE": "/sandbox/keys.log",
+            "PATH": "/sandbox/bin:/usr/bin:/bin", "LANG": "/sandbox/locale/x"}
+    watch = driver.watch()
+    box = sandbox(token=True, environment={**held, "APP_MODE": "prod", "LC_ALL": "C.UTF-8"})
+    cleanup.append(box.id)
+    driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    watch.wait_reason(box.id, "ContainerRunning")
+    cond = ready(driver.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=box.id)).sandbox)
+    assert cond is not None and cond.status == "True"
+    [container] = containers_of(podman_client, box.id)
+    config_env = dict(item.split("=", 1) for item in podman_client.containers.get(container.id).attrs["Config"]["Env"])
+    assert not (held.keys() - {"PATH"}) & config_env.keys()
+    assert config_env["PATH"] != held["PATH"]  # the image's
+    assert config_env["APP_MODE"] == "prod" and config_env["LC_ALL"] == "C.UTF-8"
+    assert json.loads(config_env["OPENSHELL_USER_ENVIRONMENT"]) == {**held, "APP_MODE": "prod", "LC_ALL": "C.UTF-8"}
+    code, environ, _ = run_in(container, ["cat", "/proc/1/environ"])
+    supervisor_env = dict(item.split("=", 1) for item in environ.split("\0") if "=" in item)
+    assert code == 0 and supervisor_env["APP_MODE"] == "prod"
+    assert not (held.keys() - {"PATH"}) & supervisor_env.keys() and supervisor_env["PATH"] != held["PATH"]
+    [filtered] = [e for e in watch.platform_events(box.id) if e.reason == "EnvironmentFiltered"]
+    assert ", ".join(sorted(held)) in filtered.message
+    assert not [value for value in held.values() if value in filtered.message]
+    assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
