@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 
 from ..libpod import BadEvent, Event, ImageInspect, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
@@ -20,6 +20,9 @@ from .tasks import Tasks
 log = logging.getLogger("podmand.driver")
 
 KEY = "image-events"  # the subscription's task, in the driver's Tasks
+# References remembered, least recently used forgotten first: callers choose them, and
+# each holds the image's config (environment, labels) until an event drops it.
+KEPT = 512
 # Actions that neither move a name nor remove an image.
 _KEEP = frozenset({"mount", "unmount", "push", "save", "exists", "cleanup"})
 
@@ -41,11 +44,12 @@ def _bare(image_id: str) -> str:
 class Images:
     """reference -> ImageInspect for the references podmand pulled or inspected."""
 
-    def __init__(self, podman: PodmanClient, tasks: Tasks, retry: float = 0.5) -> None:
+    def __init__(self, podman: PodmanClient, tasks: Tasks, retry: float = 0.5, kept: int = KEPT) -> None:
         self.podman = podman
         self.tasks = tasks
         self.retry = retry  # seconds before resubscribing, doubled up to 30 while it fails
-        self._known: dict[str, ImageInspect] = {}
+        self.kept = kept
+        self._known: OrderedDict[str, ImageInspect] = OrderedDict()
         self.live = False  # subscribed to Podman's image events
         # Bumped by what may change any name (a removal, an unreadable event, losing the
         # stream), and per name: a lookup that raced one of them is not remembered.
@@ -58,7 +62,10 @@ class Images:
     def known(self, ref: str) -> ImageInspect | None:
         """What ``ref`` was last seen to be, while nothing since says it moved."""
         self.tasks.ensure(KEY, self._watch)
-        return self._known.get(ref) if self.live else None
+        info = self._known.get(ref) if self.live else None
+        if info is not None:
+            self._known.move_to_end(ref)
+        return info
 
     async def pinned(
         self, ref: str, fetch: Callable[[], Awaitable[ImageInspect]], *, reuse: bool = True
@@ -72,6 +79,9 @@ class Images:
         info = await fetch()
         if mark is not None and self.live and self._mark(ref) == mark and info.id:
             self._known[ref] = info
+            self._known.move_to_end(ref)
+            while len(self._known) > self.kept:
+                self._known.popitem(last=False)
         return info
 
     def _mark(self, ref: str) -> tuple[int, int]:

@@ -174,3 +174,17 @@ def test_no_subscription_no_pins() -> None:
         assert inspects(fake) == 3 and len(images) == 0 and not images.live
 
     run(body)
+
+
+def test_references_remembered_are_bounded_least_recently_used_first() -> None:
+    """Callers choose references: only the last ``kept`` used are remembered."""
+    async def body(fake: FakeLibpod, images: Images) -> None:
+        images.kept = 3
+        for i in range(5):
+            await learn(fake, images, f"img{i}:1")
+        assert len(images) == 3 and images.known("img0:1") is None and images.known("img1:1") is None
+        assert images.known("img2:1") is not None  # used: kept over img3
+        await learn(fake, images, "img5:1")
+        assert images.known("img3:1") is None and images.known("img2:1") is not None and len(images) == 3
+
+    run(body)
