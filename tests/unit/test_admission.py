@@ -506,6 +506,15 @@ def bind_box(sandbox_id: str, source: Path) -> pb.DriverSandbox:
     return pb.DriverSandbox(id=sandbox_id, name="demo", workspace="ws", spec=pb.DriverSandboxSpec(template=template))
 
 
+def harmless_link(tmp: Path) -> Path:
+    """A bind source as a tenant gives it: a symlink to a harmless directory (for now)."""
+    harmless = tmp / "harmless"
+    harmless.mkdir()
+    link = tmp / "link"
+    link.symlink_to(harmless)
+    return link
+
+
 def test_provisioning_rechecks_binds_just_before_the_first_start() -> None:
     """The create RPC checked the bind; by the time the container is made (after pulls, or when
     a restart resumes and adopts it) the source leads into the state directory: the container
@@ -516,10 +525,7 @@ def test_provisioning_rechecks_binds_just_before_the_first_start() -> None:
             await scenario(rig)
 
     async def scenario(rig: Rig) -> None:
-        harmless = rig.tmp / "harmless"
-        harmless.mkdir()
-        link = rig.tmp / "link"
-        link.symlink_to(harmless)
+        link = harmless_link(rig.tmp)
 
         def swapping_create(req: Request) -> Any:
             link.unlink()
@@ -547,10 +553,7 @@ def test_a_resumed_create_rechecks_binds_before_starting_the_container_it_adopts
             await scenario(rig)
 
     async def scenario(rig: Rig) -> None:
-        harmless = rig.tmp / "harmless"
-        harmless.mkdir()
-        link = rig.tmp / "link"
-        link.symlink_to(harmless)
+        link = harmless_link(rig.tmp)
         made, answer = asyncio.Event(), asyncio.Event()
 
         async def create(req: Request) -> Any:
