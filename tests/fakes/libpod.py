@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from podmand import names
+from podmand import eventproof, names
 from podmand.libpod import MockTransport, Response, Streamed
 from podmand.libpod import Request as LibpodRequest
 from tests.wait import wait_until
@@ -371,6 +371,13 @@ class FakeLibpod:
         """How many recorded requests match ``pattern`` (regex, searched)."""
         rx = re.compile(pattern)
         return sum(1 for r in list(self.requests) if rx.search(r))
+
+    def created(self) -> list[str]:
+        """The names in the container creates asked for, but for the event proofs podmand
+        makes with every event subscription (podmand.eventproof)."""
+        made = [json.loads(body or b"{}").get("name", "") for what, body in list(self.bodies)
+                if what.startswith("POST ") and what.endswith("/containers/create")]
+        return [name for name in made if not name.startswith(eventproof.PREFIX)]
 
     def calls(self, start: int = 0) -> list[str]:
         """The requests from the ``start``-th on, as ``METHOD /path`` (no API prefix, no query)."""
