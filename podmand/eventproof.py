@@ -62,11 +62,16 @@ async def cause(podman: PodmanClient, state_dir: Path) -> None:
     try:
         await podman.create_container(spec(name, root, state_dir))
     finally:
-        with contextlib.suppress(PodmanError, PodmanUnavailable, PodmanUnreadable):
-            await asyncio.shield(podman.remove_container(name, 0))
-        imagefiles.ACTIVE.discard(name)
-        with contextlib.suppress(OSError):
-            root.rmdir()
+        # Removed even when the caller gives up (cancels): then without waiting for Podman.
+        removal = asyncio.ensure_future(podman.remove_container(name, 0))
+        removal.add_done_callback(lambda done: done.cancelled() or done.exception())
+        try:
+            with contextlib.suppress(PodmanError, PodmanUnavailable, PodmanUnreadable):
+                await asyncio.shield(removal)
+        finally:
+            imagefiles.ACTIVE.discard(name)
+            with contextlib.suppress(OSError):
+                root.rmdir()
 
 
 class Proof:

@@ -200,11 +200,12 @@ class Hub:
             self._list(first=True)
             await self._process()
         finally:
-            for task in (pump, proving, self._ticker):
-                if task is not None:
-                    task.cancel()
+            tasks = [t for t in (pump, proving, self._ticker) if t is not None]
             self._ticker = None
-            if opened.done() and not opened.cancelled():
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if opened.done():
                 opened.exception()  # retrieved: raised above, or moot
             await self._stop_work()
 
