@@ -78,10 +78,13 @@ def test_service_command_and_environment() -> None:
                     "unix:///tmp/podman-run-7/podman/podman.sock"]
     env = autostart.service_env(
         {"HOME": "/home/u", "PATH": "/bin", "OPENSHELL_SANDBOX_IMAGE": "x", "PODMAND_STATE_DIR": "/s",
-         "XDG_RUNTIME_DIR": "/gone", "NOTIFY_SOCKET": "/run/systemd/notify", "LISTEN_FDS": "1"},
+         "XDG_RUNTIME_DIR": "/gone", "NOTIFY_SOCKET": "/run/systemd/notify", "LISTEN_FDS": "1",
+         "DISABLE_HC_SYSTEMD": "false"},
         "/tmp/podman-run-7",
     )
-    assert env == {"HOME": "/home/u", "PATH": "/bin", "XDG_RUNTIME_DIR": "/tmp/podman-run-7"}
+    # podmand probes health itself: Podman must not also run 'podman healthcheck run' timers.
+    assert env == {"HOME": "/home/u", "PATH": "/bin", "XDG_RUNTIME_DIR": "/tmp/podman-run-7",
+                   "DISABLE_HC_SYSTEMD": "true"}
 
 
 def test_why_not_start_names_the_setting_the_socket_and_a_missing_podman() -> None:
@@ -316,3 +319,24 @@ def test_cancelled_during_start_stops_the_service(tmp_path: Path, monkeypatch: p
     finally:
         if service.proc is not None and service.proc.returncode is None:
             os.killpg(service.proc.pid, signal.SIGKILL)  # the one this test started
+
+
+def test_the_started_service_runs_without_podmans_own_healthcheck_timers(tmp_path: Path) -> None:
+    """What Podman reads (libpod's disableHealthCheckSystemd) is in the environment the service runs with."""
+    seen = tmp_path / "env"
+    fake = tmp_path / "podman"
+    fake.write_text(f"#!/bin/sh\nenv > {seen}\nexit 1\n")
+    fake.chmod(0o755)
+    runtime = rundir.RuntimeDir(str(tmp_path / "run"), "fallback")
+    argv = autostart.service_argv(str(fake), str(tmp_path / "run" / "podman" / "podman.sock"), [])
+    service = PodmanService(argv, autostart.service_env({"PATH": os.defpath}, runtime.path), runtime)
+
+    async def scenario() -> None:
+        try:
+            with pytest.raises(autostart.AutostartError, match="exited with status 1"):
+                await service.start()
+        finally:
+            await service.stop()
+
+    asyncio.run(scenario())
+    assert "DISABLE_HC_SYSTEMD=true" in seen.read_text().splitlines()
