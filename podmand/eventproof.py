@@ -75,26 +75,36 @@ async def cause(podman: PodmanClient, state_dir: Path) -> None:
 
 
 class Proof:
-    """One subscription's proof: :meth:`heard` is told of every event it delivers."""
+    """One subscription's proof: :meth:`heard` is told of every event it delivers, :meth:`stop`
+    when the subscription ends."""
 
     def __init__(self) -> None:
         self.arrived = asyncio.Event()
+        self.stopped = False
         self.error = ""  # why the last event could not be caused
+        self._wake = asyncio.Event()
 
     def heard(self) -> None:
         self.arrived.set()
+        self._wake.set()
+
+    def stop(self) -> None:
+        """No more attempts. Said besides cancelling the run: on Python 3.11 an inner
+        ``wait_for`` that finishes as the cancellation comes swallows it (gh-86296)."""
+        self.stopped = True
+        self._wake.set()
 
     async def run(
         self, caused: Callable[[], Awaitable[None]], deadline: float = DEADLINE, attempt: float = ATTEMPT
     ) -> bool:
         """Cause an event (again every ``attempt`` seconds) until one arrives: True, or False
-        when none has within ``deadline`` seconds."""
+        when none has within ``deadline`` seconds (or the proof was stopped first)."""
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
-        while not self.arrived.is_set():
+        while not self.arrived.is_set() and not self.stopped:
             left = end - loop.time()
             if left <= 0:
-                return False
+                break
             try:
                 async with asyncio.timeout(left):
                     await caused()
@@ -104,11 +114,11 @@ class Proof:
             except (PodmanError, PodmanUnavailable, PodmanUnreadable, OSError) as exc:
                 self.error = str(exc)
             left = end - loop.time()
-            if left > 0:
+            if left > 0 and not self.stopped:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(min(attempt, left)):
-                        await self.arrived.wait()
-        return True
+                        await self._wake.wait()
+        return self.arrived.is_set()
 
 
 def silent(logger: str, error: str, deadline: float = DEADLINE) -> str:

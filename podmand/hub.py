@@ -200,6 +200,7 @@ class Hub:
             self._list(first=True)
             await self._process()
         finally:
+            proof.stop()
             tasks = [t for t in (pump, proving, self._ticker) if t is not None]
             self._ticker = None
             for task in tasks:
@@ -270,6 +271,8 @@ class Hub:
         assert self.prove is not None
         if await proof.run(self.prove):
             log.debug("Podman's event stream delivers events")
+            return
+        if proof.stopped:  # the subscription ended first: it proves nothing
             return
         if self._silence_told:
             log.debug("Podman's event stream is still silent: %s", eventproof.silent(self.event_logger, proof.error))

@@ -98,3 +98,19 @@ def test_the_words_name_the_logger_the_cause_and_both_fixes() -> None:
     fix = eventproof.fix("alice")
     assert '[engine] table of containers.conf' in fix and 'events_logger = "file"' in fix
     assert "usermod -aG systemd-journal alice" in fix
+
+
+def test_a_stopped_proof_makes_no_more_attempts_and_proves_nothing() -> None:
+    """The subscription ended: stop() ends the run even when a cancellation would be swallowed."""
+    async def main() -> tuple[bool, int]:
+        proof = Proof()
+        caused = 0
+
+        async def cause() -> None:
+            nonlocal caused
+            caused += 1
+            proof.stop()
+
+        return await proof.run(cause, deadline=3600), caused
+
+    assert run(main()) == (False, 1)
