@@ -76,13 +76,12 @@ def test_service_command_and_environment() -> None:
     argv = autostart.service_argv("/usr/bin/podman", "/tmp/podman-run-7/podman/podman.sock", [OVERLAY_FLAG])
     assert argv == ["/usr/bin/podman", "--storage-driver=overlay", "system", "service", "--time=0",
                     "unix:///tmp/podman-run-7/podman/podman.sock"]
-    env = autostart.service_env(
-        {"HOME": "/home/u", "PATH": "/bin", "OPENSHELL_SANDBOX_IMAGE": "x", "PODMAND_STATE_DIR": "/s",
-         "XDG_RUNTIME_DIR": "/gone", "NOTIFY_SOCKET": "/run/systemd/notify", "LISTEN_FDS": "1",
-         "DISABLE_HC_SYSTEMD": "false"},
-        "/tmp/podman-run-7",
-    )
+    environ = {"HOME": "/home/u", "PATH": "/bin", "OPENSHELL_SANDBOX_IMAGE": "x", "PODMAND_STATE_DIR": "/s",
+               "XDG_RUNTIME_DIR": "/gone", "NOTIFY_SOCKET": "/run/systemd/notify", "LISTEN_FDS": "1"}
+    env = autostart.service_env(environ, "/tmp/podman-run-7", podmand_probes=False)
+    assert env == {"HOME": "/home/u", "PATH": "/bin", "XDG_RUNTIME_DIR": "/tmp/podman-run-7"}
     # podmand probes health itself: Podman must not also run 'podman healthcheck run' timers.
+    env = autostart.service_env({**environ, "DISABLE_HC_SYSTEMD": "false"}, "/tmp/podman-run-7", podmand_probes=True)
     assert env == {"HOME": "/home/u", "PATH": "/bin", "XDG_RUNTIME_DIR": "/tmp/podman-run-7",
                    "DISABLE_HC_SYSTEMD": "true"}
 
@@ -111,6 +110,8 @@ def test_prepare_builds_the_service_in_the_runtime_dir(tmp_path: Path) -> None:
     env = {"PATH": str(fake.parent), "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime),
            "CONTAINERS_STORAGE_CONF": "/nonexistent"}
     service = autostart.prepare(Settings(), env)
+    assert "DISABLE_HC_SYSTEMD" not in service.env  # no podmand probes: an image's HEALTHCHECK is Podman's to run
+    assert autostart.prepare(Settings(health_check_interval=30), env).env["DISABLE_HC_SYSTEMD"] == "true"
     if os.geteuid() == 0:
         assert service.socket_path == "/run/podman/podman.sock"
         assert service.argv == [str(fake), "system", "service", "--time=0", "unix:///run/podman/podman.sock"]
@@ -329,7 +330,8 @@ def test_the_started_service_runs_without_podmans_own_healthcheck_timers(tmp_pat
     fake.chmod(0o755)
     runtime = rundir.RuntimeDir(str(tmp_path / "run"), "fallback")
     argv = autostart.service_argv(str(fake), str(tmp_path / "run" / "podman" / "podman.sock"), [])
-    service = PodmanService(argv, autostart.service_env({"PATH": os.defpath}, runtime.path), runtime)
+    env = autostart.service_env({"PATH": os.defpath}, runtime.path, podmand_probes=True)
+    service = PodmanService(argv, env, runtime)
 
     async def scenario() -> None:
         try:
