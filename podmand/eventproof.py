@@ -4,7 +4,7 @@ Podman can accept an event subscription and then say nothing. 5.1.0 to 5.2.x sen
 even the answer's head only with the first event that matches (containers/podman#23712,
 fixed in 5.3.0), so on an idle host the subscription never opens; an event logger
 the user cannot read (journald without access to the journal, containers/podman#26910)
-or ``none`` sends no event and no error. podmand does not guess from Podman's version:
+sends no event and no error. podmand does not guess from Podman's version:
 after subscribing it causes an event the subscription matches, and any event arriving
 proves the stream live. The event is a container created, never started, and removed
 at once: its root is an empty directory of its own in the state directory (which Podman
@@ -132,7 +132,7 @@ def silent(logger: str, error: str, deadline: float = DEADLINE) -> str:
     return (
         f"Podman's event stream is silent{said}: the container podmand created and removed to cause an event "
         f"produced none within {deadline:.0f} s. Usually the journald event logger with a journal this user "
-        f"cannot read ({JOURNAL_ISSUE}), or events_logger = \"none\""
+        f"cannot read ({JOURNAL_ISSUE})"
     )
 
 

@@ -116,6 +116,7 @@ class Hub:
         self._unreadable: set[str] = set()  # containers whose unreadable events were logged
         self._down = False  # the last subscription attempt failed (its loss is logged once)
         self._backoff = 0.25  # seconds before the next subscription attempt
+        self.failure = ""  # why the last subscription ended or could not be made
         # Told when the event subscription opens (True) or is lost or cannot be made (False).
         self.link: Callable[[bool], None] = lambda _up: None
         self._told: dict[str, pb.DriverSandbox] = {}  # sandbox id -> the last snapshot streams were sent
@@ -162,6 +163,7 @@ class Hub:
                 reason = str(exc)
             else:
                 reason = "Podman's event stream ended"
+            self.failure = reason
             self.connected.clear()
             self.sandboxes.unwatched()
             if self._closed:

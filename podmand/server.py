@@ -270,7 +270,8 @@ class Server:
         try:
             await asyncio.wait_for(hub.connected.wait(), CONNECT_TIMEOUT)
         except TimeoutError:
-            raise StartupError(f"Podman's event stream did not connect within {CONNECT_TIMEOUT:.0f} s") from None
+            last = f" (last: {hub.failure})" if hub.failure else ""
+            raise StartupError(f"Podman's event stream did not connect within {CONNECT_TIMEOUT:.0f} s{last}") from None
 
     def _hub_ended(self, task: asyncio.Task[None]) -> None:
         """Without the hub no watch stream can work: a crashed hub stops the server."""

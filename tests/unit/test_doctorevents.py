@@ -4,11 +4,14 @@ decided from injected facts, and the facts gathered from the fake libpod and rea
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from podmand.cli import doctorevents
 from podmand.cli.doctorevents import EventFacts, TimerFacts, check_events, check_health_timers
@@ -81,14 +84,21 @@ def test_event_facts_from_podman_as_it_behaves(tmp_path: Path) -> None:
     assert silent_5_2 == EventFacts("", "", answered=False, arrived=False)
 
 
-def test_event_facts_name_a_refused_subscription(tmp_path: Path) -> None:
+REFUSED = {"cause": "x", "message": 'cannot read events with the "none" backend', "response": 500}
+
+
+@pytest.mark.parametrize("reply", [
+    (500, {}, REFUSED),  # Podman 5.1 and later: the answer itself
+    (200, {"Transfer-Encoding": "chunked"}, json.dumps(REFUSED) + "\n"),  # before 5.1: in the stream it answered
+], ids=["500", "in-band"])
+def test_event_facts_name_a_refused_subscription(tmp_path: Path, reply: Any) -> None:
     async def main() -> EventFacts:
         async with libpod() as (fake, client):
-            fake.route("GET", "/events", (500, {}, {"message": "failed to get journal cursor"}))
+            fake.route("GET", "/events", reply)
             return await doctorevents.event_facts(client, Info(), tmp_path, deadline=5)
 
     facts = run(main())
-    assert not facts.arrived and "failed to get journal cursor" in facts.refused
+    assert not facts.arrived and 'cannot read events with the "none" backend' in facts.refused
 
 
 # ---------------------------------------------------------------- health timers: decisions
