@@ -157,7 +157,7 @@ OPTIONS: tuple[Option, ...] = (
         "PODMAND_RESYNC_INTERVAL_SILENT",
         "--resync-interval-silent",
         "seconds between those comparisons while Podman's event stream is silent (the event podmand causes to "
-        "prove it live did not arrive); 0: resync_interval",
+        "prove it live did not arrive), never fewer than resync_interval's; 0: resync_interval",
     ),
     Option(
         "gc_grace",

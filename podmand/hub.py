@@ -184,7 +184,7 @@ class Hub:
         opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         proof = Proof()
         pump = asyncio.create_task(self._pump(opened, proof))
-        proving = asyncio.create_task(self._prove(proof)) if self.prove is not None else None
+        proving = asyncio.create_task(self._prove(proof, opened)) if self.prove is not None else None
         try:
             await asyncio.wait([t for t in (opened, pump, proving) if t is not None],
                                return_when=asyncio.FIRST_COMPLETED)
@@ -238,12 +238,15 @@ class Hub:
         self._told.clear()  # the next subscription tells everything afresh
         self._said_at.clear()
 
-    def _interval(self) -> float:
-        return self.silent_resync if self.silent and self.silent_resync else self.resync
+    def _interval(self, silent: bool) -> float:
+        """Seconds between resyncs: while silent ``silent_resync``, never slower than ``resync``."""
+        if not (silent and self.silent_resync):
+            return self.resync
+        return min(self.silent_resync, self.resync) if self.resync else self.silent_resync
 
     async def _tick(self) -> None:
         """The safety net: periodically compare Podman with what streams were told."""
-        interval = self._interval()
+        interval = self._interval(self.silent)
         if not interval:
             return
         while True:
@@ -268,7 +271,7 @@ class Hub:
         else:
             self.inbox.put(Lost(None, subscription))
 
-    async def _prove(self, proof: Proof) -> None:
+    async def _prove(self, proof: Proof, opened: asyncio.Future[None]) -> None:
         """Cause events until one arrives; when none does, the stream is silent (said once)."""
         assert self.prove is not None
         if await proof.run(self.prove):
@@ -276,23 +279,27 @@ class Hub:
             return
         if proof.stopped:  # the subscription ended first: it proves nothing
             return
+        said = eventproof.silent(self.event_logger, proof.error)
+        if not opened.done():
+            said += " (Podman has not even answered the subscription: 5.1 to 5.2 answer only with an event)"
         if self._silence_told:
-            log.debug("Podman's event stream is still silent: %s", eventproof.silent(self.event_logger, proof.error))
+            log.debug("Podman's event stream is still silent: %s", said)
         else:
             self._silence_told = True
-            every = self.silent_resync or self.resync
+            every = self._interval(True)
             log.warning(
                 "%s. Until an event arrives, exits are taken from conmon's exit files where podmand sees them and "
                 "from %s. Fix: %s",
-                eventproof.silent(self.event_logger, proof.error),
-                f"a resync every {every:g} s" if every else "no resync (resync_interval(_silent) = 0)",
+                said,
+                f"a resync every {every:g} s" if every else "no resync (resync_interval and its _silent are 0)",
                 eventproof.fix(eventproof.this_user()),
             )
         self._set_silent(True)
 
     def _heard(self) -> None:
         if self.silent:
-            log.info("Podman's event stream delivers events now; resyncing every %g s again", self.resync)
+            log.info("Podman's event stream delivers events now; resyncs %s again",
+                     f"every {self.resync:g} s" if self.resync else "off")
             self._set_silent(False)
 
     def _set_silent(self, silent: bool) -> None:
