@@ -121,6 +121,14 @@ class Proof:
         return self.arrived.is_set()
 
 
+def silent_interval(resync: float, silent_resync: float) -> float:
+    """Seconds between resyncs while the stream is silent: ``silent_resync``, never slower
+    than ``resync`` (0 for either: the other)."""
+    if not silent_resync:
+        return resync
+    return min(silent_resync, resync) if resync else silent_resync
+
+
 def silent(logger: str, error: str, deadline: float = DEADLINE) -> str:
     """What a silent event stream means (``logger``: Podman's events_logger, "" when unknown)."""
     if error:

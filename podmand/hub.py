@@ -239,10 +239,7 @@ class Hub:
         self._said_at.clear()
 
     def _interval(self, silent: bool) -> float:
-        """Seconds between resyncs: while silent ``silent_resync``, never slower than ``resync``."""
-        if not (silent and self.silent_resync):
-            return self.resync
-        return min(self.silent_resync, self.resync) if self.resync else self.silent_resync
+        return eventproof.silent_interval(self.resync, self.silent_resync) if silent else self.resync
 
     async def _tick(self) -> None:
         """The safety net: periodically compare Podman with what streams were told."""

@@ -167,7 +167,8 @@ def late_head(version: str) -> bool:
 
 def check_events(f: EventFacts, resync_silent: float, user: str) -> Check:
     """OK when an event podmand caused arrived; FAIL when Podman refuses the subscription (serve
-    could not watch at all); WARN when nothing arrives (serve warns too, and resyncs more often)."""
+    could not watch at all); WARN when nothing arrives (serve warns too, and resyncs every
+    ``resync_silent`` seconds)."""
     name = "events"
     logger = f"event logger {f.logger}" if f.logger else "event logger not reported"
     if f.arrived:
@@ -232,5 +233,5 @@ async def checks(client: PodmanClient | None, info: Info | None, socket_path: st
     rootless = info.host.security.rootless
     events = await event_facts(client, info, Path(state_dir))
     timers = await asyncio.to_thread(timer_facts, settings, socket_path, rootless, in_container)
-    return [check_events(events, settings.resync_interval_silent, eventproof.this_user()),
-            check_health_timers(timers)]
+    every = eventproof.silent_interval(settings.resync_interval, settings.resync_interval_silent)
+    return [check_events(events, every, eventproof.this_user()), check_health_timers(timers)]
