@@ -10,6 +10,14 @@ stopped (SIGTERM, then SIGKILL) when podmand exits.
 A first use of rootless Podman 4.3 with no storage.conf anywhere silently makes
 a slow ``vfs`` store; when the store does not exist yet and nothing names a
 driver, the service is started with ``--storage-driver=overlay`` instead.
+
+With ``health_check_interval`` set podmand probes sandbox health itself
+(driver/observer.py); with systemd present Podman would also run a transient
+``podman healthcheck run`` timer per container with a healthcheck, so every check
+ran twice (and 5.3.0-5.4.1 keep every result of an API-made container). Then the
+service gets ``DISABLE_HC_SYSTEMD=true``, which Podman reads (libpod's
+disableHealthCheckSystemd, since 1.2) before making one. Without it (the default)
+an image's own HEALTHCHECK is Podman's alone to run, and its timers stay.
 """
 
 from __future__ import annotations
@@ -129,15 +137,21 @@ def service_argv(podman: str, socket_path: str, flags: list[str]) -> list[str]:
     return [podman, *flags, "system", "service", "--time=0", f"unix://{socket_path}"]
 
 
-def service_env(environ: Mapping[str, str], runtime: str) -> dict[str, str]:
+NO_HEALTH_TIMERS = ("DISABLE_HC_SYSTEMD", "true")  # when podmand probes: Podman's own timers would too
+
+
+def service_env(environ: Mapping[str, str], runtime: str, *, podmand_probes: bool) -> dict[str, str]:
     """podmand's environment minus its own settings and systemd's hand-over variables (the
-    service must not speak for podmand's unit), with the runtime directory Podman must agree on."""
+    service must not speak for podmand's unit), with the runtime directory Podman must agree on
+    and, when podmand probes sandbox health itself, no healthcheck timers of Podman's own."""
     env = {
         k: v
         for k, v in environ.items()
         if not k.startswith(("OPENSHELL_", "PODMAND_", "LISTEN_")) and k != "NOTIFY_SOCKET"
     }
     env["XDG_RUNTIME_DIR"] = runtime
+    if podmand_probes:
+        env[NO_HEALTH_TIMERS[0]] = NO_HEALTH_TIMERS[1]
     return env
 
 
@@ -370,7 +384,8 @@ def prepare(settings: Settings, environ: Mapping[str, str] | None = None) -> Pod
         raise AutostartError(str(exc)) from None
     sock = podman_socket_in(resolved)
     flags = storage_flags(storage_facts(env)) if os.geteuid() != 0 else []
-    return PodmanService(service_argv(podman, sock, flags), service_env(env, runtime), resolved)
+    probes = settings.health_check_interval > 0
+    return PodmanService(service_argv(podman, sock, flags), service_env(env, runtime, podmand_probes=probes), resolved)
 
 
 @contextlib.asynccontextmanager

@@ -66,6 +66,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_format: Literal["human", "json"] = "human"
     require_launch_auth: bool = False
     resync_interval: float = 30.0
+    resync_interval_silent: float = 5.0
     gc_grace: float = 300.0
     watch_buffer: int = 1024
     allow_host_userns: bool = False

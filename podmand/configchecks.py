@@ -56,8 +56,8 @@ def _check_network_size(s: Settings) -> None:
 
 def validate(s: Settings) -> None:
     """Raise ConfigError for the first bad setting; ``userns`` is canonicalised in place."""
-    for field in ("stop_timeout", "pids_limit", "health_check_interval", "podman_wait", "resync_interval", "gc_grace",
-                  "podman_down_grace"):
+    for field in ("stop_timeout", "pids_limit", "health_check_interval", "podman_wait", "resync_interval",
+                  "resync_interval_silent", "gc_grace", "podman_down_grace"):
         if not math.isfinite(getattr(s, field)):
             raise _bad(field, mismatch(expected_value(field), getattr(s, field)))
         if getattr(s, field) < 0:

@@ -153,6 +153,13 @@ OPTIONS: tuple[Option, ...] = (
         "seconds between full comparisons of Podman with what watchers saw (0: off)",
     ),
     Option(
+        "resync_interval_silent",
+        "PODMAND_RESYNC_INTERVAL_SILENT",
+        "--resync-interval-silent",
+        "seconds between those comparisons while Podman's event stream is silent (the event podmand causes to "
+        "prove it live did not arrive), never fewer than resync_interval's; 0: resync_interval",
+    ),
+    Option(
         "gc_grace",
         "PODMAND_GC_GRACE",
         "--gc-grace",
@@ -295,8 +302,8 @@ BOOL_FIELDS = {
     "proxy_connect_by_hostname",
 }
 # Settings counted in seconds, so their errors can say so.
-SECONDS = {"podman_wait", "podman_down_grace", "stop_timeout", "health_check_interval", "resync_interval", "gc_grace",
-           "pull_inactivity_timeout"}
+SECONDS = {"podman_wait", "podman_down_grace", "stop_timeout", "health_check_interval", "resync_interval",
+           "resync_interval_silent", "gc_grace", "pull_inactivity_timeout"}
 
 
 def unknown_env(environ: Mapping[str, str]) -> list[str]:

@@ -14,22 +14,32 @@ done.  Every ``resync`` seconds one more list (in a task) finds what events
 missed: a state the hub did not see, a container gone, garbage.  When Podman's
 stream breaks, every open stream ends UNAVAILABLE (the gateway reconnects and
 gets a fresh snapshot) and the hub resubscribes.
+
+Podman may accept a subscription and say nothing (eventproof.py), so each one is
+proved with an event podmand causes: any event arriving proves it.  Podman 5.1-5.2
+answers the request only with that first event, so the subscription is served once
+Podman answers or, when the proof gives up first, without the answer (events flow
+if it ever comes).  While no proof has arrived the stream is *silent*: one warning
+says why and how to fix it, and resyncs run every ``silent_resync`` seconds, so
+exits not seen through conmon's exit files are found within that; the first event
+heard ends it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 import grpc
 
-from . import names
+from . import eventproof, names
 from ._proto import compute_driver_pb2 as pb
 from .driver.events import deleted_event, sandbox_event
 from .driver.observer import changes_state
 from .errors import Unavailable
+from .eventproof import Proof
 from .inbox import (
     Inbox,
     Listed,
@@ -78,18 +88,35 @@ class Sandboxes(Protocol):
 
 class Hub:
     def __init__(
-        self, podman: PodmanClient, sandboxes: Sandboxes, inbox: Inbox, *, buffer: int = 1024, resync: float = 30.0
+        self,
+        podman: PodmanClient,
+        sandboxes: Sandboxes,
+        inbox: Inbox,
+        *,
+        buffer: int = 1024,
+        resync: float = 30.0,
+        prove: Callable[[], Awaitable[None]] | None = None,
+        silent_resync: float = 0.0,
     ) -> None:
         self.podman = podman
         self.sandboxes = sandboxes
         self.inbox = inbox
         self.buffer = buffer
         self.resync = resync
+        # Causes one event the subscription matches (eventproof.cause); None: the stream is trusted.
+        self.prove = prove
+        self.silent_resync = silent_resync  # seconds between resyncs while silent; 0: ``resync``
+        self.event_logger = ""  # Podman's events_logger, named when the stream is silent (from /info)
+        self.silent = False  # no event arrived to prove the last subscription live
+        self._silence_told = False  # the one warning about it was logged
+        self._ticker: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
         self._streams: set[Stream] = set()
         self._closed = False
         self._unreadable: set[str] = set()  # containers whose unreadable events were logged
         self._down = False  # the last subscription attempt failed (its loss is logged once)
+        self._backoff = 0.25  # seconds before the next subscription attempt
+        self.failure = ""  # why the last subscription ended or could not be made
         # Told when the event subscription opens (True) or is lost or cannot be made (False).
         self.link: Callable[[bool], None] = lambda _up: None
         self._told: dict[str, pb.DriverSandbox] = {}  # sandbox id -> the last snapshot streams were sent
@@ -129,27 +156,14 @@ class Hub:
 
     async def run(self) -> None:
         """Subscribe to Podman events forever, with backoff between attempts."""
-        delay = 0.25
         while not self._closed:
             try:
-                async with self.podman.events([f"{names.OWNER}={names.OWNER_VALUE}"]) as events:
-                    log.debug("subscribed to Podman events")
-                    self._down = False
-                    self.link(True)
-                    delay = 0.25
-                    pump = asyncio.create_task(self._pump(events))
-                    ticker = asyncio.create_task(self._tick())
-                    self._list(first=True)
-                    try:
-                        await self._process()
-                    finally:
-                        pump.cancel()
-                        ticker.cancel()
-                        await self._stop_work()
+                await self._subscribed()
             except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
                 reason = str(exc)
             else:
                 reason = "Podman's event stream ended"
+            self.failure = reason
             self.connected.clear()
             self.sandboxes.unwatched()
             if self._closed:
@@ -161,8 +175,42 @@ class Hub:
                 log.debug("Podman's event stream is still unavailable (%s)", reason)
             self._down = True
             self._end_all(grpc.StatusCode.UNAVAILABLE, f"Podman event stream lost: {reason}")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            await asyncio.sleep(self._backoff)
+            self._backoff = min(self._backoff * 2, 5.0)
+
+    async def _subscribed(self) -> None:
+        """One subscription, from its request to its end; served once Podman answers it or,
+        when the proof gives up first (Podman 5.1-5.2 on a silent stream), without the answer."""
+        opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        proof = Proof()
+        pump = asyncio.create_task(self._pump(opened, proof))
+        proving = asyncio.create_task(self._prove(proof, opened)) if self.prove is not None else None
+        try:
+            await asyncio.wait([t for t in (opened, pump, proving) if t is not None],
+                               return_when=asyncio.FIRST_COMPLETED)
+            if opened.done():
+                opened.result()  # raises what kept Podman from answering
+                log.debug("subscribed to Podman events")
+            elif pump.done():
+                pump.result()  # a crash of the pump itself: the hub's
+            else:
+                log.debug("Podman has not answered the event subscription; serving without it until it does")
+            self._down = False
+            self._backoff = 0.25
+            self.link(True)
+            self._ticker = asyncio.create_task(self._tick())
+            self._list(first=True)
+            await self._process()
+        finally:
+            proof.stop()
+            tasks = [t for t in (pump, proving, self._ticker) if t is not None]
+            self._ticker = None
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if opened.done():
+                opened.exception()  # retrieved: raised above, or moot
+            await self._stop_work()
 
     # ------------------------------------------------------------ internals
 
@@ -190,23 +238,75 @@ class Hub:
         self._told.clear()  # the next subscription tells everything afresh
         self._said_at.clear()
 
+    def _interval(self, silent: bool) -> float:
+        return eventproof.silent_interval(self.resync, self.silent_resync) if silent else self.resync
+
     async def _tick(self) -> None:
         """The safety net: periodically compare Podman with what streams were told."""
-        if not self.resync:
+        interval = self._interval(self.silent)
+        if not interval:
             return
         while True:
-            await asyncio.sleep(self.resync)
+            await asyncio.sleep(interval)
             self.inbox.put(Resync())
 
-    async def _pump(self, events: object) -> None:
+    async def _pump(self, opened: asyncio.Future[None], proof: Proof) -> None:
+        """Open the subscription (``opened`` says when, or why not) and pass on what it sends.
+        Its end reaches the inbox too: the hub may be serving without waiting for ``opened``."""
         subscription = self._subscription
         try:
-            async for event in events:  # type: ignore[attr-defined]
-                self.inbox.put(Unreadable(event) if isinstance(event, BadEvent) else PodmanEvent(event))
+            async with self.podman.events([f"{names.OWNER}={names.OWNER_VALUE}"]) as events:
+                opened.set_result(None)
+                async for event in events:
+                    proof.heard()
+                    self._heard()
+                    self.inbox.put(Unreadable(event) if isinstance(event, BadEvent) else PodmanEvent(event))
         except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
+            if not opened.done():
+                opened.set_exception(exc)
             self.inbox.put(Lost(exc, subscription))
         else:
             self.inbox.put(Lost(None, subscription))
+
+    async def _prove(self, proof: Proof, opened: asyncio.Future[None]) -> None:
+        """Cause events until one arrives; when none does, the stream is silent (said once)."""
+        assert self.prove is not None
+        if await proof.run(self.prove):
+            log.debug("Podman's event stream delivers events")
+            return
+        if proof.stopped:  # the subscription ended first: it proves nothing
+            return
+        said = eventproof.silent(self.event_logger, proof.error)
+        if not opened.done():
+            said += " (Podman has not even answered the subscription: 5.1 to 5.2 answer only with an event)"
+        if self._silence_told:
+            log.debug("Podman's event stream is still silent: %s", said)
+        else:
+            self._silence_told = True
+            every = self._interval(True)
+            log.warning(
+                "%s. Until an event arrives, exits are taken from conmon's exit files where podmand sees them and "
+                "from %s. Fix: %s",
+                said,
+                f"a resync every {every:g} s" if every else "no resync (resync_interval and its _silent are 0)",
+                eventproof.fix(eventproof.this_user()),
+            )
+        self._set_silent(True)
+
+    def _heard(self) -> None:
+        if self.silent:
+            log.info("Podman's event stream delivers events now; resyncs %s again",
+                     f"every {self.resync:g} s" if self.resync else "off")
+            self._set_silent(False)
+
+    def _set_silent(self, silent: bool) -> None:
+        """While silent, resyncs come every ``silent_resync`` seconds: the ticker starts afresh."""
+        if silent == self.silent:
+            return
+        self.silent = silent
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = asyncio.create_task(self._tick())
 
     async def _process(self) -> None:
         while True:

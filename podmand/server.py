@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Callable, Coroutine, Iterator
@@ -31,7 +32,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import __version__, enforcement, logs, rootfs, rundir
+from . import __version__, enforcement, eventproof, logs, rootfs, rundir
 from ._proto import compute_driver_pb2_grpc
 from .autostart import podman_api
 from .config import ConfigError, Settings, default_socket, default_state_dir, startup_warnings
@@ -55,7 +56,9 @@ from .statedir import StateDirError, lock_state_dir, unlock_state_dir, unusable
 log = logging.getLogger("podmand")
 T = TypeVar("T")
 SERVICE = "openshell.compute.v1.ComputeDriver"
-CONNECT_TIMEOUT = 10.0  # seconds for Podman's event stream to open at start
+# Seconds for Podman's event stream to open at start: more than the proof's deadline, after
+# which a stream Podman does not answer (5.1-5.2, silent) is served without the answer.
+CONNECT_TIMEOUT = 10.0
 GRACE = 10.0  # seconds for in-flight RPCs to finish once a stop is asked for
 SHUTDOWN_DEADLINE = 10.0  # seconds for background work to end after the RPCs have
 
@@ -153,7 +156,9 @@ class Server:
         inbox = Inbox()  # the driver's event sink and the hub's input: made first, given to both
         driver = self._driver(podman, inbox)
         visible = self._meanwhile(stack, state_dir_problem(podman, state_dir))
-        hub = Hub(podman, driver, inbox, buffer=settings.watch_buffer, resync=settings.resync_interval)
+        hub = Hub(podman, driver, inbox, buffer=settings.watch_buffer, resync=settings.resync_interval,
+                  prove=functools.partial(eventproof.cause, podman, state_dir),
+                  silent_resync=settings.resync_interval_silent)
         readiness = Readiness()
         guess = enforcement.predicted(podman_path)
         if guess is not None:
@@ -180,6 +185,7 @@ class Server:
         log.debug("accepting on unix://%s while start-up finishes", socket_path)
 
         found = await info
+        hub.event_logger = found.host.eventLogger
         rootless = found.host.security.rootless
         if settings.userns_base == "keep-id" and not rootless:
             raise ConfigError(
@@ -264,7 +270,8 @@ class Server:
         try:
             await asyncio.wait_for(hub.connected.wait(), CONNECT_TIMEOUT)
         except TimeoutError:
-            raise StartupError(f"Podman's event stream did not connect within {CONNECT_TIMEOUT:.0f} s") from None
+            last = f" (last: {hub.failure})" if hub.failure else ""
+            raise StartupError(f"Podman's event stream did not connect within {CONNECT_TIMEOUT:.0f} s{last}") from None
 
     def _hub_ended(self, task: asyncio.Task[None]) -> None:
         """Without the hub no watch stream can work: a crashed hub stops the server."""

@@ -25,6 +25,7 @@ from .. import autostart, capacity, cdi, config, hostpaths, limits, rundir, seli
 from ..capacity import parse_subids
 from ..discovery import Attempt, candidates, podman_socket_in, probe
 from ..libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
+from . import doctorevents
 from .doctorcapacity import CapacityFacts, check_capacity
 from .doctorchecks import (
     TUN,
@@ -274,6 +275,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             checks.append(not_checked("images", why))
         usable = client if info is not None else None
         checks.append(check_state_dir(await state_dir_facts(usable, state_path, probe_image)))
+        checks.extend(await doctorevents.checks(usable, info, answering, settings, state_path, why, in_sidecar()))
     finally:
         if client is not None:
             await client.close()

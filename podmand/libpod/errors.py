@@ -12,7 +12,7 @@ from __future__ import annotations
 
 
 class PodmanError(Exception):
-    """Podman answered with a non-2xx status (or a failed pull, reported in-band)."""
+    """Podman answered with a non-2xx status (or a failed pull or event stream, reported in-band)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"podman API error ({status}): {message}")

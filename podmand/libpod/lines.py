@@ -2,6 +2,9 @@
 
 Memory stays bounded: a line over the limit is dropped as it streams in and
 reported by its head and size, so one huge event cannot end a subscription.
+Podman before 5.1 answers an event subscription 200 at once and, when its event
+logger cannot be read (``none``), writes its error body after it as a line: that
+is its refusal (:class:`PodmanError`), not an event.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from .errors import PodmanUnavailable
+from .errors import PodmanError, PodmanUnavailable
 from .models import BadEvent, Event
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -70,13 +73,38 @@ def _actor_id(data: bytes) -> str:
     return match.group(1).decode() if match else ""
 
 
+class _ErrorBody(msgspec.Struct):
+    """Podman's error answer (utils.InternalServerError): what it writes into a stream it
+    already answered 200 when reading its event log fails."""
+
+    cause: str = ""
+    message: str = ""
+    response: int = 0
+
+
+def in_band_error(line: bytes) -> PodmanError | None:
+    """The error a line of an event stream carries instead of an event, if it is one."""
+    try:
+        body = msgspec.json.decode(line, type=_ErrorBody)
+    except msgspec.DecodeError:
+        return None
+    if body.response < 400 or not (body.message or body.cause):
+        return None
+    return PodmanError(body.response, body.message or body.cause)
+
+
 async def decode_events(lines: AsyncIterator[bytes | Oversized]) -> AsyncIterator[Event | BadEvent]:
-    """Events, with every line that cannot be one as a :class:`BadEvent` naming its container."""
+    """Events, with every line that cannot be one as a :class:`BadEvent` naming its container;
+    Podman's error written into the stream is raised (:class:`PodmanError`)."""
     async for line in lines:
         if isinstance(line, Oversized):
             yield BadEvent(_actor_id(line.head), f"event of {line.size} bytes is over the {MAX_LINE_BYTES}-byte limit")
             continue
         try:
-            yield msgspec.json.decode(line, type=Event)
+            event = msgspec.json.decode(line, type=Event)
         except msgspec.DecodeError as exc:  # ValidationError included
             yield BadEvent(_actor_id(line), f"undecodable event: {exc}")
+            continue
+        if not event.Type and (error := in_band_error(line)) is not None:
+            raise error
+        yield event

@@ -215,6 +215,7 @@ class HostSecurity(msgspec.Struct):
 
 class HostInfo(msgspec.Struct):
     cgroupVersion: str = ""
+    eventLogger: str = ""  # containers.conf events_logger: journald, file or none
     cgroupControllers: list[str] | None = None
     idMappings: HostIDMappings | None = None
     security: HostSecurity = msgspec.field(default_factory=HostSecurity)

@@ -14,6 +14,12 @@ registered wins, so tests override defaults with :meth:`FakeLibpod.route`.
 A handler gets a :class:`Request` and returns ``(status, headers, body)``
 (body: bytes, str, or anything JSON-encodable) or a :class:`Stream` /
 :class:`Hang`.  Handlers may be coroutines.
+
+As Podman's event log does, the fake announces ``create`` and ``remove`` of
+podmand's own helper containers (image readers, probes: no sandbox id, so no hub
+acts on them) on the container event feed; a sandbox container's events are the
+test's to send.  Two switches play Podman versions and hosts whose event streams
+say nothing: :attr:`FakeLibpod.late_event_head` and :attr:`FakeLibpod.silent_events`.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ import os
 import re
 import tarfile
 import threading
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from podmand import eventproof, names
 from podmand.libpod import MockTransport, Response, Streamed
 from podmand.libpod import Request as LibpodRequest
 from tests.wait import wait_until
@@ -57,10 +65,12 @@ class Request:
 
 @dataclass
 class Stream:
-    """A chunked response whose lines the test pushes through a :class:`Feed`."""
+    """A chunked response whose lines the test pushes through a :class:`Feed`.
+    ``late_head``: the answer's head goes out only with the first line (or the end)."""
 
     feed: Feed
     status: int = 200
+    late_head: bool = False
 
 
 @dataclass
@@ -161,6 +171,15 @@ class FakeLibpod:
         self._memory_queues: set[asyncio.Queue[bytes | str | None]] = set()  # in-memory streams
         self.events = Feed(self)  # container events (the hub's subscription)
         self.image_events = Feed(self)  # image events (podmand.driver.images)
+        # Podman 5.1.0-5.2.x: GET /events sends its 200 head only with the first event it
+        # streams (pkg/api/handlers/compat/events.go; containers/podman#23712, fixed in 5.3.0).
+        self.late_event_head = False
+        # A journald event logger the user cannot read (containers/podman#26910): event
+        # streams open (200) and never send a line; ``silent`` is their feed, which nothing
+        # feeds (a test may end or drop it).
+        self.silent_events = False
+        self.silent = Feed(self)
+        self._helpers: dict[str, dict[str, Any]] = {}  # announced helper containers, by name and by id
         self.pull_gate: asyncio.Event | None = None  # set => pulls wait for it
         # Sent on every response, as Podman does; clear it to play a Docker socket.
         self.common_headers: dict[str, str] = {"Api-Version": "1.41", "Libpod-Api-Version": "4.3.1"}
@@ -204,7 +223,35 @@ class FakeLibpod:
         """A subscription to image events has a feed of its own: a test that ends the
         container event streams leaves it be."""
         types = json.loads(req.query.get("filters") or "{}").get("type") or []
-        return Stream(self.image_events if types == ["image"] else self.events)
+        feed = self.image_events if types == ["image"] else self.events
+        return Stream(self.silent if self.silent_events else feed, late_head=self.late_event_head)
+
+    def _announce(self, req: Request, result: Reply | Stream | Hang) -> None:
+        """Podman's ``create`` and ``remove`` events of podmand's helper containers, on the
+        container event feed, as Podman logs them: the name and labels as attributes."""
+        if not isinstance(result, tuple) or result[0] >= 300:
+            return
+        if req.method == "POST" and req.path.endswith("/containers/create"):
+            try:
+                spec = req.json()
+            except ValueError:
+                return
+            labels = spec.get("labels") or {}
+            if labels.get(names.SANDBOX_ID) or not isinstance(result[2], dict):
+                return
+            helper = {"ID": result[2].get("Id", ""), "Attributes": {**labels, "name": spec.get("name", "")}}
+            self._helpers[helper["Attributes"]["name"]] = self._helpers[helper["ID"]] = helper
+            action = "create"
+        elif req.method == "DELETE" and req.path.rsplit("/", 2)[-2] == "containers":
+            found = self._helpers.get(req.path.rsplit("/", 1)[-1])
+            if found is None:
+                return
+            for key in (found["ID"], found["Attributes"]["name"]):
+                self._helpers.pop(key, None)
+            helper, action = found, "remove"
+        else:
+            return
+        self.events.send({"Type": "container", "Action": action, "Actor": helper, "timeNano": time.time_ns()})
 
     async def _pull(self, req: Request) -> Reply:
         if self.pull_gate is not None:
@@ -325,6 +372,13 @@ class FakeLibpod:
         rx = re.compile(pattern)
         return sum(1 for r in list(self.requests) if rx.search(r))
 
+    def created(self) -> list[str]:
+        """The names in the container creates asked for, but for the event proofs podmand
+        makes with every event subscription (podmand.eventproof)."""
+        made = [json.loads(body or b"{}").get("name", "") for what, body in list(self.bodies)
+                if what.startswith("POST ") and what.endswith("/containers/create")]
+        return [name for name in made if not name.startswith(eventproof.PREFIX)]
+
     def calls(self, start: int = 0) -> list[str]:
         """The requests from the ``start``-th on, as ``METHOD /path`` (no API prefix, no query)."""
         return [re.sub(f"^(\\S+) {PREFIX}", r"\1 ", r.partition("?")[0]) for r in list(self.requests)[start:]]
@@ -406,6 +460,7 @@ class FakeLibpod:
                 result = route.handler(req)
                 if asyncio.iscoroutine(result):
                     result = await result
+                self._announce(req, result)  # type: ignore[arg-type]
                 return result  # type: ignore[return-value]
         return 404, {}, {"cause": "no such route", "message": f"fake libpod: no route for {req.method} {req.path}"}
 
@@ -434,7 +489,19 @@ class FakeLibpod:
             q = result.feed._attach()
             self._memory_queues.add(q)
             head = {"Content-Type": "application/json", "Transfer-Encoding": "chunked"}
-            return Streamed(result.status, head, self._feed_chunks(result.feed, q))
+            first: list[bytes | str | None] = []
+            if result.late_head:  # no head, so no answer, before the first line
+                try:
+                    first.append(await q.get())
+                finally:
+                    if not first:  # the client gave up waiting
+                        self._memory_queues.discard(q)
+                        result.feed._detach(q)
+                if isinstance(first[0], str):  # broken before the head: no answer at all
+                    self._memory_queues.discard(q)
+                    result.feed._detach(q)
+                    raise ConnectionResetError(f"fake libpod: stream {first[0]} before its head")
+            return Streamed(result.status, head, self._feed_chunks(result.feed, q, first))
         status, extra, payload = result  # type: ignore[misc]
         data = _encode(status, payload)
         if extra.get("Transfer-Encoding", "").lower() == "chunked":
@@ -451,9 +518,11 @@ class FakeLibpod:
             self._hangs.discard(hang)
         raise AssertionError("a hang only ends in an exception")
 
-    async def _feed_chunks(self, feed: Feed, q: asyncio.Queue[bytes | str | None]) -> AsyncIterator[bytes]:
+    async def _feed_chunks(self, feed: Feed, q: asyncio.Queue[bytes | str | None],
+                           first: list[bytes | str | None]) -> AsyncIterator[bytes]:
+        """The lines of ``q``, after ``first`` (what was taken before the head was sent)."""
         try:
-            while (item := await q.get()) is not None:
+            while (item := first.pop() if first else await q.get()) is not None:
                 if isinstance(item, str):  # "drop" or "cut": the connection breaks
                     raise ConnectionResetError(f"fake libpod: stream {item}")
                 yield item
@@ -463,9 +532,12 @@ class FakeLibpod:
 
     async def _stream(self, stream: Stream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         q = stream.feed._attach()  # before the head: the client may push lines as soon as it sees it
-        writer.write(f"HTTP/1.1 {stream.status} OK\r\nContent-Type: application/json\r\n"
-                     "Transfer-Encoding: chunked\r\n\r\n".encode())
-        await writer.drain()
+        head = (f"HTTP/1.1 {stream.status} OK\r\nContent-Type: application/json\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n").encode()
+        if not stream.late_head:
+            writer.write(head)
+            await writer.drain()
+            head = b""
         # The client sends nothing more on a stream connection: EOF means it left.
         eof = asyncio.ensure_future(reader.read())
         get: asyncio.Future[bytes | str | None] | None = None
@@ -477,6 +549,9 @@ class FakeLibpod:
                     get.cancel()
                     return False
                 item = get.result()
+                if head and not isinstance(item, str):  # a late head goes out with the first line (or the end)
+                    writer.write(head)
+                    head = b""
                 if item is None:
                     writer.write(b"0\r\n\r\n")
                     await writer.drain()

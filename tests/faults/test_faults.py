@@ -163,7 +163,7 @@ def test_container_create_500_fails_the_sandbox_and_delete_cleans_up(
     # failed twice: the second try without the network and image IDs podmand remembered.
     assert fake.count(r"GET .*/containers/podmand-read-[^/]+/archive\?path=/openshell-sandbox") == 1
     assert fake.count(r"GET .*/containers/podmand-read-[^/]+/archive\?path=/etc/passwd") == 1
-    assert fake.count(r"POST .*/containers/create") == 4
+    assert len(fake.created()) == 4
     sandbox_dir = d.state / "sandboxes" / "sb1"
     assert sandbox_dir.is_dir()
     get = d.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id="sb1"), timeout=5)
@@ -206,7 +206,7 @@ def test_create_returns_while_the_pull_is_blocked(fake: FakeLibpod, launch: Call
     listed = d.stub.ListSandboxes(pb.ListSandboxesRequest(), timeout=5).sandboxes
     assert [s.id for s in listed] == ["sb1"]
     # Only the image reader that resolved the workload identity; no sandbox container.
-    assert fake.count(r"POST .*/containers/create") == fake.count(r"GET .*/containers/podmand-read-.*/etc/passwd")
+    assert len(fake.created()) == fake.count(r"GET .*/containers/podmand-read-.*/etc/passwd")
 
 
 @pytest.mark.parametrize("how", [

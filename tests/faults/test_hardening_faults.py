@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from podmand import names
+from podmand import eventproof, names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from tests.fakes.libpod import FakeLibpod, Hang, Request
@@ -224,7 +224,9 @@ def test_delete_treats_no_such_volume_and_container_500s_as_gone(
         "Name": "openshell-sandbox-sb1-workspace", "Labels": {names.OWNER: names.OWNER_VALUE,
                                                                names.SANDBOX_ID: "sb1"}}
 
-    def vanished_container(_req: Request) -> Reply:
+    def vanished_container(req: Request) -> Reply:
+        if req.path.rsplit("/", 1)[-1].startswith(eventproof.PREFIX):  # not the sandbox's: podmand's event proof
+            return 200, {}, [{"Id": "proof"}]
         box.status = "gone"
         return 500, {}, {"cause": "no such container", "message": f"no container with ID {CID} found: "
                          "no such container", "response": 500}

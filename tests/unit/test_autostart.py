@@ -76,12 +76,14 @@ def test_service_command_and_environment() -> None:
     argv = autostart.service_argv("/usr/bin/podman", "/tmp/podman-run-7/podman/podman.sock", [OVERLAY_FLAG])
     assert argv == ["/usr/bin/podman", "--storage-driver=overlay", "system", "service", "--time=0",
                     "unix:///tmp/podman-run-7/podman/podman.sock"]
-    env = autostart.service_env(
-        {"HOME": "/home/u", "PATH": "/bin", "OPENSHELL_SANDBOX_IMAGE": "x", "PODMAND_STATE_DIR": "/s",
-         "XDG_RUNTIME_DIR": "/gone", "NOTIFY_SOCKET": "/run/systemd/notify", "LISTEN_FDS": "1"},
-        "/tmp/podman-run-7",
-    )
+    environ = {"HOME": "/home/u", "PATH": "/bin", "OPENSHELL_SANDBOX_IMAGE": "x", "PODMAND_STATE_DIR": "/s",
+               "XDG_RUNTIME_DIR": "/gone", "NOTIFY_SOCKET": "/run/systemd/notify", "LISTEN_FDS": "1"}
+    env = autostart.service_env(environ, "/tmp/podman-run-7", podmand_probes=False)
     assert env == {"HOME": "/home/u", "PATH": "/bin", "XDG_RUNTIME_DIR": "/tmp/podman-run-7"}
+    # podmand probes health itself: Podman must not also run 'podman healthcheck run' timers.
+    env = autostart.service_env({**environ, "DISABLE_HC_SYSTEMD": "false"}, "/tmp/podman-run-7", podmand_probes=True)
+    assert env == {"HOME": "/home/u", "PATH": "/bin", "XDG_RUNTIME_DIR": "/tmp/podman-run-7",
+                   "DISABLE_HC_SYSTEMD": "true"}
 
 
 def test_why_not_start_names_the_setting_the_socket_and_a_missing_podman() -> None:
@@ -108,6 +110,8 @@ def test_prepare_builds_the_service_in_the_runtime_dir(tmp_path: Path) -> None:
     env = {"PATH": str(fake.parent), "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime),
            "CONTAINERS_STORAGE_CONF": "/nonexistent"}
     service = autostart.prepare(Settings(), env)
+    assert "DISABLE_HC_SYSTEMD" not in service.env  # no podmand probes: an image's HEALTHCHECK is Podman's to run
+    assert autostart.prepare(Settings(health_check_interval=30), env).env["DISABLE_HC_SYSTEMD"] == "true"
     if os.geteuid() == 0:
         assert service.socket_path == "/run/podman/podman.sock"
         assert service.argv == [str(fake), "system", "service", "--time=0", "unix:///run/podman/podman.sock"]
@@ -316,3 +320,25 @@ def test_cancelled_during_start_stops_the_service(tmp_path: Path, monkeypatch: p
     finally:
         if service.proc is not None and service.proc.returncode is None:
             os.killpg(service.proc.pid, signal.SIGKILL)  # the one this test started
+
+
+def test_the_started_service_runs_without_podmans_own_healthcheck_timers(tmp_path: Path) -> None:
+    """What Podman reads (libpod's disableHealthCheckSystemd) is in the environment the service runs with."""
+    seen = tmp_path / "env"
+    fake = tmp_path / "podman"
+    fake.write_text(f"#!/bin/sh\nenv > {seen}\nexit 1\n")
+    fake.chmod(0o755)
+    runtime = rundir.RuntimeDir(str(tmp_path / "run"), "fallback")
+    argv = autostart.service_argv(str(fake), str(tmp_path / "run" / "podman" / "podman.sock"), [])
+    env = autostart.service_env({"PATH": os.defpath}, runtime.path, podmand_probes=True)
+    service = PodmanService(argv, env, runtime)
+
+    async def scenario() -> None:
+        try:
+            with pytest.raises(autostart.AutostartError, match="exited with status 1"):
+                await service.start()
+        finally:
+            await service.stop()
+
+    asyncio.run(scenario())
+    assert "DISABLE_HC_SYSTEMD=true" in seen.read_text().splitlines()

@@ -387,6 +387,7 @@ BAD: dict[str, tuple[str | int, str]] = {
     "log_format": ("xml", "expected one of: human, json; got 'xml'"),
     "require_launch_auth": ("maybe", "expected true or false, got 'maybe'"),
     "resync_interval": ("often", "expected a number of seconds, got 'often'"),
+    "resync_interval_silent": ("-1", "must be zero or greater"),
     "gc_grace": ("inf", "expected a number of seconds, got inf"),
     "watch_buffer": ("big", "expected a whole number, got 'big'"),
     "allow_host_userns": ("maybe", "expected true or false, got 'maybe'"),

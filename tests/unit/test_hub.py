@@ -667,3 +667,13 @@ def test_the_end_of_an_ended_subscription_does_not_end_the_next() -> None:
         return hub.inbox.get_nowait() is None
 
     assert asyncio.run(main()) is True
+
+
+def test_a_silent_stream_resyncs_every_silent_resync_seconds_never_slower_than_resync() -> None:
+    def interval(resync: float, silent_resync: float, silent: bool) -> float:
+        return Hub(None, StubDriver(), Inbox(), resync=resync, silent_resync=silent_resync)._interval(silent)  # type: ignore[arg-type]
+
+    assert [interval(30, 5, False), interval(30, 5, True)] == [30, 5]
+    assert interval(2, 5, True) == 2  # a shorter resync_interval stays
+    assert interval(0, 5, True) == 5  # resync off: while silent, the silent one still runs
+    assert interval(30, 0, True) == 30  # resync_interval_silent = 0: resync_interval

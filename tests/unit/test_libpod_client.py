@@ -340,6 +340,25 @@ def test_events_decode_across_chunks_and_report_bad_lines() -> None:
     assert isinstance(out[1], BadEvent) and "undecodable" in out[1].reason
 
 
+def test_an_error_podman_writes_into_an_answered_event_stream_is_its_refusal() -> None:
+    """Podman before 5.1 answers /events 200 at once; when its event logger cannot be read
+    (events_logger = "none") its error body follows as a line: a PodmanError, not an event."""
+    said = b'{"cause":"cannot read events with the \\"none\\" backend",' \
+           b'"message":"cannot read events with the \\"none\\" backend","response":500}\n'
+
+    async def main() -> list[str]:
+        seen = []
+        with pytest.raises(PodmanError, match=r'\(500\): cannot read events with the "none" backend'):
+            async with client_with(lambda _r: Streamed(200, {}, chunks(b'{"Action":"start"}\n', said))).events(
+                    []) as events:
+                async for event in events:
+                    assert isinstance(event, Event)
+                    seen.append(event.Action)
+        return seen
+
+    assert run(main()) == ["start"]
+
+
 # ---------------------------------------------------------------- broken connections
 
 

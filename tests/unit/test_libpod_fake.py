@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from podmand.libpod import MockTransport, PodmanClient, PodmanError, PodmanUnavailable, Timeouts
+from podmand import names
+from podmand.libpod import Event, MockTransport, PodmanClient, PodmanError, PodmanUnavailable, Timeouts
 from tests.fakes.libpod import FakeLibpod, Feed, Hang, Stream
 
 DEADLINE = 10.0
@@ -205,5 +206,65 @@ def test_block_pulls_works_through_the_memory_door() -> None:
             fake.release_pulls()
             assert (await pulling).stream == "pulling"
             await lines.aclose()
+
+    run(main())
+
+
+@pytest.mark.parametrize("kind", DOORS)
+def test_helper_containers_are_announced_on_the_event_feed(kind: str) -> None:
+    """As Podman logs them: create and remove of a container with no sandbox id, with its name
+    and labels; a sandbox container's events are left to the test."""
+    fake = FakeLibpod()
+
+    async def main() -> None:
+        async with door(kind, fake) as client, client.events([f"{names.OWNER}={names.OWNER_VALUE}"]) as events:
+            await client.create_container({"name": "podmand-read-x", "labels": names.own_labels("/s")})
+            await client.create_container({"name": "box", "labels": {names.SANDBOX_ID: "sb1"}})
+            assert await client.remove_container("podmand-read-x", 0)
+            assert await client.remove_container("box", 0)
+            fake.events.end()
+            seen = [(e.Action, (e.Actor.attributes or {}).get("name"), (e.Actor.attributes or {}).get(names.STATE_DIR))
+                    async for e in events if isinstance(e, Event)]
+        assert seen == [("create", "podmand-read-x", "/s"), ("remove", "podmand-read-x", "/s")]
+
+    run(main())
+
+
+@pytest.mark.parametrize("kind", DOORS)
+def test_a_late_event_head_comes_with_the_first_line(kind: str) -> None:
+    """Podman 5.1-5.2: the subscription is not answered until there is an event to send."""
+    fake = FakeLibpod()
+    fake.late_event_head = True
+
+    async def main() -> None:
+        async with door(kind, fake) as client:
+            async def first() -> str:
+                async with client.events([]) as events:
+                    async for event in events:
+                        assert isinstance(event, Event)
+                        return event.Action
+                return ""
+
+            opening = asyncio.create_task(first())
+            await until(lambda: fake.events.opened, "the subscription to reach the fake")
+            assert not opening.done()  # no line, no head: the client is still waiting for an answer
+            fake.events.send({"Type": "container", "Action": "start", "Actor": {"ID": "c1"}})
+            assert await opening == "start"
+
+    run(main())
+
+
+@pytest.mark.parametrize("kind", DOORS)
+def test_silent_event_streams_open_and_say_nothing(kind: str) -> None:
+    """A journald event logger the user cannot read: 200, then no line, whatever happens."""
+    fake = FakeLibpod()
+    fake.silent_events = True
+
+    async def main() -> None:
+        async with door(kind, fake) as client, client.events([]) as events:
+            fake.events.send({"Type": "container", "Action": "start", "Actor": {"ID": "c1"}})
+            await client.create_container({"name": "podmand-read-x", "labels": names.own_labels()})
+            fake.silent.end()
+            assert [e async for e in events] == []
 
     run(main())

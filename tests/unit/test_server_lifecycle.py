@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import importlib
+import json
 import os
 import pkgutil
 import signal
@@ -289,6 +290,19 @@ def test_event_stream_that_never_opens_is_a_start_up_error(tmp: Path, fake: Fake
     monkeypatch.setattr(server, "CONNECT_TIMEOUT", 1.0)
     fake.route("GET", "/events", lambda _req: Hang())
     assert str(start_up_failure(tmp, fake)) == "Podman's event stream did not connect within 1 s"
+
+
+def test_an_event_stream_podman_refuses_in_band_is_named_in_the_start_up_error(
+        tmp: Path, fake: FakeLibpod, monkeypatch: pytest.MonkeyPatch) -> None:
+    """events_logger = "none" before Podman 5.1: 200, then Podman's error as the stream's only line."""
+    monkeypatch.setattr(server, "CONNECT_TIMEOUT", 1.0)
+    said = {"cause": 'cannot read events with the "none" backend', "response": 500,
+            "message": 'cannot read events with the "none" backend'}
+    fake.route("GET", "/events", (200, {"Transfer-Encoding": "chunked"}, json.dumps(said) + "\n"))
+    assert str(start_up_failure(tmp, fake)) == (
+        "Podman's event stream did not connect within 1 s "
+        '(last: podman API error (500): cannot read events with the "none" backend)'
+    )
 
 
 # ---------------------------------------------------------------- accepting before start-up is done
