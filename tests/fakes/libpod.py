@@ -36,8 +36,9 @@ from podmand.libpod import Request as LibpodRequest
 from tests.wait import wait_until
 
 PREFIX = r"/v[\d.]+/libpod"
-INFO = {
-    "host": {"cgroupVersion": "v2", "security": {"rootless": True}},
+INFO = {  # rootless on cgroup v2 with cpu, io, memory and pids delegated (tests/fakes/infos.py has real ones)
+    "host": {"cgroupVersion": "v2", "cgroupManager": "systemd", "cgroupControllers": ["cpu", "io", "memory", "pids"],
+             "security": {"rootless": True}},
     "store": {"graphDriverName": "overlay"},
     "version": {"Version": "4.3.1", "APIVersion": "4.3.1"},
 }
