@@ -22,6 +22,7 @@ from . import (
     drivercfg,
     imagechecks,
     names,
+    podmanversion,
     proxy,
     requestchecks,
     rootfs,
@@ -36,6 +37,7 @@ from .drivercfg import Mount
 from .errors import FailedPrecondition, InvalidArgument
 from .identity import Resolved
 from .names import is_image_reference
+from .podmanversion import Features
 from .resources import Resources, resources
 
 CAP_ADD = ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYSLOG", "DAC_READ_SEARCH", "SETPCAP"]
@@ -141,11 +143,18 @@ def decode_intent(intent: str) -> pb.DriverSandbox:
     return sandbox
 
 
-def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: bool = False) -> Plan:
+def validate(
+    sandbox: pb.DriverSandbox | None,
+    settings: Settings,
+    *,
+    podman: Features = podmanversion.UNKNOWN,
+    recorded: bool = False,
+) -> Plan:
     """Check everything that can be checked without allocating anything.
 
-    ``recorded``: a request read back from Podman, whose secrets were checked
-    when it arrived and are not part of the record."""
+    ``podman``: what the connected Podman supports (podmanversion.py; unknown: only
+    what every Podman podmand runs on does). ``recorded``: a request read back from
+    Podman, whose secrets were checked when it arrived and are not part of the record."""
     if sandbox is None:
         raise InvalidArgument("sandbox: is required")
     check_name("sandbox.id", sandbox.id, required=True)
@@ -200,7 +209,7 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
     requestchecks.check_text("sandbox.spec.workload_identity.group", spec.workload_identity.group)
     userns = usernamespace.mode(tpl, settings)
     limits = resources(tpl.resources, settings)
-    cfg = drivercfg.parse(tpl, settings, userns=userns, control_paths=(ssh_socket,))
+    cfg = drivercfg.parse(tpl, settings, userns=userns, control_paths=(ssh_socket,), podman=podman)
     devices, gpu_count = _gpu(sandbox, cfg.cdi_devices)
     spec_hash, intent = encode_intent(sandbox)
     if len(intent) > requestchecks.MAX_RECORD:  # the volume label that records the create

@@ -4,6 +4,7 @@ failures, delete and garbage collection (tests/fakes/harness.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -16,7 +17,8 @@ from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
-from podmand.errors import AlreadyExists, NotFound
+from podmand.errors import AlreadyExists, FailedPrecondition, NotFound
+from tests.fakes import infos
 from tests.fakes.harness import Rig, Sink, driver_on, eventually, labels_for
 from tests.fakes.libpod import Request
 
@@ -186,6 +188,57 @@ def test_a_create_provisions_and_starts_its_container() -> None:
         assert rig.fake.count("POST .*/containers/create") == 3  # two image readers and the sandbox
 
     run(body)
+
+
+MOUNTS = lambda _tmp: Settings(allow_driver_config=True, admission_enabled=False)  # noqa: E731
+
+
+def with_volume_subpath(sandbox_id: str) -> pb.DriverSandbox:
+    sandbox = box(sandbox_id)
+    sandbox.spec.template.driver_config.update(
+        {"mounts": [{"type": "volume", "source": "shared-data", "target": "/data", "subpath": "team-a"}]})
+    return sandbox
+
+
+def sandbox_spec(rig: Rig, sandbox_id: str) -> dict[str, Any]:
+    """The container spec podmand sent Podman for ``sandbox_id``."""
+    [body] = [json.loads(body) for call, body in rig.fake.bodies if call.endswith("/containers/create")
+              and json.loads(body).get("labels", {}).get(names.SANDBOX_ID) == sandbox_id]
+    return body  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("version", ["4.3.1", "4.4.0"])
+def test_a_volume_subpath_is_refused_before_anything_is_made_on_a_podman_that_would_ignore_it(version: str) -> None:
+    """The driver asks Podman's /info for its version once; a Podman below 4.5 would mount the
+    whole volume (4.3 has no SubPath, 4.4 follows a symlink out of it): ValidateSandboxCreate
+    and CreateSandbox are FAILED_PRECONDITION naming the field and the version needed."""
+
+    async def body(rig: Rig) -> None:
+        rig.fake.route("GET", "/info", (200, {}, infos.info(version)))
+        rig.fake.volumes["shared-data"] = {"Name": "shared-data", "Labels": {}}
+        for attempt in (rig.driver.validate, rig.driver.create):
+            with pytest.raises(FailedPrecondition) as exc:
+                await attempt(with_volume_subpath("sb-1"))
+            assert exc.value.message == (
+                "sandbox.spec.template.driver_config.mounts[0].subpath: volume subpath needs Podman 4.5.0 or "
+                f"newer, and Podman {version} would ignore it and mount the whole volume")
+        assert rig.fake.count("POST .*/(volumes|containers)/create") == 0
+        assert rig.fake.count("GET .*/info") == 1
+
+    run(body, MOUNTS)
+
+
+def test_a_volume_subpath_reaches_podman_where_it_is_honoured() -> None:
+    async def body(rig: Rig) -> None:
+        rig.fake.route("GET", "/info", (200, {}, infos.info("5.4.2")))
+        rig.fake.volumes["shared-data"] = {"Name": "shared-data", "Labels": {}}
+        await rig.driver.validate(with_volume_subpath("sb-1"))
+        await rig.driver.create(with_volume_subpath("sb-1"))
+        await eventually(lambda: "Started" in rig.sink.reasons(), "the Started event")
+        assert {"Name": "shared-data", "Dest": "/data", "Options": ["ro"], "SubPath": "team-a"} in \
+            sandbox_spec(rig, "sb-1")["volumes"]
+
+    run(body, MOUNTS)
 
 
 def failing_pulls(rig: Rig, message: str) -> None:
