@@ -20,7 +20,7 @@ from podmand.driver import Driver
 from podmand.errors import AlreadyExists, FailedPrecondition, NotFound
 from tests.fakes import infos
 from tests.fakes.harness import Rig, Sink, driver_on, eventually, labels_for
-from tests.fakes.libpod import Request
+from tests.fakes.libpod import Request, host_gateway_unresolved
 
 DEADLINE = 30.0
 IMAGE = "registry.example/app:1"
@@ -239,6 +239,41 @@ def test_a_volume_subpath_reaches_podman_where_it_is_honoured() -> None:
             sandbox_spec(rig, "sb-1")["volumes"]
 
     run(body, MOUNTS)
+
+
+SETTING = "host_gateway_ip (--host-gateway-ip / OPENSHELL_PODMAN_HOST_GATEWAY_IP)"
+
+
+def test_a_start_podman_fails_for_want_of_a_host_gateway_address_fails_the_sandbox_naming_the_setting() -> None:
+    """Rootless Podman 5.1-5.2 on a one-address host cannot resolve host-gateway: the first
+    start fails, and the sandbox fails for good with HostGatewayUnresolved, its message
+    naming host_gateway_ip and what to set it to (not a bare start error); the container is
+    removed, and a restart reports the failure again."""
+
+    async def body(rig: Rig) -> None:
+        rig.fake.route("POST", "/containers/[^/]+/start", host_gateway_unresolved())
+        await rig.driver.create(box("sb-1"))
+        await eventually(lambda: "HostGatewayUnresolved" in rig.sink.reasons(), "the HostGatewayUnresolved event")
+        snap = await rig.driver.get("sb-1")
+        reason, message = ready(snap), snap.status.conditions[0].message
+        assert reason == "HostGatewayUnresolved" and "ContainerStartFailed" not in rig.sink.reasons()
+        assert f"Set {SETTING} to an IP address of this host that the gateway listens on" in message
+        assert "containers/podman#22881" in message and "host containers internal IP address is empty" in message
+        assert rig.boxes.boxes == {}  # removed, as for any failed first start
+        assert rig.driver.files.failure("sb-1") == (reason, message)  # terminal: not provisioned again
+
+    run(body)
+
+
+def test_start_sandbox_of_a_stopped_container_says_the_same() -> None:
+    async def body(rig: Rig) -> None:
+        rig.boxes.add("sb-1", "exited")
+        rig.fake.route("POST", "/containers/[^/]+/start", host_gateway_unresolved())
+        with pytest.raises(FailedPrecondition) as exc:
+            await rig.driver.start("sb-1")
+        assert f"Set {SETTING} to an IP address" in exc.value.message
+
+    run(body)
 
 
 def failing_pulls(rig: Rig, message: str) -> None:
