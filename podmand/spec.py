@@ -46,6 +46,13 @@ CAP_ADD = ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYSLOG", "DAC_READ_SEARCH", 
 # every stop waits out stop_timeout and ends in SIGKILL.
 CAP_DROP = ["DAC_OVERRIDE", "FSETID", "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SYS_CHROOT"]
 STOP_SIGNAL = 15  # the only signal the supervisor (PID 1) handles
+# The health log's bounds, Podman's own defaults (libpod/define/healthchecks.go:61-64 at v5.3.0),
+# sent because Podman 5.3.0-5.4.1 gives a libpod create that leaves them out no bound at all
+# (podmanversion.HEALTH_LOG_UNBOUNDED): podmand's probe every health_check_interval would grow
+# the log without end. Older Podman has no such fields and drops them (its create decodes with
+# encoding/json, unknown fields ignored: pkg/api/handlers/libpod/containers_create.go:38 at v4.3.1).
+HEALTH_MAX_LOG_COUNT = 5
+HEALTH_MAX_LOG_SIZE = 500
 MAX_TOKEN_BYTES = 64 * 1024
 
 
@@ -378,6 +385,8 @@ def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str,
             "Retries": 10,
             "StartPeriod": 0,
         }
+        spec["healthMaxLogCount"] = HEALTH_MAX_LOG_COUNT  # pkg/specgen/specgen.go:606-609 at v5.3.0
+        spec["healthMaxLogSize"] = HEALTH_MAX_LOG_SIZE
     if plan.cdi_devices:
         spec["devices"] = [{"path": d} for d in plan.cdi_devices]
     return spec

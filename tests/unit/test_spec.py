@@ -588,6 +588,16 @@ def test_healthconfig_only_when_interval_set() -> None:
                               names.SSH_READY_MARKER, plan.ssh_socket_path]
 
 
+def test_the_health_log_is_bounded_by_podmand_itself() -> None:
+    """Podman 5.3.0-5.4.1 leaves a libpod create's health log unbounded unless the request
+    bounds it (containers/podman#25473): with probes on, the spec carries Podman's own
+    defaults under the JSON names its SpecGenerator decodes; with none, neither is sent."""
+    plan = spec.validate(make_sandbox(), Settings())
+    built = build(plan, Settings(health_check_interval=5))
+    assert (built["healthMaxLogCount"], built["healthMaxLogSize"]) == (5, 500)
+    assert not {"healthMaxLogCount", "healthMaxLogSize"} & set(build(plan, Settings()))
+
+
 def test_probe_never_gives_the_socket_path_to_a_shell_parser() -> None:
     """Exec form: the caller's path is an argument of the script, not part of its text."""
     tpl = pb.DriverSandboxTemplate(agent_socket_path="/run/agent-1/ssh.sock")
