@@ -65,7 +65,7 @@ ROOTLESS_CGROUPFS = info(
 # enabled /proc/cgroups subsystems mounted under /sys/fs/cgroup:
 # vendor/github.com/containers/common/pkg/cgroups/cgroups_linux.go:123-145 at v5.4.2), as on
 # this host; and the same host booted with cgroup_disable=memory, where Podman discards
-# memory limits (pkg/specgen/generate/validate_linux.go:45-49).
+# memory limits (pkg/specgen/generate/validate_linux.go:46-50).
 ROOTFUL_V1 = info(
     "4.3.1", rootless=False, cgroupManager="systemd", cgroupVersion="v1",
     cgroupControllers=["cpuset", "cpu", "cpuacct", "blkio", "memory", "devices", "freezer", "pids"],
