@@ -4,7 +4,10 @@ gateway's staged ``rootfs_tar_path`` (rootfs.py), checked whole.
 Pure: :func:`parse` reads ``template.driver_config`` and returns what podmand will
 attach, or raises an error naming the offending field. The schema is upstream's
 (``cdi_devices``; ``mounts`` of type ``bind``, ``volume``, ``tmpfs`` and ``image``);
-what Podman needs to be asked (volume labels, image pulls) happens in the driver.
+what Podman needs to be asked (volume labels, image pulls) happens in the driver,
+which also hands in what the connected Podman supports (podmanversion.py): a
+``subpath`` only where it would be honoured, since an older Podman ignores the field
+and mounts the whole source.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from typing import Any, NamedTuple
 
 from google.protobuf import json_format, struct_pb2
 
-from . import admission, imagechecks, names, rootfs
+from . import admission, imagechecks, names, podmanversion, rootfs
 from ._proto import compute_driver_pb2 as pb
 from .config import Settings
 from .errors import FailedPrecondition, InvalidArgument
+from .podmanversion import Features
 
 WHERE = "sandbox.spec.template.driver_config"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -65,6 +69,7 @@ class Mount:
     read_only: bool = True
     options: tuple[str, ...] = ()  # tmpfs only
     selinux: str = ""  # bind only: Podman's relabel option, "z" or "Z"
+    subpath: str = ""  # volume and image only: the part of the source mounted (relative, no '..')
 
 
 class DriverConfig(NamedTuple):
@@ -112,16 +117,27 @@ def normalize_target(where: str, target: Any, control_paths: tuple[str, ...] = (
     return norm
 
 
-def _subpath(where: str, value: Any, kind: str) -> None:
-    """Upstream's shape check, then its refusal: Podman 4.3 has no volume or image subpath
-    (an unknown field in its spec would be ignored, mounting the whole source)."""
+SUBPATH_SINCE = {"volume": podmanversion.VOLUME_SUBPATH, "image": podmanversion.IMAGE_SUBPATH}
+
+
+def _subpath(where: str, value: Any, kind: str, podman: Features) -> str:
+    """Upstream's shape check, then whether ``podman`` honours it: one that does not would
+    ignore the field (libpod's JSON decoding drops unknown fields) and mount the whole source."""
     if value is None:
-        return
+        return ""
     if not isinstance(value, str) or not value or value != value.strip() or _CONTROL.search(value):
         raise InvalidArgument(f"{where}: must be a non-empty relative path")
+    if len(value) > MAX_PATH:
+        raise InvalidArgument(f"{where}: is longer than {MAX_PATH} characters")
     if value.startswith("/") or ".." in value.split("/"):
         raise InvalidArgument(f"{where}: must be relative and must not contain '..'")
-    raise FailedPrecondition(f"{where}: podman {kind} mounts do not support subpath")
+    need = SUBPATH_SINCE[kind]
+    if not podman.has(need):
+        raise FailedPrecondition(
+            f"{where}: {kind} subpath needs Podman {podmanversion.shown(need)} or newer, and "
+            f"{podman.described()} would ignore it and mount the whole {kind}"
+        )
+    return value
 
 
 def _integer(where: str, value: Any, low: int, high: int, what: str) -> int | None:
@@ -162,7 +178,7 @@ def _tmpfs_options(where: str, value: Any, size: int | None, mode: int | None) -
     return tuple(opts)
 
 
-def _mount(mw: str, m: Any, settings: Settings, userns: str, control: tuple[str, ...]) -> Mount:
+def _mount(mw: str, m: Any, settings: Settings, userns: str, control: tuple[str, ...], podman: Features) -> Mount:
     if not isinstance(m, dict):
         raise InvalidArgument(f"{mw}: must be an object")
     kind = m.get("type")
@@ -183,20 +199,21 @@ def _mount(mw: str, m: Any, settings: Settings, userns: str, control: tuple[str,
     if kind == "volume":
         if not isinstance(source, str) or len(source) > 255 or not names.ID_RE.fullmatch(source):
             raise InvalidArgument(f"{mw}.source: must be a Podman volume name")
-        _subpath(f"{mw}.subpath", m.get("subpath"), kind)
-        return Mount("volume", target, source, read_only)
+        subpath = _subpath(f"{mw}.subpath", m.get("subpath"), kind, podman)
+        return Mount("volume", target, source, read_only, subpath=subpath)
     if kind == "image":
-        _image(mw, source, m.get("subpath"), settings, userns)
-        return Mount("image", target, source, read_only)
+        subpath = _image(mw, source, m.get("subpath"), settings, userns, podman)
+        return Mount("image", target, source, read_only, subpath=subpath)
     return Mount("bind", target, source, read_only, selinux=_bind(mw, source, m.get("selinux_label"), settings))
 
 
-def _image(mw: str, source: Any, subpath: Any, settings: Settings, userns: str) -> None:
+def _image(mw: str, source: Any, subpath: Any, settings: Settings, userns: str, podman: Features) -> str:
+    """Check an image mount; its subpath ("" for the whole image)."""
     if not isinstance(source, str) or not names.is_image_reference(source):
         raise InvalidArgument(f"{mw}.source: must be an image reference")
     if why := imagechecks.reference_refusal(source):
         raise InvalidArgument(f"{mw}.source: {why}")
-    _subpath(f"{mw}.subpath", subpath, "image")
+    checked = _subpath(f"{mw}.subpath", subpath, "image", podman)
     if admission.policy(settings).enabled:
         raise FailedPrecondition(f"{mw}: {admission.HOST_MOUNT_REFUSED}")
     base = userns.split(":", 1)[0]
@@ -205,6 +222,7 @@ def _image(mw: str, source: Any, subpath: Any, settings: Settings, userns: str) 
             f"{mw}: Podman cannot mount an image into a sandbox with userns={base} (its storage owner is not "
             "mapped there: containers/podman#23211); use a named volume, or userns keep-id or host"
         )
+    return checked
 
 
 def _bind(mw: str, source: Any, label: Any, settings: Settings) -> str:
@@ -227,10 +245,16 @@ def _bind(mw: str, source: Any, label: Any, settings: Settings) -> str:
 
 
 def parse(
-    tpl: pb.DriverSandboxTemplate, settings: Settings, *, userns: str = "", control_paths: tuple[str, ...] = ()
+    tpl: pb.DriverSandboxTemplate,
+    settings: Settings,
+    *,
+    userns: str = "",
+    control_paths: tuple[str, ...] = (),
+    podman: Features = podmanversion.UNKNOWN,
 ) -> DriverConfig:
     """The template's driver_config, checked whole; ``userns`` is the sandbox's
-    user-namespace mode, ``control_paths`` container paths no mount may cover."""
+    user-namespace mode, ``control_paths`` container paths no mount may cover, ``podman``
+    what the connected Podman supports (unknown: no subpath)."""
     if not tpl.HasField("driver_config") or not tpl.driver_config.fields:
         return DriverConfig()
     # rootfs_tar_path is the gateway's (it refuses one from a caller and substitutes the
@@ -261,7 +285,7 @@ def parse(
     mounts: list[Mount] = []
     seen: set[str] = set()
     for i, m in enumerate(raw):
-        mount = _mount(f"{WHERE}.mounts[{i}]", m, settings, userns, control_paths)
+        mount = _mount(f"{WHERE}.mounts[{i}]", m, settings, userns, control_paths, podman)
         if mount.target in seen:
             raise InvalidArgument(f"{WHERE}.mounts[{i}].target: duplicate mount target {mount.target!r}")
         seen.add(mount.target)
@@ -279,7 +303,9 @@ class LibpodMounts(NamedTuple):
 def libpod_mounts(mounts: tuple[Mount, ...], images: dict[str, str]) -> LibpodMounts:
     """The caller's mounts in libpod's SpecGenerator shape. An image mount names the
     image ID provisioning pinned (``images``), else its reference. Podman 4.3 reads
-    an image volume's ``ReadWrite`` only by that name (``rw`` is silently ignored)."""
+    an image volume's ``ReadWrite`` only by that name (``rw`` is silently ignored). A
+    subpath is a named volume's ``SubPath`` (its Go field, untagged) and an image
+    volume's ``subPath`` (its JSON tag): pkg/specgen/volumes.go:31 and :58 at v5.4.2."""
     out = LibpodMounts([], [], [])
     for m in mounts:
         mode = "ro" if m.read_only else "rw"
@@ -289,8 +315,10 @@ def libpod_mounts(mounts: tuple[Mount, ...], images: dict[str, str]) -> LibpodMo
         elif m.kind == "tmpfs":
             out.mounts.append({"destination": m.target, "type": "tmpfs", "source": "tmpfs", "options": list(m.options)})
         elif m.kind == "volume":
-            out.volumes.append({"Name": m.source, "Dest": m.target, "Options": [mode]})
+            volume: dict[str, Any] = {"Name": m.source, "Dest": m.target, "Options": [mode]}
+            out.volumes.append({**volume, "SubPath": m.subpath} if m.subpath else volume)
         else:
             source = images.get(m.source, m.source)
-            out.image_volumes.append({"Source": source, "Destination": m.target, "ReadWrite": not m.read_only})
+            image: dict[str, Any] = {"Source": source, "Destination": m.target, "ReadWrite": not m.read_only}
+            out.image_volumes.append({**image, "subPath": m.subpath} if m.subpath else image)
     return out

@@ -12,6 +12,7 @@ from . import __version__, admission, rootfs
 from ._proto import compute_driver_pb2 as pb
 from ._proto import extension_pb2 as ext
 from .config import Settings
+from .enforcement import Limits
 from .errors import FailedPrecondition
 
 PROTOCOL_MAJOR = 1
@@ -43,10 +44,10 @@ RUNTIME_READINESS = False
 
 
 def capabilities(
-    settings: Settings, *, limits_enforced: bool, gpus_selectable: bool = False
+    settings: Settings, *, limits: Limits, gpus_selectable: bool = False
 ) -> pb.GetCapabilitiesResponse:
-    """``limits_enforced``: Podman applies CPU and memory limits (not rootless cgroup v1, where
-    it drops them and the requests too: there is no bit for requests, so none is claimed);
+    """``limits``: which of the CPU and memory limits Podman applies (enforcement.py: the
+    controllers it reports; there is no bit for requests, so none is claimed);
     ``gpus_selectable``: the CDI inventory has devices for a plain GPU request."""
     return pb.GetCapabilitiesResponse(
         driver_name="podman",
@@ -56,8 +57,8 @@ def capabilities(
         supports_sandbox_authentication=SANDBOX_AUTHENTICATION,
         driver_reports_runtime_readiness=RUNTIME_READINESS,
         resource_capabilities=pb.ResourceCapabilities(
-            cpu=pb.CpuResourceCapabilities(limit_supported=limits_enforced),
-            memory=pb.MemoryResourceCapabilities(limit_supported=limits_enforced),
+            cpu=pb.CpuResourceCapabilities(limit_supported=limits.cpu),
+            memory=pb.MemoryResourceCapabilities(limit_supported=limits.memory),
             gpu=pb.GpuResourceCapabilities(
                 default_selection_supported=gpus_selectable, count_selection_supported=gpus_selectable
             ),

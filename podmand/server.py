@@ -162,7 +162,7 @@ class Server:
         readiness = Readiness()
         guess = enforcement.predicted(podman_path)
         if guess is not None:
-            readiness.advertise(capabilities(settings, limits_enforced=guess))
+            readiness.advertise(capabilities(settings, limits=guess))
         server, health_servicer = grpc_server(ComputeDriverServicer(driver, hub, readiness))
         gate, deny = self._bind(stack, server)
 
@@ -194,9 +194,9 @@ class Server:
         enforced = enforcement.from_info(found)
         if guess is None or guess != enforced:
             if guess is not None:
-                log.warning("Podman's /info says CPU and memory limits are %senforced, not as predicted; "
-                            "GetCapabilities says so from now on", "" if enforced else "not ")
-            readiness.advertise(capabilities(settings, limits_enforced=enforced))
+                log.warning("Podman's /info says %s, not as predicted; GetCapabilities says so from now on",
+                            enforced.describe())
+            readiness.advertise(capabilities(settings, limits=enforced))
         problem = await visible
         if problem:
             raise StateDirError(problem)

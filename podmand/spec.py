@@ -22,6 +22,7 @@ from . import (
     drivercfg,
     imagechecks,
     names,
+    podmanversion,
     proxy,
     requestchecks,
     rootfs,
@@ -36,6 +37,7 @@ from .drivercfg import Mount
 from .errors import FailedPrecondition, InvalidArgument
 from .identity import Resolved
 from .names import is_image_reference
+from .podmanversion import Features
 from .resources import Resources, resources
 
 CAP_ADD = ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYSLOG", "DAC_READ_SEARCH", "SETPCAP"]
@@ -44,6 +46,13 @@ CAP_ADD = ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYSLOG", "DAC_READ_SEARCH", 
 # every stop waits out stop_timeout and ends in SIGKILL.
 CAP_DROP = ["DAC_OVERRIDE", "FSETID", "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SYS_CHROOT"]
 STOP_SIGNAL = 15  # the only signal the supervisor (PID 1) handles
+# The health log's bounds, Podman's own defaults (libpod/define/healthchecks.go:61-64 at v5.3.0),
+# sent because Podman 5.3.0-5.4.1 gives a libpod create that leaves them out no bound at all
+# (podmanversion.HEALTH_LOG_UNBOUNDED): podmand's probe every health_check_interval would grow
+# the log without end. Older Podman has no such fields and drops them (its create decodes with
+# encoding/json, unknown fields ignored: pkg/api/handlers/libpod/containers_create.go:38 at v4.3.1).
+HEALTH_MAX_LOG_COUNT = 5
+HEALTH_MAX_LOG_SIZE = 500
 MAX_TOKEN_BYTES = 64 * 1024
 
 
@@ -141,11 +150,18 @@ def decode_intent(intent: str) -> pb.DriverSandbox:
     return sandbox
 
 
-def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: bool = False) -> Plan:
+def validate(
+    sandbox: pb.DriverSandbox | None,
+    settings: Settings,
+    *,
+    podman: Features = podmanversion.UNKNOWN,
+    recorded: bool = False,
+) -> Plan:
     """Check everything that can be checked without allocating anything.
 
-    ``recorded``: a request read back from Podman, whose secrets were checked
-    when it arrived and are not part of the record."""
+    ``podman``: what the connected Podman supports (podmanversion.py; unknown: only
+    what every Podman podmand runs on does). ``recorded``: a request read back from
+    Podman, whose secrets were checked when it arrived and are not part of the record."""
     if sandbox is None:
         raise InvalidArgument("sandbox: is required")
     check_name("sandbox.id", sandbox.id, required=True)
@@ -200,7 +216,7 @@ def validate(sandbox: pb.DriverSandbox | None, settings: Settings, *, recorded: 
     requestchecks.check_text("sandbox.spec.workload_identity.group", spec.workload_identity.group)
     userns = usernamespace.mode(tpl, settings)
     limits = resources(tpl.resources, settings)
-    cfg = drivercfg.parse(tpl, settings, userns=userns, control_paths=(ssh_socket,))
+    cfg = drivercfg.parse(tpl, settings, userns=userns, control_paths=(ssh_socket,), podman=podman)
     devices, gpu_count = _gpu(sandbox, cfg.cdi_devices)
     spec_hash, intent = encode_intent(sandbox)
     if len(intent) > requestchecks.MAX_RECORD:  # the volume label that records the create
@@ -369,6 +385,8 @@ def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str,
             "Retries": 10,
             "StartPeriod": 0,
         }
+        spec["healthMaxLogCount"] = HEALTH_MAX_LOG_COUNT  # pkg/specgen/specgen.go:606-609 at v5.3.0
+        spec["healthMaxLogSize"] = HEALTH_MAX_LOG_SIZE
     if plan.cdi_devices:
         spec["devices"] = [{"path": d} for d in plan.cdi_devices]
     return spec

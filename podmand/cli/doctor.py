@@ -51,8 +51,10 @@ from .doctorpodman import (
     check_storage,
     check_version,
 )
+from .doctorversions import version_checks
 
 CONTAINER_MARKERS = ("/run/.containerenv", "/.dockerenv")  # Podman's, Docker's
+MACHINE_MARKER = "/etc/containers/podman-machine"  # in a machine VM: its provider (containers/common pkg/machine)
 
 
 # ---------------------------------------------------------------- gathering facts
@@ -100,17 +102,26 @@ def capacity_facts(settings: config.Settings, rootless: bool, subids: int) -> Ca
 
 
 def cgroup_facts(info: Info | None, uid: int) -> tuple[str, list[str] | None, str]:
-    """(version, delegated controllers or None, where they were read)."""
+    """(version, delegated controllers or None, where they were read). Podman's own list
+    first: GetCapabilities follows it (enforcement.py)."""
     if info is not None and info.host.cgroupVersion:
         version = info.host.cgroupVersion
     else:
         version = "v2" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "v1"
+    if info is not None and info.host.cgroupControllers is not None:
+        return version, list(info.host.cgroupControllers), "Podman's /info"
     path = f"/sys/fs/cgroup/user.slice/user-{uid}.slice/user@{uid}.service/cgroup.controllers"
     if os.path.exists(path):
         return version, read_text(path).split(), path
-    if info is not None and info.host.cgroupControllers:
-        return version, list(info.host.cgroupControllers), "Podman's /info"
     return version, None, ""
+
+
+def machine_facts() -> str:
+    """Under podman machine, its provider: in the VM from Podman's marker file, else from
+    podmand's own platform (macOS and Windows reach Podman only in a machine)."""
+    if os.path.exists(MACHINE_MARKER):
+        return read_text(MACHINE_MARKER).strip() or "machine"
+    return {"darwin": "macOS", "win32": "Windows"}.get(sys.platform, "")
 
 
 def in_sidecar() -> bool:
@@ -239,7 +250,10 @@ async def diagnose(settings: config.Settings) -> list[Check]:
         checks.append(check_version(info.version.version, rootless) if info else not_checked("podman version", why))
         checks.append(check_quadlet(info.version.version) if info else not_checked("quadlet", why))
         cg_version, controllers, source = cgroup_facts(info, uid)
-        checks.append(check_cgroups(cg_version, rootless, controllers, source))
+        manager = info.host.cgroupManager if info is not None else ""
+        checks.append(check_cgroups(cg_version, rootless, controllers, source, manager))
+        if info is not None:
+            checks.extend(version_checks(info, settings, machine_facts()))
         checks.append(check_gpus(settings.cdi_spec_dirs, cdi.scan(settings.cdi_spec_dirs)))
         if rootless:
             user = user_name(uid)
@@ -308,9 +322,10 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "doctor",
         help="check this host for what podmand needs, and say how to fix what is missing",
-        description="Check the Podman socket, runtime directory, version, Quadlet support, cgroups, subordinate "
-        "IDs, the host's sandbox capacity, GPUs (CDI), /dev/net/tun, storage driver, SELinux, images, state "
-        "directory and driver socket. "
+        description="Check the Podman socket, runtime directory, version, Quadlet support, cgroups, the known "
+        "bugs of this Podman release, its event logger and OCI runtime, the gateway address sandboxes dial, "
+        "subordinate IDs, the host's sandbox capacity, GPUs (CDI), /dev/net/tun, storage driver, SELinux, "
+        "images, state directory and driver socket. "
         "Takes serve's settings. Exit 1 when a check FAILs.",
     )
     p.add_argument("--json", action="store_true", help="print a JSON list of {name, status, finding, fix}")

@@ -42,8 +42,10 @@ def not_checked(name: str, why: str) -> Check:
     return warn(name, f"not checked: {why}", "fix the 'podman socket' finding first")
 
 
-def check_cgroups(version: str, rootless: bool, controllers: list[str] | None, source: str) -> Check:
-    """Rootless limits need cgroup v2 with cpu, memory and pids delegated to the user."""
+def check_cgroups(version: str, rootless: bool, controllers: list[str] | None, source: str,
+                  manager: str = "") -> Check:
+    """Rootless limits need cgroup v2 under systemd with cpu, memory and pids delegated to the
+    user; GetCapabilities claims a CPU or memory limit only where Podman lists its controller."""
     if version != "v2":
         if not rootless:
             return ok("cgroups", f"cgroup {version or 'v1'}: rootful Podman enforces resource limits")
@@ -56,6 +58,14 @@ def check_cgroups(version: str, rootless: bool, controllers: list[str] | None, s
         )
     if not rootless:
         return ok("cgroups", "cgroup v2, rootful Podman enforces resource limits")
+    if manager == "cgroupfs":
+        return warn(
+            "cgroups",
+            "cgroup v2 with the cgroupfs manager: rootless containers get no cgroup, so no memory, CPU or pids "
+            "limit applies whatever is delegated (containers/podman#21575); GetCapabilities claims none",
+            'run Podman in a systemd user session with cgroup_manager = "systemd" under [engine] in '
+            "containers.conf (as root: loginctl enable-linger <user>, so the session outlives logins)",
+        )
     delegate_fix = (
         "as root: write /etc/systemd/system/user@.service.d/delegate.conf containing "
         "'[Service]' and 'Delegate=cpu cpuset io memory pids', run 'systemctl daemon-reload', then log in again"
@@ -67,7 +77,8 @@ def check_cgroups(version: str, rootless: bool, controllers: list[str] | None, s
         return warn(
             "cgroups",
             f"cgroup v2, but {', '.join(missing)} not delegated to this user ({source} lists "
-            f"{' '.join(controllers) or 'nothing'}): those limits are not enforced rootless",
+            f"{' '.join(controllers) or 'nothing'}): those limits are not enforced rootless, and "
+            "GetCapabilities claims no CPU or memory limit whose controller is missing",
             delegate_fix,
         )
     return ok("cgroups", f"cgroup v2 with cpu, memory and pids delegated ({source})")

@@ -4,10 +4,10 @@ runtime directory, version and storage.  Pure, like doctorchecks.py."""
 from __future__ import annotations
 
 import os
-import re
 
 from .. import autostart, rundir
 from ..discovery import Attempt
+from ..podmanversion import parse_version
 from .doctorchecks import Check, fail, not_checked, ok, warn
 
 MIN_VERSION = (4, 3)
@@ -80,13 +80,6 @@ def check_runtime_dir(runtime: rundir.RuntimeDir, problem: str, user: str) -> Ch
         "(Podman's fallback under the temp directory), which works but may be cleaned away",
         linger,
     )
-
-
-def parse_version(text: str) -> tuple[int, ...] | None:
-    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
-    if not match:
-        return None
-    return tuple(int(g or 0) for g in match.groups())
 
 
 def check_version(version: str, rootless: bool) -> Check:

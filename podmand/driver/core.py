@@ -15,7 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .. import admission, imagefiles, names, tokens
+from .. import admission, hostgateway, imagefiles, names, tokens
 from .._proto import compute_driver_pb2 as pb
 from ..cdi import GpuSelector
 from ..config import Settings
@@ -288,6 +288,8 @@ class Driver:
             try:
                 await self.podman.start_container(entry.id)
             except PodmanError as exc:  # still reported as stopped (the marker stays)
+                if hostgateway.unresolved(exc.message):
+                    raise FailedPrecondition(hostgateway.explanation(exc.message)) from exc
                 raise DriverError(f"starting the sandbox container failed: {exc.message}") from exc
             self.files.clear_stopped(sandbox_id)
         self.sink.refresh(entry.id, sandbox_id)

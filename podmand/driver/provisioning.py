@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import admission, imagechecks, names, proxy, rootfs, selinux, snapshots
+from .. import admission, hostgateway, imagechecks, names, proxy, rootfs, selinux, snapshots
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
 from ..credentials import CredentialSigner
@@ -355,6 +355,8 @@ class Provisioner:
         except PodmanError as exc:
             with contextlib.suppress(PodmanError, PodmanUnavailable):
                 await self.podman.remove_container(container_id, 0)
+            if hostgateway.unresolved(exc.message):
+                raise ProvisionFailed(hostgateway.REASON, hostgateway.explanation(exc.message)) from exc
             raise ProvisionFailed(
                 "ContainerStartFailed", f"starting the sandbox container failed: {exc.message}"
             ) from exc

@@ -140,7 +140,9 @@ async def _slot_owned(prov: Provisioner, sandbox_id: str, path: str) -> bool:
             volume = await prov.podman.inspect_volume(names.volume_name(sandbox_id))
             intent = (volume.labels or {}).get(names.INTENT, "") if volume is not None else ""
             if intent:
-                owned.append(validate(decode_intent(intent), prov.settings, recorded=True).rootfs_tar)
+                recorded = validate(decode_intent(intent), prov.settings, podman=await prov.validator.features(),
+                                    recorded=True)
+                owned.append(recorded.rootfs_tar)
     except (DriverError, ValueError):
         pass  # an unusable record names no slot
     except Exception:  # cannot tell: keep the tar (the gateway deletes its slots too)
@@ -196,8 +198,9 @@ async def _resume_one(
 ) -> int:
     """Provision one recorded create again (1), or report why not (0)."""
     files = prov.files
+    podman = await prov.validator.features()
     try:
-        plan = validate(decode_intent(labels[names.INTENT]), prov.settings, recorded=True)
+        plan = validate(decode_intent(labels[names.INTENT]), prov.settings, podman=podman, recorded=True)
     except (DriverError, ValueError) as exc:
         log.warning("sandbox %s: recorded create request is unusable: %s", sandbox_id, exc)
         return 0

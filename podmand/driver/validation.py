@@ -9,7 +9,7 @@ import logging
 from collections import OrderedDict
 from pathlib import Path
 
-from .. import admission, cdi, identity, imagechecks, rootfs
+from .. import admission, cdi, identity, imagechecks, podmanversion, rootfs
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
 from ..errors import FailedPrecondition
@@ -73,10 +73,12 @@ def image_refusal(plan: Plan, image: ImageInspect) -> str | None:
 
 
 class Validator:
-    """Owns the account files read from images, once per image ID (and the GPU inventory)."""
+    """Owns the account files read from images, once per image ID (and the GPU inventory,
+    and what the connected Podman supports, asked once)."""
 
     def __init__(self, podman: PodmanClient, settings: Settings, state_dir: Path, images: Images) -> None:
         self.podman = podman
+        self.features = podmanversion.Probe(podman)
         self.images = images
         self.settings = settings
         self.state_dir = state_dir
@@ -87,7 +89,7 @@ class Validator:
     async def validate(self, sandbox: pb.DriverSandbox | None, *, staged: bool = True) -> Plan:
         """``staged=False``: leave the staged rootfs tar unchecked (create checks it
         after the identical-retry check: the first create may have imported it)."""
-        plan = validate(sandbox, self.settings)
+        plan = validate(sandbox, self.settings, podman=await self.features())
         if plan.gpu_count:  # peek: only a create takes devices
             self.gpus.peek(plan.gpu_count)
         await admission.admit_mounts(self.podman, self.settings, str(self.state_dir), plan.workspace, plan.mounts)

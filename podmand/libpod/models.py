@@ -213,13 +213,25 @@ class HostSecurity(msgspec.Struct):
     selinuxEnabled: bool | None = None  # None: this Podman does not say
 
 
+class OCIRuntimeInfo(msgspec.Struct):
+    name: str = ""  # crun, runc, ...
+    version: str = ""
+
+
+class PastaInfo(msgspec.Struct):
+    executable: str = ""  # empty: pasta is not installed (reported since Podman 4.7)
+
+
 class HostInfo(msgspec.Struct):
     cgroupVersion: str = ""
-    eventLogger: str = ""  # containers.conf events_logger: journald, file or none
-    cgroupControllers: list[str] | None = None
+    cgroupManager: str = ""  # systemd or cgroupfs
+    cgroupControllers: list[str] | None = None  # the controllers available to Podman itself (since 3.3)
     idMappings: HostIDMappings | None = None
     security: HostSecurity = msgspec.field(default_factory=HostSecurity)
-    ociRuntime: dict[str, Any] | None = None
+    ociRuntime: OCIRuntimeInfo | None = None
+    eventLogger: str = ""  # journald, file or none
+    rootlessNetworkCmd: str = ""  # pasta or slirp4netns (reported since Podman 5.1)
+    pasta: PastaInfo | None = None
 
 
 class StoreInfo(msgspec.Struct):

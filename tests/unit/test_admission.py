@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from podmand import admission, names, negotiation
+from podmand import admission, enforcement, names, negotiation
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.admission import Protected
 from podmand.config import Settings
@@ -52,7 +52,7 @@ def volume(labels: dict[str, str] | None, driver: str, options: dict[str, str]) 
 def test_advertised_string_is_the_checked_policy(settings: Settings) -> None:
     """GetCapabilities serialises the very Policy the checks read."""
     assert negotiation.admission_policy(settings) == admission.policy(settings).wire()
-    caps = negotiation.capabilities(settings, limits_enforced=True)
+    caps = negotiation.capabilities(settings, limits=enforcement.BOTH)
     assert caps.resource_admission_policy == admission.policy(settings).wire()
 
 

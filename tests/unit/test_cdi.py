@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from podmand import cdi, negotiation
+from podmand import cdi, enforcement, negotiation
 from podmand.cli.doctorchecks import check_gpus
 from podmand.config import Settings
 from podmand.errors import DriverError, FailedPrecondition
@@ -199,7 +199,7 @@ def test_selector_peeks_takes_and_rereads(tmp_path: Path) -> None:
 def test_capability_bits_follow_the_inventory(tmp_path: Path) -> None:
     """Both GPU bits are true exactly when a plain request can be served; the rest of the
     response, admission string included, stays byte-identical."""
-    base = negotiation.capabilities(Settings(), limits_enforced=True)
+    base = negotiation.capabilities(Settings(), limits=enforcement.BOTH)
     selector = cdi.GpuSelector((str(tmp_path),))
     for selectable in (False, True):
         current = negotiation.with_gpus(base, cdi.selectable(selector.inventory().gpus))

@@ -4,6 +4,7 @@ failures, delete and garbage collection (tests/fakes/harness.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -16,9 +17,10 @@ from podmand import imagefiles, names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
-from podmand.errors import AlreadyExists, NotFound
+from podmand.errors import AlreadyExists, FailedPrecondition, NotFound
+from tests.fakes import infos
 from tests.fakes.harness import Rig, Sink, driver_on, eventually, labels_for
-from tests.fakes.libpod import Request
+from tests.fakes.libpod import Request, host_gateway_unresolved
 
 DEADLINE = 30.0
 IMAGE = "registry.example/app:1"
@@ -184,6 +186,92 @@ def test_a_create_provisions_and_starts_its_container() -> None:
         assert ready(await rig.driver.get("sb-1")) == "ContainerRunning"
         assert await rig.driver.create(box("sb-1")) == identity  # an identical retry
         assert rig.fake.count("POST .*/containers/create") == 3  # two image readers and the sandbox
+
+    run(body)
+
+
+MOUNTS = lambda _tmp: Settings(allow_driver_config=True, admission_enabled=False)  # noqa: E731
+
+
+def with_volume_subpath(sandbox_id: str) -> pb.DriverSandbox:
+    sandbox = box(sandbox_id)
+    sandbox.spec.template.driver_config.update(
+        {"mounts": [{"type": "volume", "source": "shared-data", "target": "/data", "subpath": "team-a"}]})
+    return sandbox
+
+
+def sandbox_spec(rig: Rig, sandbox_id: str) -> dict[str, Any]:
+    """The container spec podmand sent Podman for ``sandbox_id``."""
+    [body] = [json.loads(body) for call, body in rig.fake.bodies if call.endswith("/containers/create")
+              and json.loads(body).get("labels", {}).get(names.SANDBOX_ID) == sandbox_id]
+    return body  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("version", ["4.3.1", "4.4.0"])
+def test_a_volume_subpath_is_refused_before_anything_is_made_on_a_podman_that_would_ignore_it(version: str) -> None:
+    """The driver asks Podman's /info for its version once; a Podman below 4.5 would mount the
+    whole volume (4.3 has no SubPath, 4.4 follows a symlink out of it): ValidateSandboxCreate
+    and CreateSandbox are FAILED_PRECONDITION naming the field and the version needed."""
+
+    async def body(rig: Rig) -> None:
+        rig.fake.route("GET", "/info", (200, {}, infos.info(version)))
+        rig.fake.volumes["shared-data"] = {"Name": "shared-data", "Labels": {}}
+        for attempt in (rig.driver.validate, rig.driver.create):
+            with pytest.raises(FailedPrecondition) as exc:
+                await attempt(with_volume_subpath("sb-1"))
+            assert exc.value.message == (
+                "sandbox.spec.template.driver_config.mounts[0].subpath: volume subpath needs Podman 4.5.0 or "
+                f"newer, and Podman {version} would ignore it and mount the whole volume")
+        assert rig.fake.count("POST .*/(volumes|containers)/create") == 0
+        assert rig.fake.count("GET .*/info") == 1
+
+    run(body, MOUNTS)
+
+
+def test_a_volume_subpath_reaches_podman_where_it_is_honoured() -> None:
+    async def body(rig: Rig) -> None:
+        rig.fake.route("GET", "/info", (200, {}, infos.info("5.4.2")))
+        rig.fake.volumes["shared-data"] = {"Name": "shared-data", "Labels": {}}
+        await rig.driver.validate(with_volume_subpath("sb-1"))
+        await rig.driver.create(with_volume_subpath("sb-1"))
+        await eventually(lambda: "Started" in rig.sink.reasons(), "the Started event")
+        assert {"Name": "shared-data", "Dest": "/data", "Options": ["ro"], "SubPath": "team-a"} in \
+            sandbox_spec(rig, "sb-1")["volumes"]
+
+    run(body, MOUNTS)
+
+
+SETTING = "host_gateway_ip (--host-gateway-ip / OPENSHELL_PODMAN_HOST_GATEWAY_IP)"
+
+
+def test_a_start_podman_fails_for_want_of_a_host_gateway_address_fails_the_sandbox_naming_the_setting() -> None:
+    """Rootless Podman 5.1-5.2 on a one-address host cannot resolve host-gateway: the first
+    start fails, and the sandbox fails for good with HostGatewayUnresolved, its message
+    naming host_gateway_ip and what to set it to (not a bare start error); the container is
+    removed, and a restart reports the failure again."""
+
+    async def body(rig: Rig) -> None:
+        rig.fake.route("POST", "/containers/[^/]+/start", host_gateway_unresolved())
+        await rig.driver.create(box("sb-1"))
+        await eventually(lambda: "HostGatewayUnresolved" in rig.sink.reasons(), "the HostGatewayUnresolved event")
+        snap = await rig.driver.get("sb-1")
+        reason, message = ready(snap), snap.status.conditions[0].message
+        assert reason == "HostGatewayUnresolved" and "ContainerStartFailed" not in rig.sink.reasons()
+        assert f"Set {SETTING} to an IP address of this host that the gateway listens on" in message
+        assert "containers/podman#22881" in message and "host containers internal IP address is empty" in message
+        assert rig.boxes.boxes == {}  # removed, as for any failed first start
+        assert rig.driver.files.failure("sb-1") == (reason, message)  # terminal: not provisioned again
+
+    run(body)
+
+
+def test_start_sandbox_of_a_stopped_container_says_the_same() -> None:
+    async def body(rig: Rig) -> None:
+        rig.boxes.add("sb-1", "exited")
+        rig.fake.route("POST", "/containers/[^/]+/start", host_gateway_unresolved())
+        with pytest.raises(FailedPrecondition) as exc:
+            await rig.driver.start("sb-1")
+        assert f"Set {SETTING} to an IP address" in exc.value.message
 
     run(body)
 

@@ -6,11 +6,12 @@ from typing import Any
 
 import pytest
 
-from podmand import drivercfg, spec
+from podmand import drivercfg, podmanversion, spec
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.drivercfg import Mount
 from podmand.errors import FailedPrecondition, InvalidArgument
+from podmand.podmanversion import Features
 
 OPEN = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
 WHERE = "sandbox.spec.template.driver_config.mounts[0]"
@@ -22,8 +23,10 @@ def template(*mounts: dict[str, Any]) -> pb.DriverSandboxTemplate:
     return tpl
 
 
-def parse(*mounts: dict[str, Any], settings: Settings = OPEN, userns: str = "keep-id") -> tuple[Mount, ...]:
-    return drivercfg.parse(template(*mounts), settings, userns=userns, control_paths=("/run/agent/ssh.sock",)).mounts
+def parse(*mounts: dict[str, Any], settings: Settings = OPEN, userns: str = "keep-id",
+          podman: Features = podmanversion.UNKNOWN) -> tuple[Mount, ...]:
+    return drivercfg.parse(template(*mounts), settings, userns=userns, control_paths=("/run/agent/ssh.sock",),
+                           podman=podman).mounts
 
 
 def test_tmpfs_options_size_and_mode() -> None:
@@ -67,6 +70,62 @@ def test_image_mount_accepted_where_podman_can_mount_it(userns: str) -> None:
     assert parse({"type": "image", "source": "localhost/data:1", "target": "/data"}, userns=userns)
 
 
+VOLUME_SUBPATH = {"type": "volume", "source": "shared-data", "target": "/data", "subpath": "team-a/inputs"}
+IMAGE_SUBPATH = {"type": "image", "source": "localhost/data:1", "target": "/models", "subpath": "weights"}
+
+
+@pytest.mark.parametrize(
+    ("version", "mount", "needs"),
+    [
+        ("4.3.1", VOLUME_SUBPATH, "4.5.0"),  # no SubPath in 4.3's spec: ignored, the whole volume mounted
+        ("4.4.0", VOLUME_SUBPATH, "4.5.0"),  # SubPath joined without checking: a symlink leads out of the volume
+        ("", VOLUME_SUBPATH, "4.5.0"),  # version unknown: nothing beyond 4.3 assumed
+        ("5.0.3", IMAGE_SUBPATH, "5.1.0"),
+        ("4.9.3", IMAGE_SUBPATH, "5.1.0"),
+    ],
+)
+def test_subpath_refused_where_podman_would_mount_the_whole_source(version: str, mount: dict[str, Any],
+                                                                    needs: str) -> None:
+    """FAILED_PRECONDITION naming the field, the Podman version it needs and the one connected."""
+    with pytest.raises(FailedPrecondition) as exc:
+        parse(mount, podman=Features(version))
+    message = exc.value.message
+    assert message.startswith(f"{WHERE}.subpath: {mount['type']} subpath needs Podman {needs} or newer"), message
+    assert (f"Podman {version} would ignore it" if version else "its version is unknown") in message
+    assert f"mount the whole {mount['type']}" in message
+
+
+@pytest.mark.parametrize(
+    ("version", "mount"),
+    [("4.5.0", VOLUME_SUBPATH), ("5.4.2", VOLUME_SUBPATH), ("5.1.0", IMAGE_SUBPATH), ("v5.4.2", IMAGE_SUBPATH)],
+)
+def test_subpath_accepted_where_podman_honours_it(version: str, mount: dict[str, Any]) -> None:
+    (m,) = parse(mount, podman=Features(version))
+    assert (m.kind, m.target, m.subpath) == (mount["type"], mount["target"], mount["subpath"])
+
+
+def test_subpath_reaches_libpod_by_the_names_its_spec_decodes() -> None:
+    """A named volume's SubPath (an untagged Go field) and an image volume's subPath (its JSON tag);
+    a mount without one sends neither."""
+    sub_volume, sub_image, whole = parse(VOLUME_SUBPATH, IMAGE_SUBPATH, {"type": "volume", "source": "v",
+                                                                         "target": "/v"}, podman=Features("5.4.2"))
+    built = drivercfg.libpod_mounts((sub_volume, sub_image, whole), {"localhost/data:1": "sha256:beef"})
+    assert built.volumes == [
+        {"Name": "shared-data", "Dest": "/data", "Options": ["ro"], "SubPath": "team-a/inputs"},
+        {"Name": "v", "Dest": "/v", "Options": ["ro"]},
+    ]
+    assert built.image_volumes == [
+        {"Source": "sha256:beef", "Destination": "/models", "ReadWrite": False, "subPath": "weights"}
+    ]
+
+
+@pytest.mark.parametrize("subpath", ["../x", "a/../../x", "/abs", " a", "", "a\nb", 7])
+def test_subpath_shape_is_checked_whatever_the_podman(subpath: Any) -> None:
+    with pytest.raises(InvalidArgument) as exc:
+        parse({**VOLUME_SUBPATH, "subpath": subpath}, podman=Features("5.4.2"))
+    assert exc.value.message.startswith(f"{WHERE}.subpath: ")
+
+
 @pytest.mark.parametrize(
     ("mount", "settings", "error", "field", "needle"),
     [
@@ -79,9 +138,9 @@ def test_image_mount_accepted_where_podman_can_mount_it(userns: str) -> None:
          FailedPrecondition, "", "host bind or image mount"),
         ({"type": "image", "source": "Not An Image", "target": "/d"}, OPEN, InvalidArgument, ".source", "image"),
         ({"type": "image", "source": "localhost/d:1", "target": "/d", "subpath": "a/b"}, OPEN, FailedPrecondition,
-         ".subpath", "podman image mounts do not support subpath"),
+         ".subpath", "image subpath needs Podman 5.1.0 or newer"),
         ({"type": "volume", "source": "v", "target": "/d", "subpath": "a"}, OPEN, FailedPrecondition,
-         ".subpath", "podman volume mounts do not support subpath"),
+         ".subpath", "volume subpath needs Podman 4.5.0 or newer"),
         ({"type": "volume", "source": "v", "target": "/d", "subpath": "../a"}, OPEN, InvalidArgument,
          ".subpath", "'..'"),
         ({"type": "volume", "source": "v", "target": "/d", "subpath": "/a"}, OPEN, InvalidArgument,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from podmand import negotiation
+from podmand import enforcement, negotiation
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import extension_pb2 as ext
 from podmand.config import Settings
@@ -35,12 +35,12 @@ def gateway(**overrides: Any) -> ext.PeerMetadata:
 
 @pytest.fixture
 def ours() -> ext.PeerMetadata:
-    return negotiation.capabilities(Settings(), limits_enforced=True).extension
+    return negotiation.capabilities(Settings(), limits=enforcement.BOTH).extension
 
 
 def test_capabilities_fields() -> None:
     """The driver advertises protocol 1.0, its name, and the contract as supported and required."""
-    caps = negotiation.capabilities(Settings(), limits_enforced=True)
+    caps = negotiation.capabilities(Settings(), limits=enforcement.BOTH)
     meta = caps.extension
     assert (meta.protocol_version.major, meta.protocol_version.minor) == (1, 0)
     assert meta.implementation_name.strip()
@@ -59,12 +59,12 @@ def test_gpu_bits_are_what_the_inventory_can_serve(selectable: bool) -> None:
     """Both GPU bits say whether a plain gpu request (with or without a count) can be served
     from the CDI inventory; with_gpus changes only them, on a copy (the built response and
     its admission string stay as they are)."""
-    built = negotiation.capabilities(Settings(), limits_enforced=True)
+    built = negotiation.capabilities(Settings(), limits=enforcement.BOTH)
     assert built.resource_capabilities.gpu.count_selection_supported is False
     current = negotiation.with_gpus(built, selectable)
     gpu = current.resource_capabilities.gpu
     assert (gpu.count_selection_supported, gpu.default_selection_supported) == (selectable, selectable)
-    assert negotiation.capabilities(Settings(), limits_enforced=True, gpus_selectable=selectable) == current
+    assert negotiation.capabilities(Settings(), limits=enforcement.BOTH, gpus_selectable=selectable) == current
     assert built.resource_capabilities.gpu.count_selection_supported is False
     e2e = (Path(__file__).parents[1] / "e2e" / "test_resources.py").read_text()
     assert "def test_gpu_count_assigns_cdi_devices(" in e2e
@@ -72,7 +72,7 @@ def test_gpu_bits_are_what_the_inventory_can_serve(selectable: bool) -> None:
 
 def test_sandbox_authentication_bit_has_its_proof() -> None:
     """Advertised because the e2e test mints, mounts and authenticates podmand's credential."""
-    caps = negotiation.capabilities(Settings(), limits_enforced=True)
+    caps = negotiation.capabilities(Settings(), limits=enforcement.BOTH)
     assert caps.supports_sandbox_authentication is negotiation.SANDBOX_AUTHENTICATION is True
     conformance = (Path(__file__).parents[1] / "e2e" / "test_conformance.py").read_text()
     assert "def test_token_sources(" in conformance and "AuthenticateSandbox" in conformance
@@ -80,29 +80,32 @@ def test_sandbox_authentication_bit_has_its_proof() -> None:
 
 def test_runtime_readiness_not_claimed() -> None:
     """podmand reports container state only, never the supervisor's own readiness."""
-    caps = negotiation.capabilities(Settings(), limits_enforced=True)
+    caps = negotiation.capabilities(Settings(), limits=enforcement.BOTH)
     assert caps.driver_reports_runtime_readiness is False
     assert caps.gateway_manages_lifecycle is True
 
 
-def test_limits_not_enforced_is_reported() -> None:
-    """Without cgroup controllers the driver must not claim CPU/memory limits."""
-    caps = negotiation.capabilities(Settings(), limits_enforced=False)
-    assert caps.resource_capabilities.cpu.limit_supported is False
-    assert caps.resource_capabilities.memory.limit_supported is False
+@pytest.mark.parametrize("limits", [enforcement.NONE, enforcement.Limits(cpu=False, memory=True),
+                                    enforcement.Limits(cpu=True, memory=False)], ids=["none", "memory", "cpu"])
+def test_each_limit_bit_is_its_own_controllers(limits: enforcement.Limits) -> None:
+    """Each bit follows its controller: a user with memory delegated and not cpu gets a
+    memory bit and no CPU bit."""
+    caps = negotiation.capabilities(Settings(), limits=limits)
+    assert caps.resource_capabilities.cpu.limit_supported is limits.cpu
+    assert caps.resource_capabilities.memory.limit_supported is limits.memory
 
 
 def test_default_admission_policy_exact() -> None:
     """The gateway compares the admission string byte for byte."""
-    assert negotiation.capabilities(Settings(), limits_enforced=True).resource_admission_policy == DEFAULT_POLICY
+    assert negotiation.capabilities(Settings(), limits=enforcement.BOTH).resource_admission_policy == DEFAULT_POLICY
 
 
 def test_admission_policy_byte_stable() -> None:
     """Equal settings give identical responses, whatever order the labels were configured in."""
     a = Settings(allow_driver_config=True, admission_labels={"z.io/b": "2", "a.io/a": "1"})
     b = Settings(allow_driver_config=True, admission_labels={"a.io/a": "1", "z.io/b": "2"})
-    ra = negotiation.capabilities(a, limits_enforced=True)
-    rb = negotiation.capabilities(b, limits_enforced=True)
+    ra = negotiation.capabilities(a, limits=enforcement.BOTH)
+    rb = negotiation.capabilities(b, limits=enforcement.BOTH)
     assert ra.SerializeToString(deterministic=True) == rb.SerializeToString(deterministic=True)
     assert ra.resource_admission_policy == (
         'v1:{"allow_driver_config":true,"resource_admission":{"enabled":true,'

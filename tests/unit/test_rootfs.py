@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from podmand import drivercfg, names, negotiation, rootfs, snapshots, spec
+from podmand import drivercfg, enforcement, names, negotiation, rootfs, snapshots, spec
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import ConfigError, Settings
 from podmand.driver import Driver
@@ -231,7 +231,7 @@ def test_prepare_staging_creates_a_private_directory_and_resolves_it(tmp_path: P
     rootfs.prepare_staging(s, state)
     assert s.rootfs_staging_dir == str((state / rootfs.STAGING_DIR).resolve())
     assert os.stat(s.rootfs_staging_dir).st_mode & 0o777 == 0o700
-    caps = negotiation.capabilities(s, limits_enforced=True)
+    caps = negotiation.capabilities(s, limits=enforcement.BOTH)
     assert (caps.rootfs_tar_staging_dir, caps.rootfs_tar_max_bytes) == (s.rootfs_staging_dir, 8 * 2**30)
 
 
@@ -239,7 +239,7 @@ def test_prepare_staging_disabled_advertises_nothing(tmp_path: Path) -> None:
     s = Settings(rootfs_max_bytes=0, rootfs_staging_dir=str(tmp_path / "staging"))
     rootfs.prepare_staging(s, tmp_path)
     assert not (tmp_path / "staging").exists()
-    caps = negotiation.capabilities(s, limits_enforced=True)
+    caps = negotiation.capabilities(s, limits=enforcement.BOTH)
     assert (caps.rootfs_tar_staging_dir, caps.rootfs_tar_max_bytes) == ("", 0)
 
 

@@ -38,6 +38,7 @@ from podmand.hub import Hub
 from podmand.server import Server
 from podmand.shutdown import Stop
 from tests import wait
+from tests.fakes import infos
 from tests.fakes.libpod import INFO, FakeLibpod, Hang, Reply, Request
 
 DEADLINE = 15.0
@@ -340,7 +341,7 @@ def test_accepts_before_info_answers_and_serves_once_it_has(tmp: Path, fake: Fak
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """/info held: the socket accepts, health says NOT_SERVING, GetCapabilities answers (local facts
     decide the limits), ListSandboxes waits; once /info answers: SERVING, and the list is answered."""
-    monkeypatch.setattr(enforcement, "predicted", lambda _path: True)
+    monkeypatch.setattr(enforcement, "predicted", lambda _path: enforcement.BOTH)
     release = held_info(fake, (200, {}, INFO))
     srv = Server(settings_for(tmp, fake))
     public = str(tmp / "run" / "d.sock")
@@ -362,8 +363,9 @@ def test_accepts_before_info_answers_and_serves_once_it_has(tmp: Path, fake: Fak
     assert run_server(srv, scenario) == 0
 
 
-@pytest.mark.parametrize("guess", [None, True], ids=["unknown", "wrong"])
-def test_capabilities_follow_info_when_local_facts_do_not_decide(guess: bool | None, tmp: Path, fake: FakeLibpod,
+@pytest.mark.parametrize("guess", [None, enforcement.BOTH], ids=["unknown", "wrong"])
+def test_capabilities_follow_info_when_local_facts_do_not_decide(guess: enforcement.Limits | None, tmp: Path,
+                                                                  fake: FakeLibpod,
                                                                   monkeypatch: pytest.MonkeyPatch,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     """Rootless Podman on cgroup v1 drops limits. Unknown before /info: GetCapabilities waits for
@@ -395,11 +397,36 @@ def test_capabilities_follow_info_when_local_facts_do_not_decide(guess: bool | N
     assert ("not as predicted" in caplog.text) == (guess is not None)
 
 
+@pytest.mark.parametrize(
+    ("recorded", "bits"),
+    [(infos.ROOTLESS_NO_CPU, (False, True)), (infos.ROOTLESS_CGROUPFS, (False, False)),
+     (infos.FEDORA40_ROOTLESS_DELEGATED, (True, True))],
+    ids=["v2-without-cpu", "v2-cgroupfs", "v2-delegated"],
+)
+def test_capabilities_claim_the_limits_of_the_controllers_podman_reports(
+        recorded: dict[str, Any], bits: tuple[bool, bool], tmp: Path, fake: FakeLibpod,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rootless on cgroup v2 (nothing predicted: Podman's cgroup is its own), GetCapabilities
+    answers from /info's controllers: no cpu delegated, no CPU limit claimed; cgroupfs, none."""
+    monkeypatch.setattr(enforcement, "predicted", lambda _path: None)
+    fake.route("GET", "/info", (200, {}, recorded))
+    srv = Server(settings_for(tmp, fake))
+    public = str(tmp / "run" / "d.sock")
+
+    async def scenario(running: asyncio.Task[int]) -> None:
+        await until(lambda: srv.ready or running.done(), "podmand to serve")
+        async with grpc.aio.insecure_channel(f"unix://{public}") as channel:
+            assert limits(await pb_grpc.ComputeDriverStub(channel).GetCapabilities(CAPABILITIES)) == bits
+        srv.stop.on_signal(signal.SIGTERM)
+
+    assert run_server(srv, scenario) == 0
+
+
 def test_waiting_rpcs_get_the_start_up_failure(tmp: Path, fake: FakeLibpod, monkeypatch: pytest.MonkeyPatch) -> None:
     """/info fails after the socket accepted: the RPC waiting for start-up answers UNAVAILABLE
     with the start-up error at once, and the start-up still fails as before (nothing left behind)."""
     monkeypatch.setattr(server, "GRACE", 3600.0)  # the waiting RPC must not hold the exit
-    monkeypatch.setattr(enforcement, "predicted", lambda _path: True)
+    monkeypatch.setattr(enforcement, "predicted", lambda _path: enforcement.BOTH)
     release = held_info(fake, (500, {}, {"message": "info broken"}))
     srv = Server(settings_for(tmp, fake))
     public = str(tmp / "run" / "d.sock")

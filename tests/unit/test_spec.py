@@ -13,6 +13,7 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.errors import FailedPrecondition, InvalidArgument
 from podmand.identity import Resolved
+from podmand.podmanversion import Features
 from podmand.resources import Resources
 from tests.jwt import make_token
 
@@ -284,6 +285,22 @@ def test_driver_config_tmpfs_volume_and_bind() -> None:
     assert bind in built["mounts"]
     assert {"Name": "shared-data", "Dest": "/data", "Options": ["rw"]} in built["volumes"]
     assert built["labels"][names.DRIVER_CONFIG_USED] == "true"
+
+
+def test_a_volume_subpath_is_in_the_container_spec_on_a_podman_that_honours_it() -> None:
+    """validate takes the connected Podman's features: 5.4.2 mounts a volume's subpath, so
+    the spec carries it beside the workspace volume; 4.3.1 would not, and is refused."""
+    sandbox = with_driver_config({"mounts": [
+        {"type": "volume", "source": "shared-data", "target": "/data", "subpath": "team-a"}]})
+    settings = Settings(allow_driver_config=True, admission_enabled=False)
+    plan = spec.validate(sandbox, settings, podman=Features("5.4.2"))
+    assert plan.mounts == (drivercfg.Mount("volume", "/data", "shared-data", True, subpath="team-a"),)
+    assert build(plan, settings)["volumes"] == [
+        {"Name": plan.volume_name, "Dest": names.WORKSPACE_PATH, "Options": ["rw"]},
+        {"Name": "shared-data", "Dest": "/data", "Options": ["ro"], "SubPath": "team-a"},
+    ]
+    with pytest.raises(FailedPrecondition, match=r"mounts\[0\]\.subpath: volume subpath needs Podman 4\.5\.0"):
+        spec.validate(sandbox, settings, podman=Features("4.3.1"))
 
 
 @pytest.mark.parametrize(
@@ -569,6 +586,16 @@ def test_healthconfig_only_when_interval_set() -> None:
     assert health["Interval"] == 5 * 10**9
     assert health["Test"] == ["CMD", "/bin/sh", "-c", 'test -e "$1" || test -S "$2"', "probe",
                               names.SSH_READY_MARKER, plan.ssh_socket_path]
+
+
+def test_the_health_log_is_bounded_by_podmand_itself() -> None:
+    """Podman 5.3.0-5.4.1 leaves a libpod create's health log unbounded unless the request
+    bounds it (containers/podman#25473): with probes on, the spec carries Podman's own
+    defaults under the JSON names its SpecGenerator decodes; with none, neither is sent."""
+    plan = spec.validate(make_sandbox(), Settings())
+    built = build(plan, Settings(health_check_interval=5))
+    assert (built["healthMaxLogCount"], built["healthMaxLogSize"]) == (5, 500)
+    assert not {"healthMaxLogCount", "healthMaxLogSize"} & set(build(plan, Settings()))
 
 
 def test_probe_never_gives_the_socket_path_to_a_shell_parser() -> None:
