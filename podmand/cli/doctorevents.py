@@ -28,13 +28,12 @@ from .. import autostart, eventproof, names
 from ..config import Settings
 from ..eventproof import Proof
 from ..libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
+from ..podmanversion import EVENTS_HEAD_WITHHELD, parse_version, within
 from .doctorchecks import Check, fail, not_checked, ok, warn
-from .doctorpodman import parse_version
 
 SYSTEMD_MARKER = "/run/systemd/system"  # what Podman checks (sd_booted) before making timers
 UNIT = "podman.service"
 HC_VARIABLE, HC_VALUE = autostart.NO_HEALTH_TIMERS
-LATE_HEAD = ((5, 1), (5, 2))  # answer an event subscription only with its first event (containers/podman#23712)
 
 
 # ---------------------------------------------------------------- facts
@@ -161,8 +160,7 @@ def timer_facts(settings: Settings, socket_path: str, rootless: bool, in_contain
 
 
 def late_head(version: str) -> bool:
-    parsed = parse_version(version)
-    return parsed is not None and parsed[:2] in LATE_HEAD
+    return within(parse_version(version), EVENTS_HEAD_WITHHELD)
 
 
 def check_events(f: EventFacts, resync_silent: float, user: str) -> Check:

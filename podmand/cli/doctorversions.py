@@ -99,8 +99,8 @@ def check_releases(facts: PodmanFacts, host_gateway_ip: str, endpoint: str) -> l
         found.append(warn(
             name,
             f"Podman {facts.version} sends a live event stream's response head only with its first event "
-            "(5.1.0-5.2.x): podmand's event subscriptions, which wait for the head, hear nothing until "
-            "something happens on this Podman",
+            "(5.1.0-5.2.x, containers/podman#23712): serve causes an event on each subscription to get it, "
+            "and image lookups go uncached until an image event comes",
             f"{upgrade} to {shown(podmanversion.EVENTS_HEAD_WITHHELD[1])} or newer",
         ))
     if not host_gateway_ip and facts.rootless and within(v, podmanversion.ROOTLESS_HOST_GATEWAY_BAD):
