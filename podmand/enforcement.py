@@ -99,8 +99,9 @@ def predict(*, controllers: set[str], podman_uid: int | None, host_namespace: bo
     return None
 
 
-def socket_owner(path: str) -> int | None:
-    """The uid of the process listening on ``path`` (as this user namespace sees it)."""
+def socket_listener(path: str) -> tuple[int, int] | None:
+    """(pid, uid) of the process listening on ``path``, as this namespace sees them
+    (the pid is 0 from another PID namespace); None when nothing answers."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(1.0)
@@ -108,8 +109,14 @@ def socket_owner(path: str) -> int | None:
             creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     except OSError:
         return None
-    uid: int = struct.unpack("3i", creds)[1]
-    return uid
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return pid, uid
+
+
+def socket_owner(path: str) -> int | None:
+    """The uid of the process listening on ``path`` (as this user namespace sees it)."""
+    found = socket_listener(path)
+    return found[1] if found else None
 
 
 def in_host_namespace(uid_map: str) -> bool:

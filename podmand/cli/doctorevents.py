@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import struct
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import autostart, eventproof, names
+from .. import autostart, enforcement, eventproof, names
 from ..config import Settings
 from ..eventproof import Proof
 from ..libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
@@ -94,16 +92,9 @@ class TimerFacts:
 
 
 def peer_pid(path: str) -> int | None:
-    """The pid of the process that made the listening socket at ``path`` (0 or None: unknown)."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(1.0)
-            sock.connect(path)
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return None
-    pid: int = struct.unpack("3i", creds)[0]
-    return pid or None
+    """The pid of the process that made the listening socket at ``path`` (None: unknown)."""
+    found = enforcement.socket_listener(path)
+    return (found[0] or None) if found else None
 
 
 def process_name(pid: int) -> str:
