@@ -19,8 +19,9 @@
 #   - debootstrap a Debian 13 (trixie) tree with podman 5.4.2 and what the tests call
 #     (runuser, useradd, openssl, htpasswd, docker-registry, git, python3 3.13 ...).
 #   - One process, the namespace holder, gets a mount namespace of its own, mounts /proc,
-#     /sys, /dev and fresh tmpfs /run and /tmp into the tree and pivot_roots into it, then
-#     sleeps. Everything else enters that namespace (nsenter -m) and sees only the tree.
+#     /sys and fresh tmpfs /run, /tmp and /dev (with its own device nodes: a test that
+#     chmods /dev/net/tun in there must not take it from the host's rootless Podman, nor
+#     the other way round) into the tree and pivot_roots into it, then sleeps. Everything else enters that namespace (nsenter -m) and sees only the tree.
 #     pivot_root, not chroot: the kernel refuses user namespaces to a chrooted process
 #     (unshare(CLONE_NEWUSER) is EPERM), and rootless Podman lives on them. Only the mount
 #     namespace is new: same network (loopback services reach both), same pids, same users.
@@ -156,7 +157,7 @@ starttime() { sed -E 's/^.*\) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20; 
 boot_id()   { cat /proc/sys/kernel/random/boot_id; }
 holder() {  # the live holder's pid, or nothing
     local pid start boot
-    read -r pid start boot <"$STATE.holder" 2>/dev/null || return 0
+    [ -f "$STATE.holder" ] && read -r pid start boot <"$STATE.holder" || return 0
     [ -n "$pid" ] && [ "$boot" = "$(boot_id)" ] && [ "$(starttime "$pid")" = "$start" ] || return 0
     [ "$(stat -L -c %d:%i "/proc/$pid/root" 2>/dev/null)" = "$(stat -c %d:%i "$TREE")" ] || return 0
     [ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" = "sleep infinity " ] || return 0
@@ -177,7 +178,18 @@ start_namespace() {
         cd "$1"
         mount -t proc proc proc
         mount --rbind /sys sys && mount --make-rslave sys
-        mount --rbind /dev dev && mount --make-rslave dev
+        mount -t tmpfs -o mode=0755,nosuid tmpfs dev
+        mkdir dev/net dev/pts dev/shm dev/mqueue
+        for node in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0 net/tun:10:200 fuse:10:229; do
+            name=${node%%:*}; nums=${node#*:}
+            mknod -m 0666 "dev/$name" c "${nums%:*}" "${nums#*:}"
+        done
+        mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts dev/pts
+        ln -s pts/ptmx dev/ptmx
+        mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs dev/shm
+        mount -t mqueue mqueue dev/mqueue
+        ln -s /proc/self/fd dev/fd
+        ln -s /proc/self/fd/0 dev/stdin; ln -s /proc/self/fd/1 dev/stdout; ln -s /proc/self/fd/2 dev/stderr
         mount -t tmpfs -o mode=0755 tmpfs run
         mount -t tmpfs -o mode=1777 tmpfs tmp
         mkdir -p .oldroot
@@ -241,6 +253,10 @@ mount_checkout() {
     bash "$HERE/images/build.sh" cache
     bind_in "$CACHE"
     bind_in "$CHECKOUT"
+    # A git worktree's repository lives elsewhere: git (tests/checkout.py) needs it too.
+    local common
+    common=$(git -c safe.directory='*' -C "$CHECKOUT" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+    case "$common" in ""|"$CHECKOUT"/*) ;; *) bind_in "$common" ;; esac
 }
 
 # ------------------------------------------------------------------ inside: user, services, images
@@ -293,12 +309,29 @@ ensure_venv() {
 }
 
 # ------------------------------------------------------------------ stop
+# Every process whose root is the tree was started through this script (the namespace is
+# ours alone): the services and what they run, the containers' conmons and the rootless
+# user's pause process. The containers are stopped through Podman first.
+in_tree_pids() {
+    local root p; root=$(stat -c %d:%i "$TREE")
+    for p in /proc/[0-9]*; do
+        [ "$(stat -L -c %d:%i "$p/root" 2>/dev/null)" = "$root" ] && echo "${p#/proc/}"
+    done
+    return 0
+}
+
 stop_all() {
-    local pid; pid=$(holder)
+    local pid p n; pid=$(holder)
     [ -n "$pid" ] || { rm -f "$STATE.holder"; return 0; }
+    inside podman stop --all --time 2 >/dev/null 2>&1 || true
+    inside runuser -u "$TEST_USER" -- env -i PATH=/usr/bin:/bin HOME="/home/$TEST_USER" \
+        XDG_RUNTIME_DIR="/run/user/$(id -u "$TEST_USER")" PODMAN_IGNORE_CGROUPSV1_WARNING=1 \
+        sh -c 'cd / && podman stop --all --time 2' >/dev/null 2>&1 || true
     inside bash tests/setup-podman.sh stop || true
+    for p in $(in_tree_pids); do [ "$p" = "$pid" ] || kill -TERM "$p" 2>/dev/null || true; done
+    for n in $(seq 50); do [ "$(in_tree_pids | grep -cvx "$pid")" = 0 ] && break; sleep 0.1; done
     kill -TERM "$pid"
-    say "stopped namespace holder pid $pid (its mounts go with the last process inside)"
+    say "stopped namespace holder pid $pid and what ran in the tree (its mounts went with them)"
     rm -f "$STATE.holder"
 }
 
