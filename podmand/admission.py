@@ -258,18 +258,17 @@ def attached_volumes(facts: ContainerInspect, sandbox_id: str) -> list[str]:
     return [m.name for m in facts.mounts or () if m.type == "volume" and m.name and m.name != own]
 
 
-def caller_binds(facts: ContainerInspect, state_dir: str) -> list[MountPoint]:
+def caller_binds(facts: ContainerInspect) -> list[MountPoint]:
     """The host binds a start of the container mounts besides podmand's own. podmand's
     own (sandboxmounts.py: the supervisor binary, token or credential, TLS and proxy
     files) are the binds at a reserved target, which no caller mount may have
-    (drivercfg.py), from inside the state directory; Podman shows an image mount,
-    once started, as a bind from its storage at that mount's target as well."""
-    state = posixpath.normpath(state_dir)
+    (drivercfg.py), whichever state directory they come from (the podmand that made
+    the container may have had another); Podman shows an image mount, once started,
+    as a bind from its storage at that mount's target as well."""
     images = {m.destination for m in facts.mounts or () if m.type == "image"}
 
     def own(m: MountPoint) -> bool:
-        reserved = any(_within(m.destination, root) for root in names.RESERVED_ROOTS)
-        return reserved and _within(posixpath.normpath(m.source), state)
+        return any(_within(m.destination, root) for root in names.RESERVED_ROOTS)
 
     return [m for m in facts.mounts or () if m.type == "bind" and not own(m) and m.destination not in images]
 
@@ -341,7 +340,7 @@ async def admit_start(
     pol = policy(settings)
     check_provenance(pol, labels.get(names.DRIVER_CONFIG_USED))
     facts = await podman.inspect_container(container_id)
-    binds = caller_binds(facts, state_dir)
+    binds = caller_binds(facts)
     volumes = attached_volumes(facts, labels.get(names.SANDBOX_ID, ""))
     if binds and pol.enabled:
         raise FailedPrecondition(f"bind mount {binds[0].destination!r}: {HOST_MOUNT_REFUSED}")

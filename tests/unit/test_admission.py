@@ -481,9 +481,22 @@ def test_start_rechecks_that_binds_are_allowed_today(settings: Settings, needle:
     assert fake.count(r"/start$") == 0
 
 
+def test_podmands_own_binds_from_another_state_directory_are_its_own(tree: Path) -> None:
+    """A container made by a podmand with another state directory (restarted with a new one)
+    starts under resource admission: its binds at reserved targets are podmand's, not a caller's."""
+    labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "false"}
+    mounts = [m for m in own_binds(tree / "earlier-state") if m["Type"] == "bind" and m["Destination"] != "/img"]
+
+    async def body(driver: Driver) -> None:
+        await driver.start("sb1")
+
+    fake = run_driver(Settings(), tree / "state", container(labels, mounts), body)
+    assert [r for r in fake.requests if r.endswith("/containers/cid/start")]
+
+
 def test_podmands_own_binds_outside_reserved_targets_are_checked(tree: Path) -> None:
-    """Only a bind at a reserved target from inside the state directory is podmand's own:
-    the same state-directory file bound anywhere else is refused."""
+    """Only a bind at a reserved target is podmand's own: the same state-directory file
+    bound anywhere else is refused."""
     state = tree / "state"
     labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "true"}
     stray = {"Type": "bind", "Source": str(state / "sandboxes" / "sb1" / "sandbox.jwt"), "Destination": "/tok"}
