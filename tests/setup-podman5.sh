@@ -40,9 +40,12 @@
 #   - The rootful default network gets its own bridge and subnet: the host's Podman owns
 #     podman0 and 10.88.0.0/16 in the same network namespace.
 #   - The test images are the host's cached tars (tests/images/build.sh cache), imported.
-#   - The suite's virtualenv lives inside the tree, on its CPython 3.13; pip in there cannot
-#     verify this network's TLS (3.13's stricter X.509 checks), so the wheels are downloaded
-#     outside (pip download --python-version 3.13 ...) and installed with --no-index.
+#   - The suite's virtualenv lives inside the tree, on its CPython 3.13. Its wheels are
+#     downloaded outside by the host's pip, with the host's index and certificate settings
+#     (pip download --python-version 3.13 ...), and installed inside with --no-index. The
+#     tree's own CA store gets the host's local CAs (/usr/local/share/ca-certificates) too:
+#     without them nothing in the tree verifies this network's TLS (the README's build from
+#     the system Python, which a test runs).
 # Podman 5.4.2 warns on every call that cgroup v1 is deprecated; commands run through this
 # script get PODMAN_IGNORE_CGROUPSV1_WARNING=1 (podmand and the services it starts do not).
 set -euo pipefail
@@ -148,6 +151,22 @@ configure_tree() {
 }
 EOF
     put /etc/podmand-test-tree 0644 <<<"podmand test tree: Debian $SUITE, made by tests/setup-podman5.sh"
+    # The tree trusts what the host trusts: the host's local CA certificates (a network that
+    # inspects TLS has one) go in too, or the README's build from the system Python cannot
+    # reach PyPI from the tree.
+    local crt changed=""
+    for crt in /usr/local/share/ca-certificates/*.crt; do
+        [ -f "$crt" ] || continue
+        cmp -s "$crt" "$TREE$crt" && continue
+        mkdir -p "$TREE/usr/local/share/ca-certificates"
+        cp "$crt" "$TREE$crt"; chmod 0644 "$TREE$crt"; changed=1
+    done
+    [ -z "$changed" ] || { in_chroot update-ca-certificates >/dev/null 2>&1; say "the tree trusts the host's local CAs"; }
+    # pip (and pex's pip) verify with certifi's bundle unless told otherwise: as on the host,
+    # when the host's pip is pointed at the system store.
+    if grep -qsE '^[[:space:]]*cert[[:space:]]*=' /etc/pip.conf; then
+        put /etc/pip.conf 0644 <<<$'[global]\ncert = /etc/ssl/certs/ca-certificates.crt'
+    fi
 }
 
 # ------------------------------------------------------------------ namespace holder
