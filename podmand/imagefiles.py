@@ -13,7 +13,6 @@ other tenant of the driver.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import os
 import tarfile
@@ -25,6 +24,9 @@ from .libpod import PodmanClient, PodmanError, PodmanUnavailable
 
 READER_PREFIX = "podmand-read-"
 ACTIVE: set[str] = set()  # names of this process's readers in use
+# Readers whose removal Podman did not answer (it was restarting): removed at the next
+# chance (:func:`remove_unremoved`, each resync), not left for the next full collection.
+UNREMOVED: set[str] = set()
 # Bytes of one account file (/etc/passwd, /etc/group). Real ones are a few KiB, and a
 # directory of tens of thousands of accounts fits in 1 MiB; the supervisor reads them
 # whole as well. A bigger one is a hostile image.
@@ -106,10 +108,28 @@ async def read_image_files(
         try:
             return await _copy_out(podman, reader, paths, limit)
         finally:
-            with contextlib.suppress(PodmanError, PodmanUnavailable):
+            try:
                 await podman.remove_container(reader, 0)
+            except (PodmanError, PodmanUnavailable):
+                UNREMOVED.add(reader)
     finally:
         ACTIVE.discard(reader)
+
+
+async def remove_unremoved(podman: PodmanClient) -> list[str]:
+    """Remove the readers whose removal failed before (one call each, no list); what
+    was removed. Those Podman still does not answer for stay for the next time."""
+    removed = []
+    for name in sorted(UNREMOVED):
+        try:
+            await podman.remove_container(name, 0)  # False: gone already; done either way
+        except PodmanUnavailable:
+            break
+        except PodmanError:
+            continue
+        UNREMOVED.discard(name)
+        removed.append(f"container:{name}")
+    return removed
 
 
 async def _copy_out(podman: PodmanClient, reader: str, paths: list[str], limit: int) -> dict[str, bytes | None]:

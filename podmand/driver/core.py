@@ -15,7 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .. import admission, names, tokens
+from .. import admission, imagefiles, names, tokens
 from .._proto import compute_driver_pb2 as pb
 from ..cdi import GpuSelector
 from ..config import Settings
@@ -167,12 +167,14 @@ class Driver:
     async def collect_garbage(self) -> list[str]:
         """Remove podmand's leftovers, at most every quarter of ``gc_grace`` (nothing is
         collected younger than that anyway): each pass lists containers, volumes,
-        networks and images, Podman work that an idle host should not pay every resync."""
+        networks and images, Podman work that an idle host should not pay every resync.
+        Image readers whose removal Podman did not answer go at every call."""
+        removed = await imagefiles.remove_unremoved(self.podman)  # a call each, only after a failure
         now = time.monotonic()
         if now < self._next_gc:
-            return []
+            return removed
         self._next_gc = now + self.settings.gc_grace / 4
-        return await self.collector.collect()
+        return removed + await self.collector.collect()
 
     # ------------------------------------------------------------ create
 

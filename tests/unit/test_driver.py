@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from podmand import names
+from podmand import imagefiles, names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
@@ -559,5 +559,28 @@ def test_a_garbage_collection_pass_lists_containers_once() -> None:
         assert rig.fake.count("GET .*/containers/json") == lists + 1
         assert removed == ["container:podmand-read-stale"]
         assert await rig.driver.collect_garbage() == []  # not again before gc_grace / 4
+
+    run(body, lambda _t: Settings(gc_grace=3600))
+
+
+def test_a_reader_podman_did_not_remove_is_removed_at_the_next_collection_whatever_its_pace() -> None:
+    """Podman restarting while podmand reads an image leaves the reader: the next call of
+    collect_garbage removes it by name (no list), even between the full passes."""
+    async def body(rig: Rig) -> None:
+        refuse = {"on": True}
+
+        def remove(req: Request) -> Any:
+            if refuse["on"]:
+                return 500, {}, {"message": "connection reset: Podman is restarting"}
+            return 200, {}, [{"Id": "reader"}]
+
+        rig.fake.route("DELETE", "/containers/podmand-read-[^/]+", remove)
+        await imagefiles.read_image_files(rig.driver.podman, "sha256:img", ["/etc/passwd"], str(rig.driver.state_dir))
+        [left] = imagefiles.UNREMOVED
+        assert await rig.driver.collect_garbage() == []  # the first full pass: Podman still refuses
+        refuse["on"] = False
+        lists = rig.fake.count("GET .*/containers/json")
+        assert await rig.driver.collect_garbage() == [f"container:{left}"]
+        assert rig.fake.count("GET .*/containers/json") == lists and not imagefiles.UNREMOVED
 
     run(body, lambda _t: Settings(gc_grace=3600))
