@@ -271,6 +271,10 @@ mount_checkout() {
     # The image tars are made on the host (the tree has other busybox and compiler builds).
     bash "$HERE/images/build.sh" cache
     bind_in "$CACHE"
+    bind_checkout
+}
+
+bind_checkout() {
     bind_in "$CHECKOUT"
     # A git worktree's repository lives elsewhere: git (tests/checkout.py) needs it too.
     local common
@@ -366,7 +370,7 @@ case "${1:-all}" in
         timed venv      ensure_venv
         timed check     inside bash tests/setup-podman.sh check
         ;;
-    run) shift; [ $# -gt 0 ] || fail "usage: $0 run CMD..."; bind_in "$CHECKOUT"; inside "$@" ;;
+    run) shift; [ $# -gt 0 ] || fail "usage: $0 run CMD..."; bind_checkout; inside "$@" ;;
     restart-rootless) inside bash tests/setup-podman.sh restart-rootless ;;
     env) inside bash tests/setup-podman.sh env ;;
     stop) stop_all ;;
