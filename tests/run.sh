@@ -4,6 +4,13 @@
 # the whole suite against it. Arguments go to pytest.
 #
 #   tests/run.sh --venv    only make the virtualenv and print its path (.ci/run checks with it)
+#   tests/run.sh --podman 5.4 [ARGS]   against Podman 5.4.2 instead of the host's 4.3.1: the
+#                          Debian 13 tree of tests/setup-podman5.sh, with pytest, its virtualenv
+#                          (CPython 3.13) and the pex (built here, outside) all inside the tree's
+#                          mount namespace. Default ARGS: tests/e2e tests/ship, the tests that
+#                          talk to Podman or ship the pex; as with any ARGS, coverage is
+#                          printed but not held to 90 % (only the whole suite on 4.3.1 is).
+#   tests/run.sh --podman 4.3 [ARGS]   the default: the host's Podman
 #
 # The virtualenv (PODMAND_TEST_VENV, default /var/lib/podmand-test/venv) is made from
 # python3 on PATH (under sudo: the system's) and gets '.[test]'; nothing is installed into
@@ -45,11 +52,35 @@ make_venv() {
     echo "$want" >"$VENV/.podmand-installed"
 }
 
-make_venv
-if [ "${1:-}" = --venv ]; then echo "$VENV"; exit 0; fi
-bash tests/setup-podman.sh all
-eval "$(bash tests/setup-podman.sh env)"
-PYTHON="$VENV/bin/python" ./build_pex.sh --all
+PODMAN=4.3
+case "${1:-}" in
+    --podman) PODMAN="${2:-}"; shift 2 || { say "--podman needs a version: 4.3 or 5.4"; exit 2; } ;;
+    --in-tree) shift; PODMAN=in-tree ;;  # setup-podman5.sh's tree, set up and built already (below)
+esac
+case "$PODMAN" in
+    4.3|5.4|in-tree) ;;
+    *) say "--podman $PODMAN: the versions at hand are 4.3 (the host's) and 5.4 (tests/setup-podman5.sh)"; exit 2 ;;
+esac
+if [ "$PODMAN" != in-tree ]; then
+    make_venv
+    if [ "${1:-}" = --venv ]; then echo "$VENV"; exit 0; fi
+fi
+if [ "$PODMAN" = 5.4 ]; then
+    bash tests/setup-podman5.sh all
+    # PODMAND_PEX_BUILT=1: dist/ holds this checkout's pex already (.ci/run: the 4.3.1 run built it)
+    [ -n "${PODMAND_PEX_BUILT:-}" ] || PYTHON="$VENV/bin/python" ./build_pex.sh --all
+    [ "$#" -gt 0 ] || set -- tests/e2e tests/ship
+    # The same script runs the suite inside the tree, with the tree's virtualenv.
+    exec bash tests/setup-podman5.sh run env PODMAND_TEST_VENV=/var/lib/podmand-test/venv \
+        bash tests/run.sh --in-tree "$@"
+fi
+if [ "$PODMAN" = 4.3 ]; then
+    bash tests/setup-podman.sh all
+    eval "$(bash tests/setup-podman.sh env)"
+    PYTHON="$VENV/bin/python" ./build_pex.sh --all
+else
+    eval "$(bash tests/setup-podman.sh env)"
+fi
 # Branch coverage of podmand/ over the whole suite, printed at the end: pytest runs under
 # coverage, which hands its settings to every process it starts (COVERAGE_PROCESS_CONFIG).
 # Each podmand, the pex included, measures itself; the pex finds coverage through

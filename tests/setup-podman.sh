@@ -10,6 +10,8 @@
 #     stop  stop the two API services started by this script
 #     restart-rootless  stop and start the rootless API service (for tests)
 #     env   print export lines for the test suite (eval "$(... env)")
+#     host|user|services|check  one step of "all" (tests/setup-podman5.sh runs
+#           these inside its Podman 5 tree, whose packages and images it brings itself)
 #
 # Knobs (environment):
 #   PODMAND_TEST_USER     rootless user (default: podmand)
@@ -350,5 +352,9 @@ case "${1:-all}" in
     stop) stop_all ;;
     restart-rootless) stop_rootless; start_rootless ;;  # tests: Podman restarting under podmand
     env)  print_env ;;
-    *)    fail "usage: $0 [all|stop|restart-rootless|env]" ;;
+    host)     timed host     configure_host ;;
+    user)     timed user     ensure_user ;;
+    services) timed rootful  start_rootful; timed rootless start_rootless ;;
+    check)    timed check    smoke_check ;;
+    *)    fail "usage: $0 [all|stop|restart-rootless|env|host|user|services|check]" ;;
 esac

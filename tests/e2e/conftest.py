@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -312,6 +313,12 @@ def containers_of(client: podman.PodmanClient, sandbox_id: str) -> list[Any]:
 
 def volumes_of(client: podman.PodmanClient, sandbox_id: str) -> list[Any]:
     return list(client.volumes.list(filters={"label": f"openshell.ai/sandbox-id={sandbox_id}"}))
+
+
+def podman_version(client: podman.PodmanClient) -> tuple[int, ...]:
+    """The server's Podman version, (4, 3, 1) or (5, 4, 2): for a test whose expectation
+    depends on it (docs/podman-versions.md lists what differs)."""
+    return tuple(int(part) for part in re.findall(r"\d+", client.version()["Version"])[:3])
 
 
 def run_in(container: Any, cmd: list[str], user: str | None = None) -> tuple[int, str, str]:

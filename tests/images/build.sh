@@ -4,6 +4,9 @@
 #
 #   bash tests/images/build.sh [rootful] [rootless]     (default: both; run as root)
 #   bash tests/images/build.sh cache                    (only the cached tars and binary)
+#   PODMAND_IMAGES_CACHED=1 bash tests/images/build.sh ...  (load the cached tars as they are,
+#                             without rebuilding: tests/setup-podman5.sh's tree, whose
+#                             busybox and compiler are not the ones the tars were made with)
 #
 # Images (the four sandbox images share one rootfs tar; only USER differs):
 #   localhost/podmand-test/sandbox:1         busybox-static rootfs, users root/sandbox/nobody,
@@ -143,11 +146,17 @@ for t in "${targets[@]}"; do
     case "$t" in rootful|rootless|cache) ;; *) fail "unknown target '$t' (rootful|rootless|cache)";; esac
 done
 
-mkdir -p "$CACHE"; chmod 0755 "$CACHE"
-supervisor_bin
-self=$(sha "${BASH_SOURCE[0]}")
-fresh_or_build sandbox    "$self $(sha /bin/busybox)"                    sandbox_rootfs
-fresh_or_build supervisor "$self $(sha "$CACHE/openshell-sandbox")"      supervisor_rootfs
+if [ -n "${PODMAND_IMAGES_CACHED:-}" ]; then
+    for f in sandbox supervisor; do
+        [ -s "$CACHE/$f.tar" ] || fail "$CACHE/$f.tar missing: run 'bash tests/images/build.sh cache' where it is made"
+    done
+else
+    mkdir -p "$CACHE"; chmod 0755 "$CACHE"
+    supervisor_bin
+    self=$(sha "${BASH_SOURCE[0]}")
+    fresh_or_build sandbox    "$self $(sha /bin/busybox)"                    sandbox_rootfs
+    fresh_or_build supervisor "$self $(sha "$CACHE/openshell-sandbox")"      supervisor_rootfs
+fi
 
 for t in "${targets[@]}"; do
     [ "$t" != cache ] || continue

@@ -1,0 +1,378 @@
+#!/usr/bin/env bash
+# tests/setup-podman5.sh - a second Podman for the integration tests: Debian 13's Podman 5.4.2
+# in a directory tree of its own, beside the host's Podman (4.3.1 on Debian 12), so the same
+# e2e tests run against the Podman most users have today.
+#
+# Run as root. Safe to run again: each step looks first and only does what is missing, so a
+# re-run is a quick no-op (the one slow step, debootstrap, runs once per machine).
+#
+#   bash tests/setup-podman5.sh [all]       tree, namespace, checkout, user, services, images, venv
+#   bash tests/setup-podman5.sh run CMD...  run CMD as root inside the tree, in this checkout
+#   bash tests/setup-podman5.sh restart-rootless   (the tests: Podman restarting under podmand)
+#   bash tests/setup-podman5.sh env         export lines for the suite, as setup-podman.sh env
+#   bash tests/setup-podman5.sh stop        stop what this script started, by recorded pid
+#
+# Knobs (environment): PODMAND_TREE (default /var/lib/podmand-test/trixie), PODMAND_TEST_USER
+# (podmand), PODMAND_TEST_VENV (the host's test virtualenv, whose pip downloads the wheels).
+#
+# How it works, and why each piece:
+#   - debootstrap a Debian 13 (trixie) tree with podman 5.4.2 and what the tests call
+#     (runuser, useradd, openssl, htpasswd, docker-registry, git, python3 3.13 ...).
+#   - One process, the namespace holder, gets a mount namespace of its own, mounts /proc,
+#     /sys and fresh tmpfs /run, /tmp and /dev (with its own device nodes: a test that
+#     chmods /dev/net/tun in there must not take it from the host's rootless Podman, nor
+#     the other way round) into the tree and pivot_roots into it, then sleeps. Everything else enters that namespace (nsenter -m) and sees only the tree.
+#     pivot_root, not chroot: the kernel refuses user namespaces to a chrooted process
+#     (unshare(CLONE_NEWUSER) is EPERM), and rootless Podman lives on them. Only the mount
+#     namespace is new: same network (loopback services reach both), same pids, same users.
+#   - The checkout is bind-mounted into the tree at its own path, and so is the image cache
+#     (/var/cache/podmand-test): podmand bind-mounts its state directory into sandboxes by
+#     path, so pytest, the pex and Podman must all see one filesystem, and the suite runs
+#     from the checkout as on the host. A later mount is moved into the running namespace
+#     (open_tree + setns + move_mount), so another checkout needs no restart.
+#   - Inside, tests/setup-podman.sh's own steps configure the tree as it configures the host
+#     (same drop-in: runc, since crun 1.21 refuses this host's hybrid cgroup layout; cgroupfs;
+#     the file event logger, as there is no journald; no default ulimits) and start the
+#     rootful and rootless API services, recorded by pid. The rootless user has the host's
+#     uid; its subordinate ids, and those of users the tests create in the tree, lie in a
+#     range the host does not use (the pid namespace is shared: a test that kills a user's
+#     processes by uid must never reach the host's), and new users get uids from 50000 up.
+#   - The rootful default network gets its own bridge and subnet: the host's Podman owns
+#     podman0 and 10.88.0.0/16 in the same network namespace.
+#   - The test images are the host's cached tars (tests/images/build.sh cache), imported.
+#   - The suite's virtualenv lives inside the tree, on its CPython 3.13. Its wheels are
+#     downloaded outside by the host's pip, with the host's index and certificate settings
+#     (pip download --python-version 3.13 ...), and installed inside with --no-index. The
+#     tree's own CA store gets the host's local CAs (/usr/local/share/ca-certificates) too:
+#     without them nothing in the tree verifies this network's TLS (the README's build from
+#     the system Python, which a test runs).
+# Podman 5.4.2 warns on every call that cgroup v1 is deprecated; commands run through this
+# script get PODMAN_IGNORE_CGROUPSV1_WARNING=1 (podmand and the services it starts do not).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
+CHECKOUT="$(dirname "$HERE")"
+TREE="${PODMAND_TREE:-/var/lib/podmand-test/trixie}"
+TEST_USER="${PODMAND_TEST_USER:-podmand}"
+HOST_VENV="${PODMAND_TEST_VENV:-/var/lib/podmand-test/venv}"
+STATE="$TREE.ns"                                                  # on the host: the holder's record
+CACHE=/var/cache/podmand-test
+TREE_VENV=/var/lib/podmand-test/venv                              # inside the tree
+WHEELS=/var/cache/podmand-test-wheels                             # inside the tree
+SUITE=trixie
+# The tree's packages. runc: crun refuses this host's cgroup layout (crun comes along as
+# podman's first choice and stays unused). passt: rootless networking in Podman 5.
+# iptables + nftables: netavark's firewall drivers. The rest are what the tests run:
+# runuser/setpriv (util-linux), useradd (passwd), openssl, htpasswd (apache2-utils), git
+# (tests/checkout.py), busybox-static, debootstrap (tests/images/pybase.sh's fallback).
+PACKAGES=(podman runc crun netavark aardvark-dns passt uidmap conmon catatonit iptables nftables
+          fuse-overlayfs python3 python3-venv ca-certificates procps curl iproute2 busybox-static
+          git openssl apache2-utils util-linux passwd)
+EXTRA_PACKAGES=(docker-registry debootstrap)   # installed after debootstrap, with apt-get
+ENV_INSIDE=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
+            PODMAN_IGNORE_CGROUPSV1_WARNING=1 PODMAND_TEST_USER="$TEST_USER")
+
+say()  { printf 'setup-podman5: %s\n' "$*" >&2; }
+fail() { say "FAILED: $*"; exit 1; }
+timed() {  # timed LABEL CMD...: run CMD, report how long it took
+    local label=$1 start end; shift
+    start=$(date +%s%N); "$@"; end=$(date +%s%N)
+    say "$(printf '%-9s %6d ms' "$label" $(( (end - start) / 1000000 )))"
+}
+[ "$(id -u)" -eq 0 ] || fail "must run as root"
+
+# ------------------------------------------------------------------ tree
+in_chroot() { chroot "$TREE" env -i "${ENV_INSIDE[@]}" DEBIAN_FRONTEND=noninteractive "$@"; }
+tree_has() { in_chroot dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null | grep -qx installed; }
+
+ensure_tree() {
+    if [ ! -x "$TREE/usr/bin/podman" ]; then
+        command -v debootstrap >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+        # Into a new directory, moved into place when complete: a half-made tree is never used.
+        rm -rf "$TREE.new"
+        mkdir -p "$(dirname "$TREE")"
+        say "debootstrap $SUITE into $TREE (about a minute)"
+        local list; list=$(IFS=,; echo "${PACKAGES[*]}")
+        debootstrap --variant=minbase --include="$list" "$SUITE" "$TREE.new" http://deb.debian.org/debian \
+            >"$TREE.new.log" 2>&1 || { tail -n 20 "$TREE.new.log" >&2; fail "debootstrap (log: $TREE.new.log)"; }
+        mv -T "$TREE.new" "$TREE"
+        rm -f "$TREE.new.log"
+    fi
+    # Nothing installed into the tree may start a service of its own.
+    [ -x "$TREE/usr/sbin/policy-rc.d" ] || { printf '#!/bin/sh\nexit 101\n' >"$TREE/usr/sbin/policy-rc.d"; chmod 0755 "$TREE/usr/sbin/policy-rc.d"; }
+    local missing=() p
+    for p in "${PACKAGES[@]}" "${EXTRA_PACKAGES[@]}"; do tree_has "$p" || missing+=("$p"); done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    say "installing into the tree: ${missing[*]}"
+    # debootstrap can leave one package half-configured; --fix-broken finishes it.
+    in_chroot apt-get --fix-broken install -y -qq >/dev/null 2>&1 || true
+    in_chroot apt-get update -qq >/dev/null
+    in_chroot apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Files the tree needs that no package writes (each rewritten only when it differs).
+put() {  # put PATH MODE: stdin into $TREE/PATH
+    local want; want=$(cat)
+    if [ "$(cat "$TREE$1" 2>/dev/null)" != "$want" ]; then
+        mkdir -p "$(dirname "$TREE$1")"
+        printf '%s\n' "$want" >"$TREE$1"; chmod "$2" "$TREE$1"
+        say "wrote $TREE$1"
+    fi
+}
+
+configure_tree() {
+    # New users (the tests' throwaway users) get uids and subordinate ids the host does not
+    # hand out; the host's ranges (from 100000) are held by a placeholder name, so neither
+    # useradd nor the tests' free-range search inside the tree gives them out.
+    local f key value
+    for key in UID_MIN:50000 UID_MAX:59999 GID_MIN:50000 GID_MAX:59999 \
+               SUB_UID_MIN:1000000000 SUB_UID_MAX:2000000000 SUB_GID_MIN:1000000000 SUB_GID_MAX:2000000000; do
+        value=${key#*:}; key=${key%%:*}
+        grep -qE "^$key[[:space:]]+$value\$" "$TREE/etc/login.defs" \
+            || sed -i -E "/^$key[[:space:]]/d; \$a $key $value" "$TREE/etc/login.defs"
+    done
+    for f in /etc/subuid /etc/subgid; do
+        touch "$TREE$f"
+        grep -q '^reserved-for-host:' "$TREE$f" || echo 'reserved-for-host:100000:999900000' >>"$TREE$f"
+    done
+    # The rootful default network, off the host's podman0 and 10.88.0.0/16.
+    put /etc/containers/networks/podman.json 0644 <<'EOF'
+{
+     "name": "podman",
+     "id": "2f259bab93aaaaa2542ba43ef33eb990d0999ee1b9924b557b7be53c0b7a1bb9",
+     "driver": "bridge",
+     "network_interface": "podman5",
+     "created": "2026-01-01T00:00:00Z",
+     "subnets": [{"subnet": "10.95.0.0/16", "gateway": "10.95.0.1"}],
+     "ipv6_enabled": false,
+     "internal": false,
+     "dns_enabled": false,
+     "ipam_options": {"driver": "host-local"}
+}
+EOF
+    put /etc/podmand-test-tree 0644 <<<"podmand test tree: Debian $SUITE, made by tests/setup-podman5.sh"
+    # The tree trusts what the host trusts: the host's local CA certificates (a network that
+    # inspects TLS has one) go in too, or the README's build from the system Python cannot
+    # reach PyPI from the tree.
+    local crt changed=""
+    for crt in /usr/local/share/ca-certificates/*.crt; do
+        [ -f "$crt" ] || continue
+        cmp -s "$crt" "$TREE$crt" && continue
+        mkdir -p "$TREE/usr/local/share/ca-certificates"
+        cp "$crt" "$TREE$crt"; chmod 0644 "$TREE$crt"; changed=1
+    done
+    [ -z "$changed" ] || { in_chroot update-ca-certificates >/dev/null 2>&1; say "the tree trusts the host's local CAs"; }
+    # pip (and pex's pip) verify with certifi's bundle unless told otherwise: as on the host,
+    # when the host's pip is pointed at the system store.
+    if grep -qsE '^[[:space:]]*cert[[:space:]]*=' /etc/pip.conf; then
+        put /etc/pip.conf 0644 <<<$'[global]\ncert = /etc/ssl/certs/ca-certificates.crt'
+    fi
+}
+
+# ------------------------------------------------------------------ namespace holder
+# Recorded on the host as "pid start-time boot-id"; it is ours only while all three match,
+# its root is the tree and it is the sleep we started: only then is it used or signalled.
+starttime() { sed -E 's/^.*\) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20; }
+boot_id()   { cat /proc/sys/kernel/random/boot_id; }
+holder() {  # the live holder's pid, or nothing
+    local pid start boot
+    [ -f "$STATE.holder" ] && read -r pid start boot <"$STATE.holder" || return 0
+    [ -n "$pid" ] && [ "$boot" = "$(boot_id)" ] && [ "$(starttime "$pid")" = "$start" ] || return 0
+    [ "$(stat -L -c %d:%i "/proc/$pid/root" 2>/dev/null)" = "$(stat -c %d:%i "$TREE")" ] || return 0
+    [ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" = "sleep infinity " ] || return 0
+    echo "$pid"
+}
+
+start_namespace() {
+    [ -n "$(holder)" ] && return 0
+    mkdir -p "$(dirname "$STATE")"
+    rm -f "$STATE.holder" "$STATE.pid"
+    # The holder's own shell writes its pid (the same process then execs sleep) while the
+    # host's files are still in view; everything after pivot_root sees only the tree.
+    # shellcheck disable=SC2016
+    setsid unshare --mount --propagation private sh -c '
+        set -e
+        echo $$ >"$2"
+        mount --bind "$1" "$1"
+        cd "$1"
+        mount -t proc proc proc
+        mount --rbind /sys sys && mount --make-rslave sys
+        mount -t tmpfs -o mode=0755,nosuid tmpfs dev
+        mkdir dev/net dev/pts dev/shm dev/mqueue
+        for node in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0 net/tun:10:200 fuse:10:229; do
+            name=${node%%:*}; nums=${node#*:}
+            mknod -m 0666 "dev/$name" c "${nums%:*}" "${nums#*:}"
+        done
+        mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts dev/pts
+        ln -s pts/ptmx dev/ptmx
+        mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs dev/shm
+        mount -t mqueue mqueue dev/mqueue
+        ln -s /proc/self/fd dev/fd
+        ln -s /proc/self/fd/0 dev/stdin; ln -s /proc/self/fd/1 dev/stdout; ln -s /proc/self/fd/2 dev/stderr
+        mount -t tmpfs -o mode=0755 tmpfs run
+        mount -t tmpfs -o mode=1777 tmpfs tmp
+        mkdir -p .oldroot
+        pivot_root . .oldroot
+        umount -l /.oldroot
+        rmdir /.oldroot
+        mount --make-rshared /
+        exec sleep infinity' sh "$TREE" "$STATE.pid" </dev/null >"$STATE.log" 2>&1 &
+    local n pid
+    for n in $(seq 100); do
+        pid=$(cat "$STATE.pid" 2>/dev/null || true)
+        if [ -n "$pid" ] && [ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" = "sleep infinity " ]; then
+            echo "$pid $(starttime "$pid") $(boot_id)" >"$STATE.holder"
+            break
+        fi
+        sleep 0.05
+    done
+    rm -f "$STATE.pid"
+    [ -n "$(holder)" ] || fail "namespace holder did not start: $(cat "$STATE.log" 2>/dev/null)"
+    say "namespace holder pid $(holder): $(inside podman --version)"
+}
+
+inside() {  # CMD...: as root in the namespace, from the checkout when it is mounted there
+    local pid; pid=$(holder)
+    [ -n "$pid" ] || fail "the tree's namespace is not up: run 'bash $0' first"
+    nsenter -t "$pid" -m -- env -i "${ENV_INSIDE[@]}" ${CI:+CI=$CI} sh -c 'cd "$1" 2>/dev/null || cd /; shift; exec "$@"' \
+        sh "$CHECKOUT" "$@"
+}
+
+# bind_in PATH: the host's PATH at the same path inside the running namespace. A mount made
+# on the host does not reach the namespace (its mounts are private), so the host's tree is
+# cloned (open_tree) and moved into it (setns + move_mount): no restart, nothing on the host.
+bind_in() {
+    local pid; pid=$(holder)
+    [ "$(inside stat -c %d:%i "$1" 2>/dev/null)" = "$(stat -c %d:%i "$1")" ] && return 0
+    python3 - "$1" "$pid" <<'PY' || fail "could not mount $1 into the tree"
+import ctypes, os, sys
+path, pid = sys.argv[1], sys.argv[2]
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429  # the same on x86_64 and aarch64
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE, MOVE_MOUNT_F_EMPTY_PATH = 1, 0o2000000, 0x8000, 4
+AT_FDCWD, CLONE_NEWNS = -100, 0x20000
+def check(ret, what):
+    if ret < 0:
+        err = ctypes.get_errno()
+        sys.exit(f"{what}: {os.strerror(err)}")
+    return ret
+tree = check(libc.syscall(SYS_OPEN_TREE, AT_FDCWD, path.encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE),
+             f"open_tree {path}")
+ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
+check(libc.setns(ns, CLONE_NEWNS), "setns")
+os.chdir("/")
+os.makedirs(path, exist_ok=True)
+check(libc.syscall(SYS_MOVE_MOUNT, tree, b"", AT_FDCWD, path.encode(), MOVE_MOUNT_F_EMPTY_PATH), f"move_mount {path}")
+PY
+    say "mounted $1 into the tree"
+}
+
+mount_checkout() {
+    # The image tars are made on the host (the tree has other busybox and compiler builds).
+    bash "$HERE/images/build.sh" cache
+    bind_in "$CACHE"
+    bind_checkout
+}
+
+bind_checkout() {
+    bind_in "$CHECKOUT"
+    # A git worktree's repository lives elsewhere: git (tests/checkout.py) needs it too.
+    local common
+    common=$(git -c safe.directory='*' -C "$CHECKOUT" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+    case "$common" in ""|"$CHECKOUT"/*) ;; *) bind_in "$common" ;; esac
+}
+
+# ------------------------------------------------------------------ inside: user, services, images
+ensure_user_inside() {
+    local uid gid
+    uid=$(id -u "$TEST_USER"); gid=$(id -g "$TEST_USER")
+    if ! inside id -u "$TEST_USER" >/dev/null 2>&1; then
+        inside groupadd --gid "$gid" "$TEST_USER"
+        inside useradd --uid "$uid" --gid "$gid" --create-home --shell /bin/bash "$TEST_USER"
+        say "created $TEST_USER (uid $uid, as on the host) in the tree"
+    fi
+    [ "$(inside id -u "$TEST_USER")" = "$uid" ] || fail "$TEST_USER has uid $(inside id -u "$TEST_USER") in the tree, $uid on the host"
+    inside bash tests/setup-podman.sh host
+    inside bash tests/setup-podman.sh user
+}
+
+images_inside() { inside env PODMAND_IMAGES_CACHED=1 bash tests/images/build.sh rootful rootless; }
+
+# ------------------------------------------------------------------ the suite's virtualenv
+requirements() {  # podmand's dependencies and its test extra, from pyproject.toml
+    python3 - "$CHECKOUT/pyproject.toml" <<'PY'
+import sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))
+for req in ["setuptools>=68", *project["build-system"]["requires"], *project["project"]["dependencies"],
+            *project["project"]["optional-dependencies"]["test"]]:
+    print(req)
+PY
+}
+
+ensure_venv() {
+    local py want pip
+    py=$(inside python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    want="$py $CHECKOUT $(sha256sum "$CHECKOUT/pyproject.toml" | cut -d' ' -f1)"
+    [ "$(cat "$TREE$TREE_VENV/.podmand-installed" 2>/dev/null)" = "$want" ] && return 0
+    pip=(python3 -m pip)
+    [ -x "$HOST_VENV/bin/python" ] && "$HOST_VENV/bin/python" -m pip --version >/dev/null 2>&1 && pip=("$HOST_VENV/bin/python" -m pip)
+    local dir="$TREE$WHEELS/cp${py/./}"
+    mkdir -p "$dir"
+    say "downloading wheels for CPython $py into $dir"
+    mapfile -t reqs < <(requirements)
+    "${pip[@]}" download --quiet --disable-pip-version-check --only-binary=:all: \
+        --python-version "$py" --implementation cp --platform "manylinux2014_$(uname -m)" \
+        --platform "manylinux_2_28_$(uname -m)" -d "$dir" "${reqs[@]}" >"$dir.log" 2>&1 \
+        || { grep -v '^WARNING: Location' "$dir.log" >&2; fail "pip download (log: $dir.log)"; }
+    say "installing '.[test]' into the tree's $TREE_VENV"
+    [ -x "$TREE$TREE_VENV/bin/python" ] || inside python3 -m venv "$TREE_VENV"
+    inside "$TREE_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-index \
+        --find-links "$WHEELS/cp${py/./}" -e ".[test]" >&2
+    echo "$want" >"$TREE$TREE_VENV/.podmand-installed"
+}
+
+# ------------------------------------------------------------------ stop
+# Every process whose root is the tree was started through this script (the namespace is
+# ours alone): the services and what they run, the containers' conmons and the rootless
+# user's pause process. The containers are stopped through Podman first.
+in_tree_pids() {
+    local root p; root=$(stat -c %d:%i "$TREE")
+    for p in /proc/[0-9]*; do
+        [ "$(stat -L -c %d:%i "$p/root" 2>/dev/null)" = "$root" ] && echo "${p#/proc/}"
+    done
+    return 0
+}
+
+stop_all() {
+    local pid p n; pid=$(holder)
+    [ -n "$pid" ] || { rm -f "$STATE.holder"; return 0; }
+    inside podman stop --all --time 2 >/dev/null 2>&1 || true
+    inside runuser -u "$TEST_USER" -- env -i PATH=/usr/bin:/bin HOME="/home/$TEST_USER" \
+        XDG_RUNTIME_DIR="/run/user/$(id -u "$TEST_USER")" PODMAN_IGNORE_CGROUPSV1_WARNING=1 \
+        sh -c 'cd / && podman stop --all --time 2' >/dev/null 2>&1 || true
+    inside bash tests/setup-podman.sh stop || true
+    for p in $(in_tree_pids); do [ "$p" = "$pid" ] || kill -TERM "$p" 2>/dev/null || true; done
+    for n in $(seq 50); do [ "$(in_tree_pids | grep -cvx "$pid")" = 0 ] && break; sleep 0.1; done
+    kill -TERM "$pid"
+    say "stopped namespace holder pid $pid and what ran in the tree (its mounts went with them)"
+    rm -f "$STATE.holder"
+}
+
+case "${1:-all}" in
+    all)
+        timed tree      ensure_tree
+        timed config    configure_tree
+        timed namespace start_namespace
+        timed checkout  mount_checkout
+        timed user      ensure_user_inside
+        timed services  inside bash tests/setup-podman.sh services
+        timed images    images_inside
+        timed venv      ensure_venv
+        timed check     inside bash tests/setup-podman.sh check
+        ;;
+    run) shift; [ $# -gt 0 ] || fail "usage: $0 run CMD..."; bind_checkout; inside "$@" ;;
+    restart-rootless) inside bash tests/setup-podman.sh restart-rootless ;;
+    env) inside bash tests/setup-podman.sh env ;;
+    stop) stop_all ;;
+    *) fail "usage: $0 [all|run CMD...|restart-rootless|env|stop]" ;;
+esac
