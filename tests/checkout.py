@@ -20,5 +20,8 @@ def copy_checkout(dest: Path, *, with_git: bool = True) -> Path:
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
     if with_git:  # the build takes its timestamp from the last commit
-        shutil.copytree(ROOT / ".git", dest / ".git", symlinks=True)
+        if (ROOT / ".git").is_dir():
+            shutil.copytree(ROOT / ".git", dest / ".git", symlinks=True)
+        else:  # a worktree's .git file names its repository, which the copy then reads
+            shutil.copy2(ROOT / ".git", dest / ".git")
     return dest
