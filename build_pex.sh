@@ -224,8 +224,11 @@ for arch in $ARCHES; do
     for v in $PYVERS; do platforms+=(--platform "manylinux2014_${arch}-cp-${v}-cp${v}"); done
     out="$DIST/podmand-${VERSION}-${arch}.pex"
     step "$arch: resolving and packing for CPython ${PYVERS// /, } -> $out"
+    # --jobs 1: pip builds "." in place, once per platform; in parallel, setuptools' shared
+    # build/ directory races ("File exists: build/bdist.../podmand-...dist-info").
     "$BUILD_PY" -m pex . "${DEPS[@]}" \
         "${platforms[@]}" \
+        --jobs 1 \
         --entry-point podmand.__main__:main \
         --venv --sh-boot \
         --no-emit-warnings \
