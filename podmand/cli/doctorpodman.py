@@ -98,7 +98,7 @@ def check_version(version: str, rootless: bool) -> Check:
     if parsed[:2] == (4, 3):
         note = (
             "; 4.3 quirks handled by podmand: userns=auto sent with AutoUserNs, healthchecks run by podmand, "
-            "exits taken from /wait rather than lagging events"
+            "exits taken from conmon's exit files as well as its lagging events"
         )
     return ok("podman version", f"Podman {version}, {mode}{note}")
 
