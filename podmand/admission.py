@@ -16,7 +16,6 @@ import json
 import os
 import posixpath
 import pwd
-import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -167,15 +166,10 @@ def protected_paths(
     return tuple(Protected(path, roles[path]) for path in sorted(roles))
 
 
-# One /info per client: Podman's storage does not move while it serves.
-_podman_own: weakref.WeakKeyDictionary[PodmanClient, tuple[Protected, ...]] = weakref.WeakKeyDictionary()
-
-
 async def protected(podman: PodmanClient, settings: Settings, state_dir: str) -> tuple[Protected, ...]:
-    """:func:`protected_paths` with Podman's own paths, asked of ``podman`` once."""
-    own = _podman_own.get(podman)
-    if own is None:
-        own = _podman_own[podman] = podman_paths(await podman.info())
+    """:func:`protected_paths` with Podman's own paths (its storage does not move while it
+    serves: the ``/info`` the client first had)."""
+    own = podman_paths(await podman.served_info())
     return protected_paths(settings, state_dir, podman.socket_path, own)
 
 

@@ -103,5 +103,5 @@ class Probe:
 
     async def __call__(self) -> Features:
         if self._known is None:
-            self._known = of(await self.podman.info())
+            self._known = of(await self.podman.served_info())
         return self._known

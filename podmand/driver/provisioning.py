@@ -59,7 +59,7 @@ class Relabel:
         if self._decided is None:
             enabled = False
             if self.setting == "auto":
-                enabled, source = selinux.detect((await self.podman.info()).host.security.selinuxEnabled)
+                enabled, source = selinux.detect((await self.podman.served_info()).host.security.selinuxEnabled)
                 log.info("SELinux is %s (from %s)", "enabled" if enabled else "not enabled", source)
             self._decided = selinux.relabel(self.setting, enabled)
             log.info("podmand's own bind mounts %s SELinux labels", "carry" if self._decided else "carry no")

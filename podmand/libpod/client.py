@@ -115,6 +115,7 @@ class PodmanClient:
         self.socket_path = socket_path or ""
         self.transport = transport
         self.timeouts = timeouts
+        self._served_info: Info | None = None
 
     async def close(self) -> None:
         await self.transport.close()
@@ -175,6 +176,13 @@ class PodmanClient:
 
     async def info(self) -> Info:
         return _decode((await self.call("GET", "/info")).body, Info, "GET /info")
+
+    async def served_info(self) -> Info:
+        """``/info`` as first answered, for what does not change while the service serves
+        (its version, storage paths, SELinux): one call for every reader of those."""
+        if self._served_info is None:
+            self._served_info = await self.info()
+        return self._served_info
 
     # ------------------------------------------------------------ containers
 
