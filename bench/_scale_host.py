@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
-AUTO_SIZE = 1024  # ids per userns=auto container: podmand/usernamespace.py AUTO_USERNS_SIZE
+AUTO_SIZE = 1024  # ids per userns=auto container: podmand/sandbox/usernamespace.py AUTO_USERNS_SIZE
 MAXKEYS = Path("/proc/sys/kernel/keys/maxkeys")
 MAXBYTES = Path("/proc/sys/kernel/keys/maxbytes")
 INOTIFY = Path("/proc/sys/fs/inotify/max_user_instances")

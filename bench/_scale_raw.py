@@ -1,7 +1,7 @@
 """The raw side of bench/scale.py: the same work done by podmand's own libpod client,
 with nothing of podmand in between, and the clean-up of everything either side made.
 
-A raw sandbox is what podmand's container spec (podmand/spec.py) boils down to for
+A raw sandbox is what podmand's container spec (podmand/sandbox/spec.py) boils down to for
 Podman: a named volume at /sandbox, the same image, ``userns=auto`` with 1024 ids, a
 bridge network of the same shape as a workspace network, stop signal 15 with a 5 s
 timeout.  Its PID 1 is a shell that exits on SIGTERM (as the supervisor does).

@@ -1,4 +1,4 @@
-"""What the peer check on the driver socket costs per call (``podmand/peers.py``).
+"""What the peer check on the driver socket costs per call (``podmand/security/peers.py``).
 
     python3 bench/peer_latency.py [-n 2000]
 

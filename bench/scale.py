@@ -45,7 +45,7 @@ from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand.libpod import PodmanClient
 from podmand.libpod.models import Event
 from podmand.libpod.timeouts import Timeouts
-from podmand.snapshots import epoch
+from podmand.libpod.times import epoch
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = f"scale-{uuid.uuid4().hex[:6]}-"  # this run's sandbox ids

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand.libpod import PodmanClient
-from podmand.snapshots import epoch
+from podmand.libpod.times import epoch
 
 
 def stats(name: str, samples: list[float]) -> str:

@@ -38,6 +38,10 @@ class StartupError(Exception):
     ``ConfigError``: exit 2)."""
 
 
+class ConfigError(StartupError):
+    """A setting is invalid; the message names it (``config.invalid`` words it)."""
+
+
 class DriverError(Exception):
     code = grpc.StatusCode.INTERNAL
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 
-from . import __version__, admission, rootfs
+from . import __version__
 from ._proto import compute_driver_pb2 as pb
 from ._proto import extension_pb2 as ext
 from .config import Settings
-from .enforcement import Limits
 from .errors import FailedPrecondition
+from .host.enforcement import Limits
+from .sandbox import rootfs
+from .security import admission
 
 PROTOCOL_MAJOR = 1
 PROTOCOL_MINOR = 0

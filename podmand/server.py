@@ -32,26 +32,28 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import __version__, enforcement, eventproof, logs, rootfs, rundir
+from . import __version__, logs
 from ._proto import compute_driver_pb2_grpc
-from .autostart import podman_api
-from .config import ConfigError, Settings, default_socket, default_state_dir, startup_warnings
+from .config import Settings, invalid, rundir, startup_warnings
 from .decoding import DecodeRequests
 from .driver import Driver
 from .errors import DriverError, StartupError
-from .hostpaths import state_dir_problem
-from .hub import Hub
-from .inbox import Inbox
+from .host import enforcement, eventproof
+from .host.autostart import podman_api
+from .host.limits import raise_nofile_limit
+from .host.notify import Notifier
+from .host.sharedpaths import state_dir_problem
+from .host.shutdown import Stop, capture_signals
+from .host.socketpath import SocketError, prepare_socket, remove_dirs, socket_path_problem
+from .host.statedir import StateDirError, lock_state_dir, unlock_state_dir, unusable
 from .libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
-from .limits import raise_nofile_limit
-from .liveness import Liveness
 from .negotiation import capabilities
-from .notify import Notifier
-from .peers import PeerGate, deny_server, private_dir, remove_private_dir
+from .sandbox import rootfs
+from .security.peers import PeerGate, deny_server, private_dir, remove_private_dir
 from .servicer import ComputeDriverServicer, Readiness
-from .shutdown import Stop, capture_signals
-from .socketpath import SocketError, prepare_socket, remove_dirs, socket_path_problem
-from .statedir import StateDirError, lock_state_dir, unlock_state_dir, unusable
+from .watch.hub import Hub
+from .watch.inbox import Inbox
+from .watch.liveness import Liveness
 
 log = logging.getLogger("podmand")
 T = TypeVar("T")
@@ -114,8 +116,8 @@ class Server:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.state_dir = Path(settings.state_dir or default_state_dir())
-        self.socket_path = settings.socket.removeprefix("unix://") or default_socket()
+        self.state_dir = Path(settings.state_dir)
+        self.socket_path = settings.socket
         self.stop = Stop()
         self.ready = False
 
@@ -188,9 +190,7 @@ class Server:
         hub.event_logger = found.host.eventLogger
         rootless = found.host.security.rootless
         if settings.userns_base == "keep-id" and not rootless:
-            raise ConfigError(
-                "invalid setting userns (--userns / OPENSHELL_PODMAN_USERNS): keep-id needs rootless Podman"
-            )
+            raise invalid("userns", "keep-id needs rootless Podman")
         enforced = enforcement.from_info(found)
         if guess is None or guess != enforced:
             if guess is not None:

@@ -14,14 +14,15 @@ from typing import Any, TypeVar
 
 import grpc
 
-from . import cdi, logs, names, requestchecks
+from . import logs, names
 from ._proto import compute_driver_pb2 as pb
 from .driver import Driver
 from .errors import DriverError, Unavailable
-from .hub import Hub
 from .libpod import PodmanError, PodmanUnavailable, PodmanUnreadable
 from .negotiation import check_gateway, with_gpus
-from .streams import End
+from .sandbox import cdi, requestchecks
+from .watch.hub import Hub
+from .watch.streams import End
 
 log = logging.getLogger("podmand.rpc")
 T = TypeVar("T")

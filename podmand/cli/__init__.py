@@ -1,2 +1,12 @@
 """The operator tools: ``podmand ctl``, ``doctor``, ``health``, ``completion`` and ``--version``.
-They talk to the driver socket or to Podman and import no driver internals, nor server, servicer or hub."""
+
+``parser`` builds the command line (each tool adds its own subcommand); ``ctl/``
+and ``doctor/`` are the two large tools. They talk to the driver socket or to
+Podman: they may import the leaves, ``libpod``, ``config``, ``security``,
+``sandbox``, ``host`` and the edge's ``negotiation`` (the contract's constants),
+never ``driver``, ``watch``, ``servicer`` or ``server``.
+"""
+
+__all__ = [
+    "parser",
+]

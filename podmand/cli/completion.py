@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .parser import parser
+
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -99,7 +101,6 @@ def zsh(parser: argparse.ArgumentParser, prog: str = "podmand") -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..__main__ import parser
 
     sys.stdout.write(bash(parser()) if args.shell == "bash" else zsh(parser()))
     return 0

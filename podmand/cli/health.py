@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
                 health_pb2.HealthCheckRequest(service=SERVICE), timeout=args.timeout
             )
         except grpc.RpcError as exc:
-            from .ctlerrors import message
+            from .unreachable import message
 
             text = message(path, exc.code().name, exc.details() or "")
             print(f"podmand health: {text if path in text else f'{path}: {text}'}", file=sys.stderr)

@@ -33,7 +33,7 @@ def _grpc() -> str:
 async def _podman() -> str:
     import msgspec
 
-    from ..discovery import NoPodmanSocket, discover
+    from ..host.discovery import NoPodmanSocket, discover
     from ..libpod import PodmanClient, Timeouts
 
     try:  # the socket serve would use, without waiting for one that does not answer yet

@@ -15,16 +15,20 @@ import time
 import uuid
 from pathlib import Path
 
-from .. import admission, hostgateway, imagefiles, names, tokens
+from .. import names
 from .._proto import compute_driver_pb2 as pb
-from ..cdi import GpuSelector
 from ..config import Settings
-from ..credentials import BadCredential, CredentialSigner
 from ..errors import DriverError, FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
-from ..files import SandboxFiles
+from ..host import hostgateway
 from ..libpod import ContainerListEntry, PodmanClient, PodmanError
 from ..locks import LockTable
-from ..spec import Plan, check_name
+from ..sandbox import imagefiles
+from ..sandbox.cdi import GpuSelector
+from ..sandbox.files import SandboxFiles
+from ..sandbox.plan import Plan
+from ..sandbox.spec import check_name
+from ..security import admission, tokens
+from ..security.credentials import BadCredential, CredentialSigner
 from . import lookup, records
 from .events import EventSink, deleted_event
 from .garbage import Collector, remove_rootfs_image

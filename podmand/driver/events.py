@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .. import snapshots
 from .._proto import compute_driver_pb2 as pb
+from ..sandbox import snapshots
 
 
 class EventSink(Protocol):

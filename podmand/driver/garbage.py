@@ -13,12 +13,13 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import imagefiles, names, rootfs, snapshots
+from .. import names
 from ..config import Settings
-from ..files import SandboxFiles
-from ..imagefiles import READER_PREFIX
 from ..libpod import ContainerListEntry, PodmanClient, PodmanError
 from ..locks import LockTable
+from ..sandbox import imagefiles, rootfs, snapshots
+from ..sandbox.files import SandboxFiles
+from ..sandbox.imagefiles import READER_PREFIX
 from . import lookup
 from .networks import Networks
 
@@ -107,7 +108,7 @@ class Collector:
             labels = network.labels or {}
             if names.SANDBOX_WORKSPACE not in labels or network.name in in_use:
                 continue
-            created = snapshots.parse_time(network.created)
+            created = snapshots.time_of(network.created)
             if created is None or created.seconds > cutoff:
                 continue
             if await self.networks.remove_unused(labels[names.SANDBOX_WORKSPACE], network.name):
@@ -124,7 +125,7 @@ class Collector:
             name = (extractor.names or [""])[0]
             if f"container:{name}" in removed:
                 continue
-            created = snapshots.parse_time(extractor.created)
+            created = snapshots.time_of(extractor.created)
             old = created is not None and created.seconds < extractor_cutoff
             reader = name.startswith(READER_PREFIX) and name not in imagefiles.ACTIVE
             if reader and old and await self.podman.remove_container(extractor.id, 0):

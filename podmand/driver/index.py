@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .. import names, snapshots
-from ..libpod import ContainerInspect, ContainerListEntry
+from .. import names
+from ..libpod import ContainerInspect, ContainerListEntry, times
 
 GONE_KEPT = 4096  # removed container IDs remembered (far more than looks in flight)
 
@@ -43,7 +43,7 @@ def listed_run(entry: ContainerListEntry) -> Run:
 
 
 def inspected_run(info: ContainerInspect) -> Run:
-    started, finished = snapshots.epoch(info.state.started_at), snapshots.epoch(info.state.finished_at)
+    started, finished = times.epoch(info.state.started_at), times.epoch(info.state.finished_at)
     return (
         info.state.status,
         info.state.exit_code,

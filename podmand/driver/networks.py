@@ -14,12 +14,13 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 
-from .. import capacity, names
+from .. import names
 from ..config import Settings
 from ..errors import FailedPrecondition
+from ..host import capacity
 from ..libpod import PodmanClient, PodmanError
 from ..locks import Hold, LockTable
-from ..spec import check_name
+from ..sandbox.spec import check_name
 from . import lookup
 
 log = logging.getLogger("podmand.driver")

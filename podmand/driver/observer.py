@@ -22,10 +22,9 @@ import logging
 import time
 from dataclasses import dataclass
 
-from .. import exitfiles, fence, names, snapshots
+from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
-from ..files import SandboxFiles
 from ..libpod import (
     ContainerInspect,
     ContainerListEntry,
@@ -35,7 +34,12 @@ from ..libpod import (
     PodmanError,
     PodmanUnavailable,
     PodmanUnreadable,
+    times,
 )
+from ..sandbox import snapshots
+from ..sandbox.files import SandboxFiles
+from ..security import fence
+from . import exitfiles
 from .events import EventSink, platform_event
 from .index import Index, known_from_inspect
 from .tasks import Tasks
@@ -74,7 +78,7 @@ def changes_state(event: Event) -> bool:
 
 def ended_before(finished_at: str, since: float) -> bool:
     """Whether Podman's ``FinishedAt`` (sub-second precision kept) lies before ``since``."""
-    seconds = snapshots.epoch(finished_at)
+    seconds = times.epoch(finished_at)
     return seconds is not None and seconds >= 1 and seconds < since
 
 

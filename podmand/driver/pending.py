@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from .. import snapshots
 from .._proto import compute_driver_pb2 as pb
-from ..snapshots import Condition
-from ..spec import Plan
+from ..sandbox import snapshots
+from ..sandbox.plan import Plan
+from ..sandbox.snapshots import Condition
 
 # The stop marker of a sandbox stopped before it had a container.
 STOPPED_EARLY = "-"

@@ -15,22 +15,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import admission, hostgateway, imagechecks, names, proxy, rootfs, selinux, snapshots
+from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
-from ..credentials import CredentialSigner
 from ..errors import DriverError, FailedPrecondition, InvalidArgument
-from ..files import SandboxFiles
+from ..host import hostgateway
 from ..libpod import ImageInspect, PodmanClient, PodmanError, PodmanUnavailable
 from ..locks import LockTable
-from ..snapshots import Condition
-from ..spec import (
-    Plan,
-    Provision,
-    container_spec,
-    filtered_user_env,
-)
-from ..supervisor import SupervisorCache
+from ..sandbox import imagechecks, proxy, rootfs, selinux, snapshots
+from ..sandbox.files import SandboxFiles
+from ..sandbox.plan import Plan, Provision
+from ..sandbox.snapshots import Condition
+from ..sandbox.spec import container_spec, filtered_user_env
+from ..sandbox.supervisor import SupervisorCache
+from ..security import admission
+from ..security.credentials import CredentialSigner
 from .events import EventSink, platform_event, sandbox_event
 from .index import Index
 from .lookup import find

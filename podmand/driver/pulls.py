@@ -8,12 +8,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import registryauth
 from ..config import Settings
 from ..libpod import ImageInspect, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
-from ..pullprogress import HEARTBEAT as PULL_HEARTBEAT
-from ..pullprogress import REASON as PULLING
-from ..pullprogress import Inactivity, PullProgress, PullStalled
+from ..sandbox import registryauth
+from ..sandbox.pullprogress import HEARTBEAT as PULL_HEARTBEAT
+from ..sandbox.pullprogress import REASON as PULLING
+from ..sandbox.pullprogress import Inactivity, PullProgress, PullStalled
 from .events import EventSink, platform_event
 from .pending import ProvisionFailed
 

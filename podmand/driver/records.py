@@ -13,13 +13,15 @@ import logging
 import uuid
 from pathlib import Path
 
-from .. import names, rootfs, snapshots
+from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
 from ..errors import AlreadyExists, DriverError
 from ..libpod import ContainerListEntry, PodmanError, PodmanUnavailable
-from ..snapshots import Condition
-from ..spec import Plan, decode_intent, gateway_token, intent_labels, validate
+from ..sandbox import rootfs, snapshots
+from ..sandbox.plan import Plan
+from ..sandbox.snapshots import Condition
+from ..sandbox.spec import decode_intent, gateway_token, intent_labels, validate
 from . import lookup
 from .garbage import remove_stale_readers
 from .pending import STOPPED_EARLY, STOPPED_EARLY_MESSAGE, Pending

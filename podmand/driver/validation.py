@@ -9,14 +9,16 @@ import logging
 from collections import OrderedDict
 from pathlib import Path
 
-from .. import admission, cdi, identity, imagechecks, podmanversion, rootfs
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
 from ..errors import FailedPrecondition
-from ..identity import Resolved
-from ..imagefiles import TooLarge, read_image_files
-from ..libpod import ImageInspect, PodmanClient, PodmanError
-from ..spec import Plan, userns_id_limit, validate
+from ..libpod import ImageInspect, PodmanClient, PodmanError, versions
+from ..sandbox import cdi, identity, imagechecks, rootfs
+from ..sandbox.identity import Resolved
+from ..sandbox.imagefiles import TooLarge, read_image_files
+from ..sandbox.plan import Plan
+from ..sandbox.spec import userns_id_limit, validate
+from ..security import admission
 from .images import Images
 from .pending import ProvisionFailed
 
@@ -78,7 +80,7 @@ class Validator:
 
     def __init__(self, podman: PodmanClient, settings: Settings, state_dir: Path, images: Images) -> None:
         self.podman = podman
-        self.features = podmanversion.Probe(podman)
+        self.features = versions.Probe(podman)
         self.images = images
         self.settings = settings
         self.state_dir = state_dir

@@ -3,7 +3,9 @@
 ``transport`` moves requests (HTTP/1.1 over the Unix socket, or in memory for
 tests), ``client`` holds the endpoints, ``models`` the answers' shapes, ``lines``
 the newline-delimited bodies, ``timeouts`` every deadline and ``errors`` the only
-exceptions that leave the package.  Import from here.
+exceptions that leave the package. ``versions`` says what each Podman release can
+do and gets wrong, ``times`` reads the times its API reports. Import from here.
+It imports no other podmand module.
 """
 
 from .client import PodmanClient, quote
@@ -89,4 +91,6 @@ __all__ = [
     "VersionInfo",
     "VolumeInspect",
     "quote",
+    "times",
+    "versions",
 ]

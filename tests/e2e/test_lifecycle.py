@@ -12,8 +12,8 @@ import grpc
 import podman
 import pytest
 
-from podmand import capacity
 from podmand._proto import compute_driver_pb2 as pb
+from podmand.host import capacity
 from tests.jwt import make_token
 
 from .conftest import USER, Podmand, containers_of, gateway_metadata, ready, run_in, sandbox, volumes_of, wait_until

@@ -32,8 +32,8 @@ from typing import Any
 import podman
 import pytest
 
-from podmand import pullprogress
 from podmand._proto import compute_driver_pb2 as pb
+from podmand.sandbox import pullprogress
 from tests.e2e.conftest import SANDBOX_IMAGE, USER, Podmand, containers_of, podman_version, ready, sandbox
 from tests.wait import wait_until
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import podman
 
-from podmand import peers
 from podmand._proto import compute_driver_pb2 as pb
+from podmand.security import peers
 
 from .conftest import DEADLINE, ROOT, Podmand, containers_of, ready, sandbox, volumes_of, wait_until
 

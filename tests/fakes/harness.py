@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podmand import names, snapshots
+from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
 from podmand.driver.events import EventSink
-from podmand.hub import Hub
-from podmand.inbox import Inbox, Lost
-from podmand.libpod import PodmanClient
+from podmand.libpod import PodmanClient, times
+from podmand.watch.hub import Hub
+from podmand.watch.inbox import Inbox, Lost
 from tests.fakes.libpod import FakeLibpod, Feed, Reply, Request, Stream
 
 
@@ -122,7 +122,7 @@ class Containers:
             labels = box["Config"]["Labels"]
             if all(labels.get(k) == v for k, _, v in (w.partition("=") for w in wanted)):
                 state = box["State"]
-                exited_at = max(0, int(snapshots.epoch(state["FinishedAt"]) or 0))  # whole seconds, as Podman
+                exited_at = max(0, int(times.epoch(state["FinishedAt"]) or 0))  # whole seconds, as Podman
                 out.append({"Id": box["Id"], "Names": [box["Name"]], "State": state["Status"], "Labels": labels,
                             "ExitCode": state["ExitCode"], "ExitedAt": exited_at, "Created": box["Created"]})
         return 200, {}, out

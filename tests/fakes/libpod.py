@@ -38,7 +38,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from podmand import eventproof, names
+from podmand import names
+from podmand.host import eventproof
 from podmand.libpod import MockTransport, Response, Streamed
 from podmand.libpod import Request as LibpodRequest
 from tests.wait import wait_until
@@ -385,7 +386,7 @@ class FakeLibpod:
 
     def created(self) -> list[str]:
         """The names in the container creates asked for, but for the event proofs podmand
-        makes with every event subscription (podmand.eventproof)."""
+        makes with every event subscription (podmand.host.eventproof)."""
         made = [json.loads(body or b"{}").get("name", "") for what, body in list(self.bodies)
                 if what.startswith("POST ") and what.endswith("/containers/create")]
         return [name for name in made if not name.startswith(eventproof.PREFIX)]

@@ -21,9 +21,9 @@ from typing import Any
 import grpc
 import pytest
 
-from podmand import discovery
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
+from podmand.host import discovery
 from tests import wait
 from tests.fakes.libpod import FakeLibpod, Feed, Request, Stream
 

@@ -16,9 +16,10 @@ from typing import Any
 
 import grpc
 
-from podmand import eventproof, names
+from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
+from podmand.host import eventproof
 from tests.fakes.libpod import FakeLibpod, Hang, Request
 from tests.faults import test_faults as base
 from tests.faults.test_faults import DEADLINE, VOLUMES, Podmand, ready, rpc_error, sandbox, wait_until

@@ -3,7 +3,7 @@ hang a create forever. With ``pull_inactivity_timeout`` podmand abandons a pull
 that has been silent that long (closing the stream, which makes libpod cancel it)
 and fails the sandbox with a terminal reason. The fake libpod plays both silences:
 answer headers then nothing, and no answer at all. (That a slow pull which keeps
-talking is never cut is a fake-clock unit test: tests/unit/test_pullprogress.py.)"""
+talking is never cut is a fake-clock unit test: tests/unit/sandbox/test_pullprogress.py.)"""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from podmand.__main__ import main, parser, with_default_command
+from podmand.__main__ import main
+from podmand.cli.parser import parser, with_default_command
 
 
 @pytest.mark.parametrize(

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from podmand import enforcement, negotiation
+from podmand import negotiation
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import extension_pb2 as ext
 from podmand.config import Settings
 from podmand.errors import FailedPrecondition
+from podmand.host import enforcement
 
 CONTRACT = "openshell.compute.contract"
 DEFAULT_POLICY = (

@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from podmand.socketpath import prepare_socket, remove_dirs, socket_path_problem
-from podmand.statedir import LOCK_FILE, StateDirError, describe_holder, holder_record, lock_state_dir, unlock_state_dir
+from podmand.host.socketpath import prepare_socket, remove_dirs, socket_path_problem
+from podmand.host.statedir import (
+    LOCK_FILE,
+    StateDirError,
+    describe_holder,
+    holder_record,
+    lock_state_dir,
+    unlock_state_dir,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +58,7 @@ def test_stale_lock_file_does_not_block(tmp_path: Path) -> None:
 def test_lock_released_when_holder_dies(tmp_path: Path) -> None:
     """A process that held the lock and was killed leaves it free."""
     code = (
-        "import os, signal, sys; from pathlib import Path; from podmand.statedir import lock_state_dir;"
+        "import os, signal, sys; from pathlib import Path; from podmand.host.statedir import lock_state_dir;"
         f"lock_state_dir(Path({str(tmp_path)!r}), '/run/child.sock'); print('locked', flush=True);"
         "os.kill(os.getpid(), signal.SIGKILL)"
     )

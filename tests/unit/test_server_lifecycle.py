@@ -27,16 +27,17 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import podmand
 from podmand import __main__ as cli
-from podmand import autostart, discovery, enforcement, rundir, server, socketpath, statedir
+from podmand import server
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand._proto import extension_pb2 as ext
-from podmand.config import ConfigError, Settings
-from podmand.credentials import KEY_BYTES
-from podmand.errors import StartupError
-from podmand.hub import Hub
+from podmand.config import Settings, rundir
+from podmand.errors import ConfigError, StartupError
+from podmand.host import autostart, discovery, enforcement, socketpath, statedir
+from podmand.host.shutdown import Stop
+from podmand.security.credentials import KEY_BYTES
 from podmand.server import Server
-from podmand.shutdown import Stop
+from podmand.watch.hub import Hub
 from tests import wait
 from tests.fakes import infos
 from tests.fakes.libpod import INFO, FakeLibpod, Hang, Reply, Request

@@ -1,0 +1,233 @@
+"""The decisions of ``podmand doctor`` that depend on which Podman it is: the releases
+known to misbehave for podmand, the event logger, the OCI runtime, and whether
+sandboxes can reach the gateway at the address they are given.
+
+Pure, like doctorchecks.py: each check takes facts from Podman's ``/info`` (and the
+settings), and the version facts themselves are versions.py's, declared once with
+their sources. doctor.py calls :func:`version_checks`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import urllib.parse
+from dataclasses import dataclass
+
+from ... import config
+from ...libpod import Info, versions
+from ...libpod.versions import Version, parse_version, shown, within
+from .hostchecks import Check, ok, warn
+
+RUNTIMES = ("crun", "runc")  # what podmand is tested with
+OWN_NAMES = ("host.containers.internal", "host.openshell.internal")  # the names host_gateway_ip sets
+
+
+@dataclass(frozen=True)
+class PodmanFacts:
+    version: str
+    rootless: bool
+    event_logger: str  # journald, file, none ("" when not reported)
+    runtime: str  # crun, runc, ... ("" when not reported)
+    runtime_version: str
+    network_cmd: str  # pasta or slirp4netns for a rootless Podman's networks, "" rootful
+    machine: str  # "" unless Podman runs under podman machine: then its provider ("wsl" needs no gvproxy)
+
+    @property
+    def parsed(self) -> Version | None:
+        return parse_version(self.version)
+
+    @property
+    def gvproxy(self) -> bool:
+        return bool(self.machine) and self.machine != "wsl"
+
+
+def network_cmd(info: Info) -> str:
+    """The rootless network command: /info says since 5.1; before, pasta is 5.0's default
+    and slirp4netns 4.x's (containers/common pkg/config/default.go, vendored at v4.9.3 and v5.0.0)."""
+    host = info.host
+    if not host.security.rootless:
+        return ""
+    if host.rootlessNetworkCmd:
+        return host.rootlessNetworkCmd
+    parsed = parse_version(info.version.version)
+    return "pasta" if parsed is not None and parsed >= (5, 0, 0) else "slirp4netns"
+
+
+def podman_facts(info: Info, machine: str) -> PodmanFacts:
+    runtime = info.host.ociRuntime
+    return PodmanFacts(
+        version=info.version.version,
+        rootless=info.host.security.rootless,
+        event_logger=info.host.eventLogger,
+        runtime=runtime.name if runtime else "",
+        runtime_version=runtime.version.splitlines()[0] if runtime and runtime.version else "",
+        network_cmd=network_cmd(info),
+        machine=machine,
+    )
+
+
+def _endpoint_host(endpoint: str) -> str:
+    try:
+        return urllib.parse.urlsplit(endpoint).hostname or ""
+    except ValueError:
+        return ""
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------- releases
+
+
+def check_releases(facts: PodmanFacts, host_gateway_ip: str, endpoint: str) -> list[Check]:
+    """One WARN for each known Podman bug this Podman has that reaches podmand, with its fix;
+    one OK naming what podmand works around itself when there is none."""
+    name, v = "podman release", facts.parsed
+    found: list[Check] = []
+    upgrade = "upgrade Podman"
+    gateway_fix = (
+        f"set {config.describe('host_gateway_ip')} to an IP address of this host that the gateway listens on "
+        "and sandboxes reach"
+    )
+    if within(v, versions.EVENTS_HEAD_WITHHELD):
+        found.append(warn(
+            name,
+            f"Podman {facts.version} sends a live event stream's response head only with its first event "
+            "(5.1.0-5.2.x, containers/podman#23712): serve causes an event on each subscription to get it, "
+            "and image lookups go uncached until an image event comes",
+            f"{upgrade} to {shown(versions.EVENTS_HEAD_WITHHELD[1])} or newer",
+        ))
+    if not host_gateway_ip and facts.rootless and within(v, versions.ROOTLESS_HOST_GATEWAY_BAD):
+        found.append(warn(
+            name,
+            f"rootless Podman {facts.version} (5.1-5.2) has no address for host.containers.internal, the "
+            "default endpoint's host, when this host has one IP address (containers/podman#22881): there "
+            "every sandbox fails with HostGatewayUnresolved",
+            f"on such a host {gateway_fix} (not its only address, which pasta gives the container too), or "
+            f"{upgrade} to {shown(versions.ROOTLESS_HOST_GATEWAY_BAD[1])} or newer",
+        ))
+    if not host_gateway_ip and facts.gvproxy and (v is None or v < versions.MACHINE_HOST_GATEWAY):
+        found.append(warn(
+            name,
+            f"Podman {facts.version} under podman machine ({facts.machine}) has no address for "
+            f"host.containers.internal before {shown(versions.MACHINE_HOST_GATEWAY)} "
+            "(containers/podman#21681): every sandbox fails with HostGatewayUnresolved",
+            f"{gateway_fix} (in the VM, 'getent hosts host.containers.internal' shows gvproxy's address for "
+            f"the host), or {upgrade} to {shown(versions.MACHINE_HOST_GATEWAY)} or newer",
+        ))
+    if (not host_gateway_ip and v is not None and v < versions.HOST_GATEWAY
+            and _endpoint_host(endpoint) == "host.openshell.internal"):
+        found.append(warn(
+            name,
+            f"Podman {facts.version} has no host-gateway (it came in {shown(versions.HOST_GATEWAY)}): "
+            "host.openshell.internal, the gateway endpoint's host, gets no address in sandboxes",
+            f"{gateway_fix}, or use host.containers.internal in grpc_endpoint (Podman sets that one itself)",
+        ))
+    if found:
+        return found
+    handled = ""
+    if within(v, versions.HEALTH_LOG_UNBOUNDED):
+        handled = (
+            f"; Podman {facts.version} leaves a health log unbounded unless the create bounds it "
+            "(5.3.0-5.4.1, containers/podman#25473): podmand bounds its sandboxes' itself "
+            f"(other clients' containers need Podman {shown(versions.HEALTH_LOG_UNBOUNDED[1])})"
+        )
+    return [ok(name, f"no known Podman bug of {facts.version or 'this version'} reaches podmand{handled}")]
+
+
+# ---------------------------------------------------------------- event logger and runtime
+
+
+def check_event_logger(logger: str) -> Check:
+    """podmand learns of exits and removals from Podman's event stream."""
+    name = "event logger"
+    if logger == "none":
+        return warn(
+            name,
+            "Podman's events_logger is 'none': it keeps no events and its event stream fails ('cannot read "
+            "events with the \"none\" backend'), so podmand hears of exits and removals only at each "
+            "resync_interval",
+            'set events_logger = "file" (or "journald") under [engine] in containers.conf for the user Podman '
+            "runs as and restart the Podman service; or run podmand with --exit-watch=wait",
+        )
+    if not logger:
+        return ok(name, "Podman did not report its events_logger")
+    return ok(name, f"Podman's events go to {logger}, and its event stream serves podmand")
+
+
+def check_runtime(runtime: str, version: str) -> Check:
+    """The OCI runtime Podman runs sandboxes with."""
+    name = "runtime"
+    detail = f" ({version})" if version else ""
+    if not runtime:
+        return ok(name, "Podman did not report its OCI runtime")
+    if runtime in RUNTIMES:
+        note = " (a session keyring per container: see the capacity check)" if runtime == "runc" else ""
+        return ok(name, f"OCI runtime {runtime}{detail}{note}")
+    return warn(
+        name,
+        f"OCI runtime {runtime}{detail}: podmand is tested with {' and '.join(RUNTIMES)} only",
+        'set runtime = "crun" under [engine] in containers.conf for the user Podman runs as, and restart '
+        "the Podman service",
+    )
+
+
+# ---------------------------------------------------------------- reaching the gateway
+
+
+def check_gateway_reach(endpoint: str, host_gateway_ip: str, facts: PodmanFacts) -> Check:
+    """Sandboxes dial ``endpoint`` from their own network namespace: a loopback address there
+    is the sandbox itself. Rootless with pasta, host.containers.internal is 169.254.1.2 from
+    5.3, which pasta maps to the host's default-interface address, never to its loopback
+    (containers/podman#28718)."""
+    name = "gateway address"
+    host = _endpoint_host(endpoint)
+    pasta = facts.network_cmd == "pasta"
+    mapped = pasta and facts.parsed is not None and facts.parsed >= versions.MAP_GUEST_ADDR
+    why = (
+        "; with pasta the host's loopback is never reachable from a sandbox: host.containers.internal is "
+        "169.254.1.2, which pasta maps to this host's default-interface address (containers/podman#28718)"
+        if pasta else ""
+    )
+    listen = (
+        "make the gateway listen on this host's default-interface address (or 0.0.0.0) as well as loopback"
+    )
+    if _loopback(host):
+        return warn(
+            name,
+            f"{config.describe('grpc_endpoint')} {endpoint} names a loopback address: sandboxes dial it from "
+            f"their own network namespace, where it is the sandbox itself{why}",
+            f"{listen}, and leave grpc_endpoint unset (http(s)://host.containers.internal:<gateway_port>)",
+        )
+    if host in OWN_NAMES and host_gateway_ip and _loopback(host_gateway_ip):
+        return warn(
+            name,
+            f"{config.describe('host_gateway_ip')} {host_gateway_ip} is a loopback address: {host} is then "
+            f"the sandbox itself{why}",
+            f"{listen}, and unset host_gateway_ip or set it to that address",
+        )
+    if host == "host.containers.internal" and not host_gateway_ip and mapped:
+        return ok(
+            name,
+            f"sandboxes dial {endpoint}; host.containers.internal is 169.254.1.2 there, which pasta maps to "
+            "this host's default-interface address, not to 127.0.0.1: the gateway must listen on that address "
+            "(or 0.0.0.0), not on loopback only (containers/podman#28718)",
+        )
+    return ok(name, f"sandboxes dial {endpoint}")
+
+
+def version_checks(info: Info, settings: config.Settings, machine: str) -> list[Check]:
+    """Every check of this module, in order, for the Podman whose ``/info`` this is."""
+    facts = podman_facts(info, machine)
+    return [
+        *check_releases(facts, settings.host_gateway_ip, settings.endpoint),
+        check_event_logger(facts.event_logger),
+        check_runtime(facts.runtime, facts.runtime_version),
+        check_gateway_reach(settings.endpoint, settings.host_gateway_ip, facts),
+    ]

@@ -1,0 +1,134 @@
+"""Checks of loaded settings that a type alone cannot express: ranges, formats,
+settings that only make sense together, and each feature's own validator.
+
+``loading.load`` runs :func:`validate`, then each feature's own check of its
+settings (``sandbox.settings.CHECKS``: they live beside the code that reads them).
+It may canonicalise a value in place (``userns``). Errors come from
+``options.invalid``: they name the setting, its flag and its variable.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import re
+
+from ..errors import ConfigError
+from .options import describe, expected_value, invalid, mismatch
+from .schema import Settings
+
+USERNS_MODES = ("auto", "host", "keep-id", "nomap", "private")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+MIN_NETWORK_PREFIX, MAX_NETWORK_PREFIX = 8, 29  # a /29 holds 5 sandboxes
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_RESERVED_ADMISSION_KEYS = {"openshell.ai/managed-by", "openshell.ai/gateway-id", "openshell.ai/sandbox-workspace"}
+
+
+def _check_idmap(field: str, entries: list[str]) -> None:
+    for entry in entries:
+        parts = entry.split(":")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise invalid(field, f"entry {entry!r} must be 'container_id:host_id:size'")
+        if int(parts[2]) == 0:
+            raise invalid(field, f"entry {entry!r}: size must be greater than 0")
+
+
+def _check_network_size(s: Settings) -> None:
+    """A pool to carve workspace networks from, and a prefix that fits in it."""
+    try:
+        pool = ipaddress.IPv4Network(s.network_pool)
+    except ValueError as exc:
+        why = f"{s.network_pool!r} is not an IPv4 network such as 10.128.0.0/9 ({exc})"
+        raise invalid("network_pool", why) from exc
+    if s.network_prefix and not MIN_NETWORK_PREFIX <= s.network_prefix <= MAX_NETWORK_PREFIX:
+        raise invalid(
+            "network_prefix", f"must be 0 (sized from the host) or {MIN_NETWORK_PREFIX} to {MAX_NETWORK_PREFIX}"
+        )
+    if s.network_prefix and s.network_prefix < pool.prefixlen:
+        raise invalid("network_prefix", f"a /{s.network_prefix} does not fit in network_pool {pool}")
+    if pool.prefixlen > MAX_NETWORK_PREFIX:
+        raise invalid("network_pool", f"{pool} is smaller than the smallest workspace network (/{MAX_NETWORK_PREFIX})")
+
+
+def validate(s: Settings) -> None:
+    """Raise ConfigError for the first bad setting; ``userns`` is canonicalised in place."""
+    for field in ("stop_timeout", "pids_limit", "health_check_interval", "podman_wait", "resync_interval",
+                  "resync_interval_silent", "gc_grace", "podman_down_grace"):
+        if not math.isfinite(getattr(s, field)):
+            raise invalid(field, mismatch(expected_value(field), getattr(s, field)))
+        if getattr(s, field) < 0:
+            raise invalid(field, "must be zero or greater")
+    if not 0 < s.gateway_port < 65536:
+        raise invalid("gateway_port", "must be a TCP port (1-65535)")
+    if s.watch_buffer < 1:
+        raise invalid("watch_buffer", "must be at least 1")
+    if s.host_gateway_ip:
+        try:
+            ipaddress.ip_address(s.host_gateway_ip)
+        except ValueError as exc:
+            raise invalid("host_gateway_ip", f"{s.host_gateway_ip!r} is not an IP address") from exc
+    tls = {"tls_ca": s.tls_ca, "tls_cert": s.tls_cert, "tls_key": s.tls_key}
+    if any(tls.values()) and not all(tls.values()):
+        missing = ", ".join(describe(k) for k, v in tls.items() if not v)
+        raise ConfigError(f"partial TLS configuration: all three TLS paths must be set together; missing {missing}")
+    for key, path in tls.items():
+        if path and not os.path.isfile(path):
+            raise invalid(key, f"{path} is not a readable file")
+    if url_scheme(s.grpc_endpoint) == "https" and not s.tls_enabled:
+        raise invalid(
+            "grpc_endpoint",
+            "an https:// gateway endpoint needs TLS material: set tls_ca, tls_cert and tls_key "
+            "(--podman-tls-ca/-cert/-key / OPENSHELL_PODMAN_TLS_CA/_CERT/_KEY); without them the "
+            "supervisor exits with 'OPENSHELL_TLS_CA is required'",
+        )
+    if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", s.network_name):
+        raise invalid("network_name", "must match [a-zA-Z0-9][a-zA-Z0-9_.-]*")
+    _check_network_size(s)
+    if not s.ssh_socket_path.startswith("/"):
+        raise invalid("ssh_socket_path", "must be an absolute path")
+    if s.log_level.lower() not in (*LOG_LEVELS, "warn"):
+        raise invalid("log_level", mismatch(f"one of: {', '.join(LOG_LEVELS)}", s.log_level))
+    base, _, params = s.userns.partition(":")
+    if base.lower() == "no-map":
+        base = "nomap"
+    if base.lower() not in USERNS_MODES:
+        raise invalid("userns", f"unsupported userns mode {base!r}; supported modes: {', '.join(USERNS_MODES)}")
+    if params and base.lower() not in ("auto", "keep-id"):
+        raise invalid("userns", f"userns mode {base!r} does not accept parameters")
+    s.userns = base.lower() + (":" + params if params else "")
+    if s.userns == "private" and not (s.uidmap and s.gidmap):
+        raise invalid("userns", "userns mode 'private' requires at least one uidmap and one gidmap entry")
+    if (s.uidmap or s.gidmap) and s.userns != "private":
+        raise invalid("uidmap", "uidmap/gidmap are only valid with userns = private")
+    _check_idmap("uidmap", s.uidmap)
+    _check_idmap("gidmap", s.gidmap)
+    if s.listen_tcp:
+        host, _, port = s.listen_tcp.rpartition(":")
+        host = host.strip("[]")
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback if host != "localhost" else True
+        except ValueError:
+            loopback = False
+        if not loopback or not port.isdigit() or not 0 < int(port) < 65536:
+            raise invalid(
+                "listen_tcp", "must be a loopback host:port such as 127.0.0.1:50061 (TCP has no authentication)"
+            )
+    if s.admission_enabled and (
+        not s.admission_labels or all(v == "${workspace}" for v in s.admission_labels.values())
+    ):
+        raise ConfigError("invalid resource admission: enabled admission needs at least one fixed required label")
+    for key, value in s.admission_labels.items():
+        if key in _RESERVED_ADMISSION_KEYS or not _LABEL_KEY.match(key):
+            raise ConfigError(f"invalid resource admission label key {key!r}")
+        if value != "${workspace}" and not _LABEL_VALUE.match(value):
+            raise ConfigError(f"invalid resource admission label value {value!r} for {key!r}")
+
+
+def url_scheme(url: str) -> str:
+    """The lower-case scheme of ``url``, '' without one."""
+    scheme, sep, _ = url.partition("://")
+    return scheme.strip().lower() if sep else ""

@@ -1,0 +1,29 @@
+"""The machine podmand runs on and the Podman service it finds there.
+
+- finding Podman: ``discovery``, ``autostart`` (the user's own service when none
+  runs), ``eventproof`` (its event stream delivers), ``enforcement`` (it applies
+  limits), ``hostgateway`` (the address sandboxes reach the gateway by),
+  ``sharedpaths`` (it sees podmand's state directory at the same path).
+- podmand's own footing: ``statedir`` (one podmand per state directory),
+  ``socketpath`` (the driver socket's path), ``limits`` (the descriptor limit),
+  ``capacity`` (how many sandboxes fit), ``notify`` (systemd readiness),
+  ``shutdown`` (how serve is told to stop).
+
+May import the leaves, ``libpod``, ``config``, ``security`` and ``sandbox``;
+nothing above.
+"""
+
+__all__ = [
+    "autostart",
+    "capacity",
+    "discovery",
+    "enforcement",
+    "eventproof",
+    "hostgateway",
+    "limits",
+    "notify",
+    "sharedpaths",
+    "shutdown",
+    "socketpath",
+    "statedir",
+]

@@ -1,0 +1,107 @@
+"""What the connected Podman can do, and what it gets wrong, by the version its ``/info``
+reports.
+
+Each behaviour that came, broke or was fixed with a Podman release is declared here
+once, beside the source that shows it (Podman's tree at the tag named), and read where
+it matters: the request checks (drivercfg.py's ``subpath``), and ``podmand doctor``
+(cli/doctorversions.py), which names the bad ones with their fix. The driver asks
+Podman once (:class:`Probe`), as it does for Podman's storage paths: a Podman's
+version does not change while it serves.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import Info, PodmanClient
+
+Version = tuple[int, int, int]
+
+# A named volume's SubPath reaches libpod since 4.4.0 (pkg/specgen/generate/container_create.go:407
+# at v4.4.0), but 4.4 joins it to the volume's path and follows a symlink a tenant left there
+# out of the volume; 4.5.0 opens it beneath the volume and refuses an escape ("libpod: mount
+# safely subpaths", 4d56292e7a; libpod/container_internal_common.go:255 at v4.5.0). Podman 5.4
+# only added --mount type=volume,subpath= to the CLI (RELEASE_NOTES.md:38 at v5.4.2).
+VOLUME_SUBPATH: Version = (4, 5, 0)
+# An image volume's SubPath (JSON "subPath") since 5.1.0: pkg/specgen/volumes.go:56-58 and
+# pkg/specgen/generate/container_create.go:504 at v5.1.0, mounted the same safe way.
+IMAGE_SUBPATH: Version = (5, 1, 0)
+# host-gateway in hostadd is replaced by host.containers.internal's address since 4.7.0
+# (vendor/github.com/containers/common/libnetwork/etchosts/hosts.go:251 at v4.7.0); before,
+# it is written into /etc/hosts as it is, an entry nothing resolves.
+HOST_GATEWAY: Version = (4, 7, 0)
+# Rootless, 5.1.0 leaves out of host.containers.internal every address the rootless network
+# namespace has (containers/podman#22653; libpod/container_internal_common.go:2306 at v5.1.0):
+# pasta copies the host's, so a host with one address gets none and host-gateway fails
+# (containers/podman#22881). 5.3.0 prefers pasta's --map-guest-addr 169.254.1.2
+# (vendor/github.com/containers/common/libnetwork/pasta/pasta_linux.go:38 at v5.3.0).
+ROOTLESS_HOST_GATEWAY_BAD: tuple[Version, Version] = ((5, 1, 0), (5, 3, 0))
+MAP_GUEST_ADDR: Version = (5, 3, 0)
+# Under podman machine (gvproxy) host.containers.internal has no address before 5.6.0
+# (containers/podman#21681): etchosts/ip.go returns "" for IsGvProxyBased (at v5.4.2); 5.6.0
+# looks the name up in the VM (vendor/go.podman.io/common/libnetwork/etchosts/ip.go at v5.6.0).
+MACHINE_HOST_GATEWAY: Version = (5, 6, 0)
+# 5.1.0-5.2.x write a live event stream's response head only with its first event
+# (pkg/api/handlers/compat/events.go:71-76 at v5.1.0; at once again at v5.3.0, line 73).
+EVENTS_HEAD_WITHHELD: tuple[Version, Version] = ((5, 1, 0), (5, 3, 0))
+# 5.3.0-5.4.1: a libpod create that does not set healthMaxLogCount/healthMaxLogSize gets 0,
+# no bound, so a health log grows without end (containers/podman#25473; fixed in 5.4.2 by
+# defaulting them before decoding, pkg/api/handlers/libpod/containers_create.go:47-49).
+HEALTH_LOG_UNBOUNDED: tuple[Version, Version] = ((5, 3, 0), (5, 4, 2))
+
+
+def parse_version(text: str) -> Version | None:
+    """``4.3.1``, ``v5.4.2``, ``5.0.0-dev`` -> (major, minor, patch); None when it is no version."""
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if not match:
+        return None
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def shown(version: Version) -> str:
+    return ".".join(map(str, version))
+
+
+def within(version: Version | None, span: tuple[Version, Version]) -> bool:
+    """``version`` is at least the span's first and below its second."""
+    return version is not None and span[0] <= version < span[1]
+
+
+@dataclass(frozen=True)
+class Features:
+    """A Podman's version and what podmand may ask of it by that version."""
+
+    version: str  # as /info says it; "" when unknown
+
+    @property
+    def parsed(self) -> Version | None:
+        return parse_version(self.version)
+
+    def has(self, since: Version) -> bool:
+        parsed = self.parsed
+        return parsed is not None and parsed >= since
+
+    def described(self) -> str:
+        return f"Podman {self.version}" if self.version else "this Podman (its version is unknown)"
+
+
+UNKNOWN = Features("")  # nothing beyond what every Podman podmand runs on (4.3) can do
+
+
+def of(info: Info) -> Features:
+    return Features(info.version.version)
+
+
+class Probe:
+    """The connected Podman's :class:`Features`, asked of it once."""
+
+    def __init__(self, podman: PodmanClient) -> None:
+        self.podman = podman
+        self._known: Features | None = None
+
+    async def __call__(self) -> Features:
+        if self._known is None:
+            self._known = of(await self.podman.served_info())
+        return self._known

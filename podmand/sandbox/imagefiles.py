@@ -1,0 +1,152 @@
+"""Reading files out of an image without running anything in it.
+
+A container is created from the pinned image ID, never started; files are
+copied out through the libpod archive API, and the container is removed.
+Used for the supervisor binary and for the image's account files.
+
+The image is the caller's, so its files are too: each is read as it streams,
+never past a limit (the tar header's size is checked before its data is read),
+and a file over the limit is :class:`TooLarge`, not memory taken from every
+other tenant of the driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import tarfile
+import uuid
+from collections.abc import AsyncIterator
+
+from .. import names
+from ..libpod import PodmanClient, PodmanError, PodmanUnavailable
+
+READER_PREFIX = "podmand-read-"
+ACTIVE: set[str] = set()  # names of this process's readers in use
+# Readers whose removal Podman did not answer (it was restarting): removed at the next
+# chance (:func:`remove_unremoved`, each resync), not left for the next full collection.
+UNREMOVED: set[str] = set()
+# Bytes of one account file (/etc/passwd, /etc/group). Real ones are a few KiB, and a
+# directory of tens of thousands of accounts fits in 1 MiB; the supervisor reads them
+# whole as well. A bigger one is a hostile image.
+ACCOUNT_FILE_LIMIT = 1024 * 1024
+# The supervisor binary, from the operator's supervisor image (upstream's is about 30 MB).
+SUPERVISOR_LIMIT = 256 * 1024 * 1024
+_TAR_SLACK = 64 * 1024  # headers, PAX records, padding and end blocks around the one file
+_BLOCK = tarfile.BLOCKSIZE
+
+
+class TooLarge(Exception):
+    """A file of the image is larger than podmand reads."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        super().__init__(f"{path} is larger than {limit} bytes")
+        self.path = path
+        self.limit = limit
+
+
+def first_file(data: bytes, limit: int | None = None) -> bytes | None:
+    """The first regular file of a tar archive, or None; TooLarge past ``limit``."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar:
+            if member.isfile():
+                if limit is not None and member.size > limit:
+                    raise TooLarge(member.name, limit)
+                extracted = tar.extractfile(member)
+                if extracted is not None:
+                    return extracted.read()
+    return None
+
+
+def _declared_size(header: bytes) -> int | None:
+    """The size the first tar header gives a regular file, or None when it says no such thing."""
+    try:
+        info = tarfile.TarInfo.frombuf(header, "utf-8", "surrogateescape")
+    except tarfile.TarError:
+        return None
+    return info.size if info.isfile() else None
+
+
+async def read_capped(chunks: AsyncIterator[bytes], path: str, limit: int) -> bytes:
+    """An archive of one file as it streams: TooLarge as soon as its first header
+    declares more than ``limit`` bytes, or the archive grows past the limit and
+    its slack (a PAX header first, or a lying size)."""
+    buf = bytearray()
+    checked = False
+    async for chunk in chunks:
+        buf += chunk
+        if not checked and len(buf) >= _BLOCK:
+            checked = True
+            size = _declared_size(bytes(buf[:_BLOCK]))
+            if size is not None and size > limit:
+                raise TooLarge(path, limit)
+        if len(buf) > limit + _TAR_SLACK:
+            raise TooLarge(path, limit)
+    return bytes(buf)
+
+
+async def read_image_files(
+    podman: PodmanClient, image_id: str, paths: list[str], state_dir: str = "", *, limit: int = ACCOUNT_FILE_LIMIT
+) -> dict[str, bytes | None]:
+    """The content of each path in the image (None when absent), each at most ``limit``
+    bytes (else :class:`TooLarge`).  The reader is labelled with podmand's state directory
+    (and every other label podmand reads, neutral: :func:`names.own_labels`) and listed
+    in :data:`ACTIVE` while in use, so that one left behind (Podman away at removal,
+    podmand killed) can be told from one in use and removed later."""
+    reader = f"{READER_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    spec = {
+        "name": reader,
+        "image": image_id,
+        "entrypoint": ["/nonexistent"],
+        "command": [],
+        "labels": names.own_labels(state_dir),
+    }
+    ACTIVE.add(reader)
+    try:
+        await podman.create_container(spec)
+        try:
+            return await _copy_out(podman, reader, paths, limit)
+        finally:
+            try:
+                await podman.remove_container(reader, 0)
+            except (PodmanError, PodmanUnavailable):
+                UNREMOVED.add(reader)
+    finally:
+        ACTIVE.discard(reader)
+
+
+async def remove_unremoved(podman: PodmanClient) -> list[str]:
+    """Remove the readers whose removal failed before (one call each, no list); what
+    was removed. Those Podman still does not answer for stay for the next time."""
+    removed = []
+    for name in sorted(UNREMOVED):
+        try:
+            await podman.remove_container(name, 0)  # False: gone already; done either way
+        except PodmanUnavailable:
+            break
+        except PodmanError:
+            continue
+        UNREMOVED.discard(name)
+        removed.append(f"container:{name}")
+    return removed
+
+
+async def _copy_out(podman: PodmanClient, reader: str, paths: list[str], limit: int) -> dict[str, bytes | None]:
+    out: dict[str, bytes | None] = {}
+    for path in paths:
+        try:
+            async with asyncio.timeout(podman.timeouts.request), podman.archive(reader, path) as chunks:
+                data = await read_capped(chunks, path, limit)
+            out[path] = first_file(data, limit)
+        except TimeoutError:
+            raise PodmanUnavailable(f"Podman did not send {path} of the image in time") from None
+        except PodmanError as exc:
+            if exc.status != 404:
+                raise
+            out[path] = None
+        except TooLarge as exc:
+            raise TooLarge(path, exc.limit) from None  # the image's path, not the tar member's name
+        except tarfile.TarError:
+            out[path] = None
+    return out
