@@ -15,12 +15,11 @@ import os
 import re
 
 from ..errors import ConfigError
-from .options import describe, expected_value, invalid, mismatch
+from .options import DECLARED, describe, expected_value, invalid, mismatch, out_of_range, range_words
 from .schema import Settings
 
 USERNS_MODES = ("auto", "host", "keep-id", "nomap", "private")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-MIN_NETWORK_PREFIX, MAX_NETWORK_PREFIX = 8, 29  # a /29 holds 5 sandboxes
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
@@ -44,28 +43,23 @@ def _check_network_size(s: Settings) -> None:
     except ValueError as exc:
         why = f"{s.network_pool!r} is not an IPv4 network such as 10.128.0.0/9 ({exc})"
         raise invalid("network_pool", why) from exc
-    if s.network_prefix and not MIN_NETWORK_PREFIX <= s.network_prefix <= MAX_NETWORK_PREFIX:
-        raise invalid(
-            "network_prefix", f"must be 0 (sized from the host) or {MIN_NETWORK_PREFIX} to {MAX_NETWORK_PREFIX}"
-        )
     if s.network_prefix and s.network_prefix < pool.prefixlen:
         raise invalid("network_prefix", f"a /{s.network_prefix} does not fit in network_pool {pool}")
-    if pool.prefixlen > MAX_NETWORK_PREFIX:
-        raise invalid("network_pool", f"{pool} is smaller than the smallest workspace network (/{MAX_NETWORK_PREFIX})")
+    smallest = DECLARED["network_prefix"][1].maximum  # a /29 holds 5 sandboxes
+    if smallest is not None and pool.prefixlen > smallest:
+        raise invalid("network_pool", f"{pool} is smaller than the smallest workspace network (/{smallest})")
 
 
 def validate(s: Settings) -> None:
     """Raise ConfigError for the first bad setting; ``userns`` is canonicalised in place."""
-    for field in ("stop_timeout", "pids_limit", "health_check_interval", "podman_wait", "resync_interval",
-                  "resync_interval_silent", "gc_grace", "podman_down_grace"):
-        if not math.isfinite(getattr(s, field)):
-            raise invalid(field, mismatch(expected_value(field), getattr(s, field)))
-        if getattr(s, field) < 0:
-            raise invalid(field, "must be zero or greater")
-    if not 0 < s.gateway_port < 65536:
-        raise invalid("gateway_port", "must be a TCP port (1-65535)")
-    if s.watch_buffer < 1:
-        raise invalid("watch_buffer", "must be at least 1")
+    for field, (_, setting) in DECLARED.items():  # the ranges the schema declares
+        if setting.minimum is None and setting.maximum is None:
+            continue
+        value = getattr(s, field)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise invalid(field, mismatch(expected_value(field), value))
+        if out_of_range(field, value):
+            raise invalid(field, f"must be {range_words(field)}")
     if s.host_gateway_ip:
         try:
             ipaddress.ip_address(s.host_gateway_ip)

@@ -44,7 +44,11 @@ _TRUE = {"1", "true", "yes", "on"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="FILE", help="TOML settings file (keys are the field names in README)")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML settings file (keys: the Key column of docs/configuration.md in podmand's repository)",
+    )
     parser.add_argument(
         "--admission-config-json",
         metavar="JSON",
@@ -77,7 +81,7 @@ def _type_error(exc: msgspec.ValidationError, raw: Mapping[str, Any], config_fil
     if unknown:
         return ConfigError(
             f"unknown setting {unknown.group(1)!r} in config file {config_file or '(none)'}: "
-            "its keys are the names in the first column of the README's Configuration table"
+            "its keys are the names in the Key column of docs/configuration.md in podmand's repository"
         )
     match = re.search(r"at `\$\.(\w+)(?:\[(\d+)\])?", text)
     if not match or match.group(1) not in field_types():

@@ -17,11 +17,9 @@ the stream is what stops it: libpod cancels a pull whose client went away.
 
 from __future__ import annotations
 
-import math
 import re
 
 from .. import names
-from ..config import Settings, invalid
 
 REASON = "Pulling"
 HEARTBEAT = 10.0  # seconds without a line before "still pulling" is published again
@@ -39,12 +37,6 @@ _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
 
 
 SETTING = "pull_inactivity_timeout"
-
-
-def check_settings(s: Settings) -> None:
-    value = s.pull_inactivity_timeout
-    if not math.isfinite(value) or value < 0:
-        raise invalid(SETTING, "must be a number of seconds, zero (never) or more")
 
 
 class PullStalled(Exception):

@@ -52,8 +52,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def check_settings(s: Settings) -> None:
-    if s.rootfs_max_bytes < 0:
-        raise invalid("rootfs_max_bytes", "must be a whole number of bytes, or 0 (rootfs tar sources not supported)")
     path = s.rootfs_staging_dir
     if path and (not posixpath.isabs(path) or _CONTROL.search(path)):
         raise invalid("rootfs_staging_dir", "must be an absolute path")

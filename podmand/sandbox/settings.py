@@ -9,11 +9,10 @@ settings to serve or to diagnose passes :data:`CHECKS` (``__main__``, doctor).
 from __future__ import annotations
 
 from ..config import Check
-from . import cdi, proxy, pullprogress, registryauth, resources, rootfs
+from . import cdi, proxy, registryauth, resources, rootfs
 
 CHECKS: tuple[Check, ...] = (
     registryauth.check_settings,
-    pullprogress.check_settings,
     proxy.validate,
     resources.check_settings,
     cdi.check_settings,

@@ -201,13 +201,15 @@ def test_zero_inactivity_timeout_waits_as_long_as_it_takes(monkeypatch: pytest.M
 
 
 def test_settings_check_refuses_negative_and_infinite() -> None:
+    """The range the schema declares for the deadline, checked as every setting's is."""
     from podmand.config import Settings
+    from podmand.config.checks import validate
     from podmand.errors import ConfigError
 
     for bad in (-1.0, float("inf"), float("nan")):
         with pytest.raises(ConfigError, match=r"pull_inactivity_timeout \(--pull-inactivity-timeout"):
-            pullprogress.check_settings(Settings(pull_inactivity_timeout=bad))
-    pullprogress.check_settings(Settings(pull_inactivity_timeout=0.0))
+            validate(Settings(pull_inactivity_timeout=bad))
+    validate(Settings(pull_inactivity_timeout=0.0))
 
 
 @pytest.mark.parametrize("line", ["Copying blob sha256:abcdef123456 1.2.3MB / 4MB",
