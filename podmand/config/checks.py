@@ -114,12 +114,12 @@ def validate(s: Settings) -> None:
     if s.admission_enabled and (
         not s.admission_labels or all(v == "${workspace}" for v in s.admission_labels.values())
     ):
-        raise ConfigError("invalid resource admission: enabled admission needs at least one fixed required label")
+        raise invalid("admission_labels", "enabled admission needs at least one fixed required label")
     for key, value in s.admission_labels.items():
         if key in _RESERVED_ADMISSION_KEYS or not _LABEL_KEY.match(key):
-            raise ConfigError(f"invalid resource admission label key {key!r}")
+            raise invalid("admission_labels", f"invalid label key {key!r}")
         if value != "${workspace}" and not _LABEL_VALUE.match(value):
-            raise ConfigError(f"invalid resource admission label value {value!r} for {key!r}")
+            raise invalid("admission_labels", f"invalid label value {value!r} for {key!r}")
 
 
 def url_scheme(url: str) -> str:

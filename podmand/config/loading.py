@@ -171,22 +171,24 @@ def load(
 _ADMISSION_JSON = f"admission config (--admission-config-json / {ADMISSION_JSON_ENV})"
 
 
+def _bad_admission(why: str) -> ConfigError:
+    return ConfigError(f"invalid setting {_ADMISSION_JSON}: {why}")
+
+
 def _admission_from_json(text: str) -> dict[str, Any]:
     try:
         data = msgspec.json.decode(text)
     except msgspec.DecodeError as exc:
-        raise ConfigError(f"invalid setting {_ADMISSION_JSON}: {exc}") from exc
+        raise _bad_admission(str(exc)) from exc
     if not isinstance(data, dict) or set(data) - {"allow_driver_config", "resource_admission"}:
-        raise ConfigError(
-            f"invalid setting {_ADMISSION_JSON}: expected an object with allow_driver_config and resource_admission"
-        )
+        raise _bad_admission("expected an object with allow_driver_config and resource_admission")
     out: dict[str, Any] = {}
     if "allow_driver_config" in data:
         out["allow_driver_config"] = data["allow_driver_config"]
     adm = data.get("resource_admission")
     if adm is not None:
         if not isinstance(adm, dict) or set(adm) - {"enabled", "required_labels"}:
-            raise ConfigError(f"invalid setting {_ADMISSION_JSON}: bad resource_admission")
+            raise _bad_admission("bad resource_admission")
         if "enabled" in adm:
             out["admission_enabled"] = adm["enabled"]
         if "required_labels" in adm:

@@ -28,13 +28,14 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from ..config import Settings, describe, invalid
-from ..errors import ConfigError, FailedPrecondition, InvalidArgument
+from ..config import Settings, invalid
+from ..errors import FailedPrecondition, InvalidArgument
 from ..libpod import PodmanClient
 
 log = logging.getLogger("podmand.sandbox.rootfs")
 
 KEY = "rootfs_tar_path"
+SETTING_DIR = "rootfs_staging_dir"
 WHERE = f"sandbox.spec.template.driver_config.{KEY}"
 REPOSITORY = "localhost/podmand-rootfs"  # tagged with the sandbox id: one image per sandbox
 STAGING_DIR = "rootfs-staging"  # under the state directory, unless rootfs_staging_dir says otherwise
@@ -54,7 +55,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def check_settings(s: Settings) -> None:
     path = s.rootfs_staging_dir
     if path and (not posixpath.isabs(path) or _CONTROL.search(path)):
-        raise invalid("rootfs_staging_dir", "must be an absolute path")
+        raise invalid(SETTING_DIR, "must be an absolute path")
 
 
 def enabled(s: Settings) -> bool:
@@ -72,24 +73,23 @@ def prepare_staging(s: Settings, state_dir: Path) -> None:
         s.rootfs_staging_dir = ""
         return
     path = Path(s.rootfs_staging_dir or state_dir / STAGING_DIR).absolute()
-    where = f"invalid setting {describe('rootfs_staging_dir')}"
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         real = path.resolve(strict=True)
         st = real.stat()
     except OSError as exc:
-        raise ConfigError(f"{where}: cannot create {path}: {exc.strerror}") from None
+        raise invalid(SETTING_DIR, f"cannot create {path}: {exc.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"{where}: {path} is not a directory")
+        raise invalid(SETTING_DIR, f"{path} is not a directory")
     if not os.access(real, os.W_OK | os.X_OK):
-        raise ConfigError(f"{where}: {path} is not writable by uid {os.geteuid()} (podmand deletes staged tars)")
+        raise invalid(SETTING_DIR, f"{path} is not writable by uid {os.geteuid()} (podmand deletes staged tars)")
     if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
         log.warning("rootfs staging directory %s is world-writable: any local user could stage or swap tars", real)
-    _check_apart(s, state_dir, real, where)
+    _check_apart(s, state_dir, real)
     s.rootfs_staging_dir = str(real)
 
 
-def _check_apart(s: Settings, state_dir: Path, staging: Path, where: str) -> None:
+def _check_apart(s: Settings, state_dir: Path, staging: Path) -> None:
     """Refuse a staging directory that is, holds, or lies in podmand's state directory
     or its socket's directory: the gateway names paths in it, so it could name
     podmand's own files (tokens, keys). The default ``<state>/rootfs-staging`` is
@@ -99,7 +99,7 @@ def _check_apart(s: Settings, state_dir: Path, staging: Path, where: str) -> Non
     dedicated = staging == state / STAGING_DIR
     for own in (state, Path(os.path.realpath(posixpath.dirname(sock)))):
         if staging == own or staging in own.parents or (own in staging.parents and not dedicated):
-            raise ConfigError(f"{where}: {staging} overlaps podmand's own {own}; choose a directory apart from it")
+            raise invalid(SETTING_DIR, f"{staging} overlaps podmand's own {own}; choose a directory apart from it")
 
 
 def check_path(value: object, s: Settings) -> str:
