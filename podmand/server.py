@@ -187,7 +187,7 @@ class Server:
         log.debug("accepting on unix://%s while start-up finishes", socket_path)
 
         found = await info
-        hub.event_logger = found.host.eventLogger
+        hub.subscriber.event_logger = found.host.eventLogger
         rootless = found.host.security.rootless
         if settings.userns_base == "keep-id" and not rootless:
             raise invalid("userns", "keep-id needs rootless Podman")

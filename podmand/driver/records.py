@@ -58,7 +58,7 @@ async def create(prov: Provisioner, sandbox: pb.DriverSandbox | None) -> str:
             staged = sandbox.spec.template.driver_config.fields.get(rootfs.KEY)
             path = staged.string_value if staged is not None and staged.WhichOneof("kind") == "string_value" else ""
             if path and not await _slot_owned(prov, sandbox.id, path):
-                rootfs.remove_slot(path, prov.settings)
+                rootfs.remove_slot(path, prov.ctx.settings)
         raise
 
 
@@ -72,9 +72,9 @@ async def _existing(prov: Provisioner, plan: Plan) -> tuple[str, str] | None:
     if pending is not None:
         return pending.plan.spec_hash, pending.instance
     entry = await _container(prov, plan.sandbox_id)
-    if entry is None and not plan.rootfs_tar and not prov.files.dir(plan.sandbox_id).exists():
+    if entry is None and not plan.rootfs_tar and not prov.ctx.files.dir(plan.sandbox_id).exists():
         return None
-    volume = await prov.podman.inspect_volume(plan.volume_name)
+    volume = await prov.ctx.podman.inspect_volume(plan.volume_name)
     labels = volume.labels if volume is not None else None
     if labels is None and entry is not None:  # a container recorded by its labels alone
         labels = entry.labels
@@ -86,7 +86,7 @@ async def _container(prov: Provisioner, sandbox_id: str) -> ContainerListEntry |
     container and none of this sandbox (the common create)."""
     if prov.index.ready and prov.index.containers(sandbox_id) is None:
         return None
-    return await lookup.find_indexed(prov.podman, prov.index, sandbox_id)
+    return await lookup.find_indexed(prov.ctx.podman, prov.index, sandbox_id)
 
 
 def _recorded(labels: dict[str, str] | None) -> tuple[str, str] | None:
@@ -100,21 +100,21 @@ async def _record(prov: Provisioner, plan: Plan, sandbox: pb.DriverSandbox, inst
     else what the volume already there records. Files written here go again when no
     record is made."""
     try:
-        prov.files.write_secrets(plan.sandbox_id, gateway_token(sandbox.spec), _tls_files(prov.settings))
+        prov.ctx.files.write_secrets(plan.sandbox_id, gateway_token(sandbox.spec), _tls_files(prov.ctx.settings))
         prov.new_generation(plan.sandbox_id, instance, plan.generation)
-        labels = intent_labels(plan, instance, str(prov.state_dir))
-        await prov.podman.create_volume(plan.volume_name, labels)
+        labels = intent_labels(plan, instance, str(prov.ctx.state_dir))
+        await prov.ctx.podman.create_volume(plan.volume_name, labels)
         return None
     except PodmanError as exc:
-        prov.files.remove(plan.sandbox_id)
+        prov.ctx.files.remove(plan.sandbox_id)
         if not _exists(exc):
             raise
-        volume = await prov.podman.inspect_volume(plan.volume_name)
+        volume = await prov.ctx.podman.inspect_volume(plan.volume_name)
         if volume is None:  # removed again meanwhile
             raise
         return _recorded(volume.labels or {})
     except BaseException:
-        prov.files.remove(plan.sandbox_id)
+        prov.ctx.files.remove(plan.sandbox_id)
         raise
 
 
@@ -133,23 +133,23 @@ async def _slot_owned(prov: Provisioner, sandbox_id: str, path: str) -> bool:
     """Whether a create already accepted owns the staging slot holding ``path``:
     one provisioning, or this sandbox's record not resumed yet. Refusing a
     request must not delete a tar that create is still to import."""
-    want = rootfs.slot(path, prov.settings)
+    want = rootfs.slot(path, prov.ctx.settings)
     if want is None:
         return False
     owned = prov.rootfs_tars()
     try:
         if prov.get(sandbox_id) is None and names.is_id(sandbox_id):
-            volume = await prov.podman.inspect_volume(names.volume_name(sandbox_id))
+            volume = await prov.ctx.podman.inspect_volume(names.volume_name(sandbox_id))
             intent = (volume.labels or {}).get(names.INTENT, "") if volume is not None else ""
             if intent:
-                recorded = validate(decode_intent(intent), prov.settings, podman=await prov.validator.features(),
+                recorded = validate(decode_intent(intent), prov.ctx.settings, podman=await prov.validator.features(),
                                     recorded=True)
                 owned.append(recorded.rootfs_tar)
     except (DriverError, ValueError):
         pass  # an unusable record names no slot
     except Exception:  # cannot tell: keep the tar (the gateway deletes its slots too)
         return True
-    return any(rootfs.slot(o, prov.settings) == want for o in owned if o)
+    return any(rootfs.slot(o, prov.ctx.settings) == want for o in owned if o)
 
 
 async def resume(prov: Provisioner) -> int:
@@ -160,23 +160,23 @@ async def resume(prov: Provisioner) -> int:
     A create that failed terminally is reported with its failure again, and
     one whose container was removed while podmand was down is reported as
     such: neither is provisioned again behind the gateway's back."""
-    await remove_stale_readers(prov.podman, prov.state_dir)
-    volumes = await prov.podman.list_volumes([f"{names.OWNER}={names.OWNER_VALUE}"])
-    have = {(e.labels or {}).get(names.SANDBOX_ID, ""): e for e in await lookup.containers(prov.podman)}
+    await remove_stale_readers(prov.ctx.podman, prov.ctx.state_dir)
+    volumes = await prov.ctx.podman.list_volumes([f"{names.OWNER}={names.OWNER_VALUE}"])
+    have = {(e.labels or {}).get(names.SANDBOX_ID, ""): e for e in await lookup.containers(prov.ctx.podman)}
     resumed = 0
     for volume in volumes:
         labels = volume.labels or {}
         sandbox_id = labels.get(names.SANDBOX_ID, "")
         if not names.is_id(sandbox_id) or prov.get(sandbox_id) is not None or names.INTENT not in labels:
             continue
-        if labels.get(names.STATE_DIR, str(prov.state_dir)) != str(prov.state_dir):
+        if labels.get(names.STATE_DIR, str(prov.ctx.state_dir)) != str(prov.ctx.state_dir):
             continue  # recorded by another podmand sharing this Podman: its to finish
         entry = have.get(sandbox_id)
         if entry is not None and not _never_started(prov, sandbox_id, entry, labels):
             continue  # a container that ran (or was stopped): its state is reported as it is
         try:
             async with prov.locks[sandbox_id]:  # RPCs are already served: one owner at a time
-                if prov.get(sandbox_id) is not None or await prov.podman.inspect_volume(volume.name) is None:
+                if prov.get(sandbox_id) is not None or await prov.ctx.podman.inspect_volume(volume.name) is None:
                     continue  # created or deleted meanwhile
                 resumed += await _resume_one(prov, sandbox_id, labels, entry)
         except PodmanUnavailable:
@@ -191,7 +191,7 @@ def _never_started(prov: Provisioner, sandbox_id: str, entry: ContainerListEntry
     return (
         entry.state in ("created", "configured", "initialized")
         and (entry.labels or {}).get(names.INSTANCE) == intent.get(names.INSTANCE)
-        and not prov.files.stopped_container(sandbox_id)
+        and not prov.ctx.files.stopped_container(sandbox_id)
     )
 
 
@@ -199,10 +199,10 @@ async def _resume_one(
     prov: Provisioner, sandbox_id: str, labels: dict[str, str], entry: ContainerListEntry | None
 ) -> int:
     """Provision one recorded create again (1), or report why not (0)."""
-    files = prov.files
+    files = prov.ctx.files
     podman = await prov.validator.features()
     try:
-        plan = validate(decode_intent(labels[names.INTENT]), prov.settings, podman=podman, recorded=True)
+        plan = validate(decode_intent(labels[names.INTENT]), prov.ctx.settings, podman=podman, recorded=True)
     except (DriverError, ValueError) as exc:
         log.warning("sandbox %s: recorded create request is unusable: %s", sandbox_id, exc)
         return 0
@@ -223,7 +223,7 @@ async def _resume_one(
     if failure is not None:
         if entry is not None:  # its start failed and its removal did not happen: finish that
             with contextlib.suppress(PodmanError):
-                await prov.podman.remove_container(entry.id, 0)
+                await prov.ctx.podman.remove_container(entry.id, 0)
         log.info("sandbox %s: reporting its failure (%s), not provisioning again", sandbox_id, failure[0])
         prov.add(Pending(plan, instance, Condition("False", *failure, snapshots.now())))
         return 0

@@ -1,7 +1,8 @@
 """The machine podmand runs on and the Podman service it finds there.
 
 - finding Podman: ``discovery``, ``autostart`` (the user's own service when none
-  runs), ``eventproof`` (its event stream delivers), ``enforcement`` (it applies
+  runs: ``podmanservice`` supervises it, ``storageguard`` picks overlay for a new
+  store), ``eventproof`` (its event stream delivers), ``enforcement`` (it applies
   limits), ``hostgateway`` (the address sandboxes reach the gateway by),
   ``sharedpaths`` (it sees podmand's state directory at the same path).
 - podmand's own footing: ``statedir`` (one podmand per state directory),
@@ -22,8 +23,10 @@ __all__ = [
     "hostgateway",
     "limits",
     "notify",
+    "podmanservice",
     "sharedpaths",
     "shutdown",
     "socketpath",
     "statedir",
+    "storageguard",
 ]

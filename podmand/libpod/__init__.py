@@ -1,15 +1,17 @@
 """podmand's client for Podman's libpod REST API.
 
-``transport`` moves requests (HTTP/1.1 over the Unix socket, or in memory for
-tests), ``client`` holds the endpoints, ``models`` the answers' shapes, ``lines``
-the newline-delimited bodies, ``timeouts`` every deadline and ``errors`` the only
-exceptions that leave the package. ``versions`` says what each Podman release can
-do and gets wrong, ``times`` reads the times its API reports. Import from here.
-It imports no other podmand module.
+``transport`` says what moves requests (``unixsocket``: HTTP/1.1 over Podman's
+socket, framed by ``http1``; ``memory``: in memory, for tests), ``client`` holds
+the endpoints, ``models`` the answers' shapes, ``lines`` the newline-delimited
+bodies, ``timeouts`` every deadline and ``errors`` the only exceptions that leave
+the package. ``versions`` says what each Podman release can do and gets wrong,
+``times`` reads the times its API reports. Import from here. It imports no other
+podmand module.
 """
 
 from .client import PodmanClient, quote
 from .errors import PodmanError, PodmanUnavailable, PodmanUnreadable
+from .memory import MockTransport
 from .models import (
     BadEvent,
     ContainerConfig,
@@ -44,7 +46,8 @@ from .models import (
     VolumeInspect,
 )
 from .timeouts import Timeouts
-from .transport import MockTransport, Request, Response, Streamed, Transport, UnixTransport, Upload
+from .transport import Request, Response, Streamed, Transport, Upload
+from .unixsocket import UnixTransport
 
 __all__ = [
     "BadEvent",

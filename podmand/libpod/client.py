@@ -34,7 +34,8 @@ from .models import (
     VolumeInspect,
 )
 from .timeouts import Timeouts
-from .transport import Request, Response, Transport, UnixTransport, Upload
+from .transport import Request, Response, Transport, Upload
+from .unixsocket import UnixTransport
 
 API_PREFIX = "/v4.0.0/libpod"
 _IMPORT_CHUNK = 1024 * 1024  # bytes of a rootfs tar read and sent at a time

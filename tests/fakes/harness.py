@@ -200,7 +200,7 @@ async def settle(hub: Hub, inbox: Inbox) -> None:
         while (message := inbox.get_nowait()) is not None:
             assert not isinstance(message, Lost), message
             hub._handle(message)
-        busy = [*hub._looking.values(), *hub._work]
+        busy = [*hub.looks._looking.values(), *hub.lists._work]
         if not busy:
             return
         await asyncio.wait(busy)

@@ -33,7 +33,7 @@ from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand._proto import extension_pb2 as ext
 from podmand.config import Settings, rundir
 from podmand.errors import ConfigError, StartupError
-from podmand.host import autostart, discovery, enforcement, socketpath, statedir
+from podmand.host import discovery, enforcement, podmanservice, socketpath, statedir
 from podmand.host.shutdown import Stop
 from podmand.security.credentials import KEY_BYTES
 from podmand.server import Server
@@ -469,7 +469,7 @@ def import_all_of_podmand() -> None:
 
 EXAMPLES: dict[type, StartupError] = {
     ConfigError: ConfigError("invalid setting stop_timeout (--stop-timeout / OPENSHELL_STOP_TIMEOUT): bad"),
-    autostart.AutostartError: autostart.AutostartError("Podman's API service exited with status 125"),
+    podmanservice.AutostartError: podmanservice.AutostartError("Podman's API service exited with status 125"),
     discovery.NoPodmanSocket: discovery.NoPodmanSocket([discovery.Attempt("/x/podman.sock", "does not exist")]),
     rundir.RuntimeDirError: rundir.RuntimeDirError("cannot create the runtime directory /tmp/x: Permission denied"),
     socketpath.SocketError: socketpath.SocketError("another process is already serving on /x.sock"),

@@ -24,7 +24,7 @@ import msgspec
 from ... import config
 from ...config import rundir
 from ...errors import ConfigError
-from ...host import autostart, capacity, limits, sharedpaths
+from ...host import autostart, capacity, limits, sharedpaths, storageguard
 from ...host.capacity import parse_subids
 from ...host.discovery import Attempt, candidates, podman_socket_in, probe
 from ...libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
@@ -270,7 +270,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
         if info is not None:
             checks.append(check_storage(info.store.graphDriverName, info.store.graphRoot))
         elif rootless:
-            checks.append(check_new_store(autostart.storage_facts(), why))
+            checks.append(check_new_store(storageguard.storage_facts(), why))
         else:
             checks.append(not_checked("storage", why))
         podman_says = info.host.security.selinuxEnabled if info is not None else None

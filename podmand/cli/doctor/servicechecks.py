@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from ...config import rundir
-from ...host import autostart
+from ...host import storageguard
 from ...host.discovery import Attempt
 from ...libpod.versions import parse_version
 from .hostchecks import Check, fail, not_checked, ok, warn
@@ -134,7 +134,7 @@ def check_storage(driver: str, graph_root: str = "") -> Check:
     return ok("storage", f"storage driver {driver}{where}")
 
 
-def check_new_store(facts: autostart.StorageFacts, why: str) -> Check:
+def check_new_store(facts: storageguard.StorageFacts, why: str) -> Check:
     """Without Podman's API: a store that does not exist yet gets its driver at first use,
     and rootless Podman 4.3 with no storage.conf picks vfs."""
     if facts.store_exists:

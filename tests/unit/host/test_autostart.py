@@ -1,5 +1,6 @@
-"""Unit tests for podmand.host.autostart: when podmand starts Podman's API, with what command,
-environment and storage driver, and how its child is bound to it and stopped."""
+"""Unit tests for podmand.host.autostart, storageguard and podmanservice: when podmand starts
+Podman's API, with what command, environment and storage driver, and how its child is bound to
+it and stopped."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from podmand.config import Settings, rundir
-from podmand.host import autostart, discovery
-from podmand.host.autostart import OVERLAY_FLAG, PodmanService, StorageFacts
+from podmand.host import autostart, discovery, podmanservice, storageguard
+from podmand.host.podmanservice import AutostartError, PodmanService
+from podmand.host.storageguard import OVERLAY_FLAG, StorageFacts
 from tests.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -25,51 +27,51 @@ RUN = rundir.RuntimeDir("/nonexistent/run", "XDG_RUNTIME_DIR")
 
 
 def test_new_store_without_a_configured_driver_gets_overlay() -> None:
-    assert autostart.storage_flags(StorageFacts("/h/.local/share/containers/storage", False, "")) == [OVERLAY_FLAG]
+    assert storageguard.storage_flags(StorageFacts("/h/.local/share/containers/storage", False, "")) == [OVERLAY_FLAG]
 
 
 def test_existing_store_or_configured_driver_is_left_to_podman() -> None:
-    assert autostart.storage_flags(StorageFacts("/s", True, "")) == []
-    assert autostart.storage_flags(StorageFacts("/s", False, "/etc/containers/storage.conf")) == []
+    assert storageguard.storage_flags(StorageFacts("/s", True, "")) == []
+    assert storageguard.storage_flags(StorageFacts("/s", False, "/etc/containers/storage.conf")) == []
 
 
 def test_names_driver_reads_the_storage_table() -> None:
-    assert autostart.names_driver('[storage]\ndriver = "overlay"\n')
-    assert autostart.names_driver('[storage]\ndriver = "vfs"\nrunroot = "/x"\n')
-    assert not autostart.names_driver('[storage]\ndriver = ""\n')
-    assert not autostart.names_driver('[storage.options]\nmount_program = "/usr/bin/fuse-overlayfs"\n')
-    assert not autostart.names_driver("")
-    assert autostart.names_driver("[storage\nnot toml")  # not understood: left to Podman
+    assert storageguard.names_driver('[storage]\ndriver = "overlay"\n')
+    assert storageguard.names_driver('[storage]\ndriver = "vfs"\nrunroot = "/x"\n')
+    assert not storageguard.names_driver('[storage]\ndriver = ""\n')
+    assert not storageguard.names_driver('[storage.options]\nmount_program = "/usr/bin/fuse-overlayfs"\n')
+    assert not storageguard.names_driver("")
+    assert storageguard.names_driver("[storage\nnot toml")  # not understood: left to Podman
 
 
 def test_storage_confs_in_podmans_order() -> None:
-    assert autostart.storage_confs({}, "/home/u") == [
+    assert storageguard.storage_confs({}, "/home/u") == [
         "/home/u/.config/containers/storage.conf",
         "/etc/containers/storage.conf",
         "/usr/share/containers/storage.conf",
     ]
-    assert autostart.storage_confs({"XDG_CONFIG_HOME": "/c"}, "/home/u")[0] == "/c/containers/storage.conf"
-    assert autostart.storage_confs({"CONTAINERS_STORAGE_CONF": "/only.conf"}, "/home/u") == ["/only.conf"]
+    assert storageguard.storage_confs({"XDG_CONFIG_HOME": "/c"}, "/home/u")[0] == "/c/containers/storage.conf"
+    assert storageguard.storage_confs({"CONTAINERS_STORAGE_CONF": "/only.conf"}, "/home/u") == ["/only.conf"]
 
 
 def test_storage_facts_from_a_home(tmp_path: Path) -> None:
     """The store and the user's storage.conf are found through HOME / XDG_* (the system files are
     this host's: the test host has none naming a driver, as a stock Debian 12)."""
     env = {"HOME": str(tmp_path), "CONTAINERS_STORAGE_CONF": str(tmp_path / ".config/containers/storage.conf")}
-    facts = autostart.storage_facts(env, 1000)
+    facts = storageguard.storage_facts(env, 1000)
     assert facts == StorageFacts(str(tmp_path / ".local/share/containers/storage"), False, "")
     conf = tmp_path / ".config" / "containers" / "storage.conf"
     conf.parent.mkdir(parents=True)
     conf.write_text('[storage]\ndriver = "overlay"\n')
-    assert autostart.storage_facts(env, 1000).driver_source == str(conf)
+    assert storageguard.storage_facts(env, 1000).driver_source == str(conf)
     (tmp_path / ".local/share/containers/storage").mkdir(parents=True)
-    assert autostart.storage_facts(env, 1000).store_exists
-    assert autostart.storage_facts({**env, "XDG_DATA_HOME": str(tmp_path / "d")}, 1000).store == str(
+    assert storageguard.storage_facts(env, 1000).store_exists
+    assert storageguard.storage_facts({**env, "XDG_DATA_HOME": str(tmp_path / "d")}, 1000).store == str(
         tmp_path / "d/containers/storage"
     )
-    assert autostart.storage_facts({"HOME": str(tmp_path / "x"), "STORAGE_DRIVER": "vfs",
+    assert storageguard.storage_facts({"HOME": str(tmp_path / "x"), "STORAGE_DRIVER": "vfs",
                                     "CONTAINERS_STORAGE_CONF": "/nonexistent"}, 1000).driver_source == "STORAGE_DRIVER"
-    assert autostart.storage_facts(env, 0).store == "/var/lib/containers/storage"  # rootful: not under HOME
+    assert storageguard.storage_facts(env, 0).store == "/var/lib/containers/storage"  # rootful: not under HOME
 
 
 def test_service_command_and_environment() -> None:
@@ -96,7 +98,7 @@ def test_why_not_start_names_the_setting_the_socket_and_a_missing_podman() -> No
 
 
 def test_prepare_refuses_without_podman_on_path(tmp_path: Path) -> None:
-    with pytest.raises(autostart.AutostartError, match="no 'podman' on PATH"):
+    with pytest.raises(AutostartError, match="no 'podman' on PATH"):
         autostart.prepare(Settings(), {"PATH": str(tmp_path), "HOME": str(tmp_path)})
 
 
@@ -132,7 +134,7 @@ def test_failure_with_overlay_names_cause_and_fix() -> None:
 def test_stop_escalates_to_sigkill_for_a_child_ignoring_sigterm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(autostart, "STOP_TIMEOUT", 0.3)
+    monkeypatch.setattr(podmanservice, "STOP_TIMEOUT", 0.3)
     ready = tmp_path / "trapped"
     sock = tmp_path / "podman" / "podman.sock"
 
@@ -156,7 +158,7 @@ def test_the_child_dies_with_podmand(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import asyncio, os, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from podmand.host.autostart import PodmanService
+        from podmand.host.podmanservice import PodmanService
         from podmand.config.rundir import RuntimeDir
         async def main():
             runtime = RuntimeDir({str(tmp_path)!r}, "XDG_RUNTIME_DIR")
@@ -192,7 +194,7 @@ def test_a_service_that_fails_at_start_is_reported_with_its_stderr(tmp_path: Pat
     async def scenario() -> str:
         try:
             await service.start()
-        except autostart.AutostartError as exc:
+        except AutostartError as exc:
             return str(exc)
         finally:
             await service.stop()
@@ -255,13 +257,13 @@ def test_every_spawn_checks_the_fallback_runtime_dir_again(tmp_path: Path) -> No
     target = tmp_path / "planted"
     target.mkdir()
     os.symlink(target, runtime.path)
-    with pytest.raises(autostart.AutostartError, match="is a symlink"):
+    with pytest.raises(AutostartError, match="is a symlink"):
         asyncio.run(service.spawn())
     assert not (target / "podman").exists()
     os.unlink(runtime.path)
     os.mkdir(runtime.path, 0o700)
     os.symlink(target, sock.parent)  # the podman/ directory itself replaced by a symlink
-    with pytest.raises(autostart.AutostartError, match="podman"):
+    with pytest.raises(AutostartError, match="podman"):
         asyncio.run(service.spawn())
     assert list(target.iterdir()) == []
 
@@ -269,7 +271,7 @@ def test_every_spawn_checks_the_fallback_runtime_dir_again(tmp_path: Path) -> No
 def test_a_reaped_service_group_is_not_signalled_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its group is killed once, right after the exit is seen; stop() during the restart backoff
     must not signal that pid again (it may belong to another process group by then)."""
-    monkeypatch.setattr(autostart, "MAX_BACKOFF", 600.0)
+    monkeypatch.setattr(podmanservice, "MAX_BACKOFF", 600.0)
     signalled: list[tuple[int, int]] = []
     real_killpg = os.killpg
 
@@ -335,7 +337,7 @@ def test_the_started_service_runs_without_podmans_own_healthcheck_timers(tmp_pat
 
     async def scenario() -> None:
         try:
-            with pytest.raises(autostart.AutostartError, match="exited with status 1"):
+            with pytest.raises(AutostartError, match="exited with status 1"):
                 await service.start()
         finally:
             await service.stop()

@@ -461,9 +461,9 @@ def test_a_staged_tar_is_imported_even_when_the_image_tag_exists() -> None:
             tar = stage(staging)
             plan = spec.validate(rootfs_sandbox("sb-1", tar), driver.settings)
             pending = Pending(plan, "inst1", Condition("False", "Starting", "", snapshots.now()))
-            await driver.provisioning.import_rootfs(pending)
+            await driver.provisioning.preparation.import_rootfs(pending)
             assert fake.count("POST .*/images/import") == 1 and not tar.parent.exists()
-            await driver.provisioning.import_rootfs(pending)  # after a restart: the slot is gone
+            await driver.provisioning.preparation.import_rootfs(pending)  # after a restart: the slot is gone
             assert fake.count("POST .*/images/import") == 1
 
     run(main)

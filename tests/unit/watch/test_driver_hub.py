@@ -220,11 +220,11 @@ def test_forgetting_a_removed_container_drops_its_facts_and_a_second_deleted_is_
         cid = rig.boxes.add("sb-1")
         await connect(hub, inbox)
         assert len(rig.driver.observer) == 1  # the look cached its facts
-        rig.driver._deleting.add("sb-1")  # a DeleteSandbox is removing it (and said so)
+        rig.driver.removal.deleting.add("sb-1")  # a DeleteSandbox is removing it (and said so)
         del rig.boxes.boxes[cid]
         assert await rig.driver.forget("sb-1", cid) is False  # the remove event's look
         assert len(rig.driver.observer) == 0 and len(rig.driver.index) == 0
-        rig.driver._deleting.discard("sb-1")
+        rig.driver.removal.deleting.discard("sb-1")
         rig.driver.unwatched()
         calls = len(rig.fake.requests)
         assert await rig.driver.forget("sb-1", cid) is False  # found nothing of it: no second Deleted

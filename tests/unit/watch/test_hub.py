@@ -22,6 +22,7 @@ from podmand.sandbox import snapshots
 from podmand.watch.hub import Hub
 from podmand.watch.inbox import Inbox, Listed, Lost, Observed, PodmanEvent, Resync, Subscribe, Unreadable
 from podmand.watch.streams import End, Stream
+from podmand.watch.subscription import Subscriber
 from tests.fakes.harness import labels_for, name_for, settle
 
 T = TypeVar("T")
@@ -517,14 +518,14 @@ def test_streams_are_served_only_once_every_listed_container_was_looked_at() -> 
         waiting = Stream(16)
         hub.inbox.put(Subscribe(waiting))
         hub._handle(hub.inbox.get_nowait())  # type: ignore[arg-type]
-        served_early = hub.connected.is_set() or waiting in hub._streams
+        served_early = hub.connected.is_set() or waiting in hub.fanout.streams
         driver.hold.set()
         await settle(hub, hub.inbox)
         got = [describe(await waiting.get()) for _ in range(2)]
         failing = Hub(None, StubDriver(), Inbox(), resync=0)  # type: ignore[arg-type]
         failing.sandboxes.list_error = PodmanUnavailable("gone")  # type: ignore[attr-defined]
         failing._list(first=True)
-        await asyncio.wait(failing._work)
+        await asyncio.wait(failing.lists._work)
         return served_early, got, failing.inbox.get_nowait()
 
     served_early, got, lost = asyncio.run(main())
@@ -572,7 +573,7 @@ def test_unreadable_event_resyncs_instead_of_ending_streams() -> None:
         hub.inbox.put(Unreadable(BadEvent("cid-a", "too long")))
         await drain(hub)
         assert await stream.get() == sandbox_event(snap("a", "ContainerExited", "False"))
-        assert stream.end is None and stream in hub._streams
+        assert stream.end is None and stream in hub.fanout.streams
 
     run(body, boxes=("a",))
 
@@ -580,9 +581,9 @@ def test_unreadable_event_resyncs_instead_of_ending_streams() -> None:
 def test_a_container_whose_first_look_hangs_does_not_keep_streams_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
     """Podman can hold a container's lock for a long time: after FIRST_LOOKS seconds the
     hub serves streams with what it has looked at, and the late look still arrives."""
-    import podmand.watch.hub
+    import podmand.watch.lists
 
-    monkeypatch.setattr(podmand.watch.hub, "FIRST_LOOKS", 0.05)
+    monkeypatch.setattr(podmand.watch.lists, "FIRST_LOOKS", 0.05)
 
     async def main() -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
         driver = StubDriver()
@@ -618,7 +619,7 @@ def test_answers_to_an_ended_event_subscription_are_ignored() -> None:
         hub.connected.clear()
         hub._handle(Listed([ContainerListEntry(id="cid-s1", labels={names.SANDBOX_ID: "s1"})], True, frozenset(), old))
         hub._handle(Observed("cid-s1", "s1", snap("s1"), False, hub._count, old))
-        return len(hub._looking), len(hub._told), hub.connected.is_set()
+        return len(hub.looks._looking), len(hub.fanout.told), hub.connected.is_set()
 
     assert run(body, boxes=("s1",)) == (0, 0, False)
 
@@ -672,7 +673,7 @@ def test_the_end_of_an_ended_subscription_does_not_end_the_next() -> None:
 
 def test_a_silent_stream_resyncs_every_silent_resync_seconds_never_slower_than_resync() -> None:
     def interval(resync: float, silent_resync: float, silent: bool) -> float:
-        return Hub(None, StubDriver(), Inbox(), resync=resync, silent_resync=silent_resync)._interval(silent)  # type: ignore[arg-type]
+        return Subscriber(None, Inbox(), resync=resync, prove=None, silent_resync=silent_resync)._interval(silent)  # type: ignore[arg-type]
 
     assert [interval(30, 5, False), interval(30, 5, True)] == [30, 5]
     assert interval(2, 5, True) == 2  # a shorter resync_interval stays

@@ -35,9 +35,9 @@ from podmand.cli.doctor.servicechecks import (
     check_version,
 )
 from podmand.config.rundir import RuntimeDir
-from podmand.host.autostart import StorageFacts
 from podmand.host.capacity import KeyQuota
 from podmand.host.discovery import Attempt
+from podmand.host.storageguard import StorageFacts
 from podmand.libpod import Info, PodmanClient, Timeouts
 from tests.fakes.libpod import FakeLibpod, Hang
 

@@ -1,0 +1,139 @@
+"""StopSandbox and StartSandbox: a sandbox stopped, and started again as a new generation.
+Its own module because these transitions work on a sandbox that exists, under its lock,
+apart from how it was made (provisioning.py) and how it ends (removal.py).
+
+A stop marks the sandbox stopped (it is reported Suspended, not as an exit) and
+waits for its container to end. A start admits the container again under today's
+policy, writes a fresh launch bundle's token and podmand's credential for the new
+generation, and starts it; a running sandbox is restarted when the request starts a
+new generation; a retry of either changes nothing. Before its container exists, the
+sandbox goes back to provisioning (stopped early, resumed). The driver (core.py) has
+checked the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+from .. import names
+from ..errors import DriverError, FailedPrecondition, NotFound
+from ..host import hostgateway
+from ..libpod import ContainerListEntry, PodmanError
+from ..locks import LockTable
+from ..security import admission, tokens
+from . import lookup
+from .context import Context
+from .index import Index
+from .pending import Pending
+from .provisioning import Provisioner
+
+log = logging.getLogger("podmand.driver")
+
+
+class StartStop:
+    def __init__(self, ctx: Context, locks: LockTable, index: Index, provisioning: Provisioner) -> None:
+        self.ctx = ctx
+        self.locks = locks
+        self.index = index
+        self.provisioning = provisioning
+
+    async def stop(self, sandbox_id: str) -> None:
+        async with self.locks[sandbox_id]:
+            entry = await self._container_or_pending(sandbox_id)
+            if isinstance(entry, Pending):
+                made = await self.provisioning.stop_early(entry)
+                if made:  # a container Podman made after all: the hub reports it stopped
+                    self.ctx.sink.refresh(made, sandbox_id)
+                return
+            await self._stop_container(sandbox_id, entry)
+        self.ctx.sink.refresh(entry.id, sandbox_id)
+
+    async def start(
+        self, sandbox_id: str, bundle: tokens.LaunchAuthentication | None, generation_id: str, expected: str
+    ) -> str:
+        """Start a stopped sandbox (idempotent), with its launch bundle if the request
+        brought one; the new runtime identity.
+
+        A fresh launch bundle's token and podmand's credential for the new
+        generation replace the old files before the container starts. A running
+        sandbox is restarted when the request starts a new generation (a new
+        ``generation_id``, or a bundle for another runtime generation): the
+        supervisor reads its token once, at start. A retry of the same
+        transition changes nothing."""
+        identity = self.provisioning.runtime_identity
+        async with self.locks[sandbox_id]:
+            entry = await self._container_or_pending(sandbox_id)
+            if isinstance(entry, Pending):
+                _check_expected(expected, entry.instance)
+                await self.provisioning.resume_stopped(entry)  # admission under today's policy
+                return identity(sandbox_id, entry.instance)
+            instance = (entry.labels or {}).get(names.INSTANCE, "")
+            _check_expected(expected, instance)
+            wanted = generation_id or (bundle.supervisor.runtime_generation if bundle else "")
+            running = entry.state == "running"
+            if running and (not wanted or wanted == self.ctx.files.generation(sandbox_id)):
+                self.ctx.files.clear_stopped(sandbox_id)
+                return identity(sandbox_id, instance)
+            ctx = self.ctx
+            await admission.admit_start(ctx.podman, ctx.settings, str(ctx.state_dir), entry.id, entry.labels or {})
+            if bundle is None and self.ctx.settings.require_launch_auth:
+                raise FailedPrecondition("launch_authentication: podmand is configured to require it")
+            if running:
+                log.info("sandbox %s: restarting for generation %s", sandbox_id, wanted)
+                await self._stop_container(sandbox_id, entry)
+            if bundle is not None:
+                self.ctx.files.write_secrets(sandbox_id, bundle.supervisor.gateway_token, {})
+            self.provisioning.new_generation(sandbox_id, instance, wanted or uuid.uuid4().hex[:16])
+            try:
+                await self.ctx.podman.start_container(entry.id)
+            except PodmanError as exc:  # still reported as stopped (the marker stays)
+                if hostgateway.unresolved(exc.message):
+                    raise FailedPrecondition(hostgateway.explanation(exc.message)) from exc
+                raise DriverError(f"starting the sandbox container failed: {exc.message}") from exc
+            self.ctx.files.clear_stopped(sandbox_id)
+        self.ctx.sink.refresh(entry.id, sandbox_id)
+        return identity(sandbox_id, instance)
+
+    async def _container_or_pending(self, sandbox_id: str) -> ContainerListEntry | Pending:
+        """The sandbox's container, or else its create still being provisioned; NotFound
+        when it has neither."""
+        entry = await lookup.find_indexed(self.ctx.podman, self.index, sandbox_id)
+        if entry is not None:
+            return entry
+        pending = self.provisioning.get(sandbox_id)
+        if pending is None:
+            raise NotFound("sandbox not found")
+        return pending
+
+    async def _stop_container(self, sandbox_id: str, entry: ContainerListEntry) -> None:
+        """Stop the sandbox's container and wait for it; reported as stopped (Suspended), not as an exit."""
+        self.ctx.files.mark_stopped(sandbox_id, entry.id)
+        try:
+            if entry.state == "paused":
+                await self.ctx.podman.unpause_container(entry.id)
+            if entry.state not in ("exited", "stopped", "created", "configured"):
+                await self.ctx.podman.stop_container(entry.id, self.ctx.settings.stop_timeout)
+            await self._wait_stopped(entry.id)
+        except BaseException:
+            self.ctx.files.clear_stopped(sandbox_id)
+            raise
+
+    async def _wait_stopped(self, container_id: str) -> None:
+        deadline = time.monotonic() + self.ctx.settings.stop_timeout + 5
+        while True:
+            info = await self.ctx.podman.inspect_container(container_id)
+            if info.state.status in ("exited", "stopped", "created", "configured"):
+                return
+            if time.monotonic() > deadline:
+                raise DriverError(f"container {container_id[:12]} did not stop in time (state {info.state.status})")
+            await asyncio.sleep(0.05)
+
+
+def _check_expected(expected: str, instance: str) -> None:
+    if expected and names.stable_identity(expected) != names.stable_identity(names.runtime_identity(instance, "")):
+        raise FailedPrecondition(
+            "expected_runtime_identity: the sandbox's container was replaced out of band; recreate the sandbox"
+        )
