@@ -2,15 +2,16 @@
 # Build podmand as single-file pexes: dist/podmand-<version>-<arch>.pex, dist/SHA256SUMS and
 # dist/podmand.pex (a copy of this machine's architecture). ./build_pex.sh --help says how.
 #
-# Needs nothing but python3 (3.11+), bash, coreutils and network access to PyPI: no pip, and
-# on 3.11 no ensurepip (a stock Debian has neither; pex's pip needs 3.11's distutils, which
-# Debian packages as python3-distutils, and on 3.12+ ensurepip). pex itself comes from a pinned,
+# Needs nothing but python3 (3.11+), bash, coreutils and network access to a Python package
+# index; nothing installed into that Python (pex's pip needs 3.11's distutils, which Debian
+# packages as python3-distutils, and on 3.12+ ensurepip). pex itself comes from a pinned,
 # hash-checked wheel, unpacked into a pip-less virtualenv of its own in
 # ~/.cache/podmand/build-<key> (made once, reused; the system Python is never touched). The
-# wheel is fetched with the interpreter's pip when it has one (so pip's configuration, index
-# and certificates apply), else straight from the index. pex's own resolves ignore pip's
-# configuration, as pex does by default: the wheels inside always come from PyPI, so every
-# builder gets the same bytes.
+# wheel is fetched with pip, so pip's configuration (index, certificates) applies: the
+# interpreter's own pip, else one that ensurepip installs from the wheel bundled with Python
+# into a throwaway virtualenv (a stock Debian has no pip), else, with neither, straight from
+# PIP_INDEX_URL. pex's own resolves ignore pip's configuration, as pex does by default: the
+# wheels inside always come from pex's default index, so every builder gets the same bytes.
 #
 # Each pex runs on CPython 3.11, 3.12 and 3.13 (manylinux2014 wheels for all three are inside;
 # the targets are the platforms alone: an interpreter constraint would also pull in this
@@ -28,12 +29,13 @@ Builds podmand as one pex file per CPU architecture, each runnable by CPython 3.
 3.12 or 3.13 with no packages on the host:
   $DIST/podmand-<version>-<arch>.pex, $DIST/SHA256SUMS, and $DIST/podmand.pex
   (a copy of this machine's architecture, when it was built).
-Needs only python3 (3.11 or newer) and access to PyPI: no pip, no pex, nothing
-installed into that Python (Debian and Ubuntu split two pieces off it: 3.11 needs
-python3-distutils, which python3-pip and python3-venv bring along; 3.12 and newer
-need python3.X-venv). The first build makes a pinned build environment in
-${XDG_CACHE_HOME:-~/.cache}/podmand/ and reuses it. The same checkout gives the
-same bytes whichever Python 3.11 builds it, wherever it lives.
+Needs only python3 (3.11 or newer) and access to a Python package index (pip's
+configured one): no pex, nothing installed into that Python (Debian and Ubuntu split
+pieces off it: 3.11 needs python3-distutils and a pip, which python3-pip and
+python3-venv each bring along; 3.12 and newer need python3.X-venv; with neither pip
+nor ensurepip, PIP_INDEX_URL names the index). The first build makes a pinned build
+environment in ${XDG_CACHE_HOME:-~/.cache}/podmand/ and reuses it. The same checkout
+gives the same bytes whichever Python 3.11 builds it, wherever it lives.
 
 Options:
   --all      build every architecture (same as ARCHES="x86_64 aarch64")
@@ -45,6 +47,7 @@ Environment:
   DIST=dist               output directory
   SOURCE_DATE_EPOCH       timestamps inside the files (default: the last commit's)
   XDG_CACHE_HOME          where the build environment lives (default: ~/.cache)
+  PIP_INDEX_URL, PIP_CERT pip's own settings (as is pip.conf), used to fetch pex
 EOF
 }
 
@@ -142,18 +145,32 @@ build_env_ok() {
 }
 
 fetch_pex_wheel() {  # DIR: the pinned wheel, hash-checked
-    local req="$1/requirements.txt"
+    local req="$1/requirements.txt" pip=("$PYTHON" -m pip)
     mkdir -p "$1"
     echo "pex==$PEX_VERSION --hash=sha256:$PEX_SHA256" >"$req"
-    if "$PYTHON" -m pip --version >/dev/null 2>&1; then
-        "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-input --no-deps \
-            --only-binary=:all: --python-version 3.11 --require-hashes -r "$req" -d "$1" >"$1/pip.log" 2>&1 \
-            || { cat "$1/pip.log" >&2; die "pip could not download pex $PEX_VERSION"; }
-        return
+    if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
+        # No pip in that Python (a stock Debian): ensurepip puts the pip wheel bundled with
+        # Python into a throwaway virtualenv (offline), and that pip reads pip's configuration.
+        if "$PYTHON" -c 'import ensurepip' 2>/dev/null; then
+            "$PYTHON" -m venv "$1/pip" >"$1/pip.log" 2>&1 \
+                || { cat "$1/pip.log" >&2; die "$PYTHON -m venv could not make a virtualenv with pip"; }
+            pip=("$1/pip/bin/python" -m pip)
+        elif [ -n "${PIP_INDEX_URL:-}" ]; then
+            fetch_from_index "$1" "$PIP_INDEX_URL"
+            return
+        else
+            die "$PYTHON has no pip to download pex $PEX_VERSION with, nor ensurepip to make one: as root," \
+                "apt-get install python3-pip (or python$PYVER-venv), or set PIP_INDEX_URL to your package index"
+        fi
     fi
-    # No pip (a stock Debian): read the index's page for pex and download the pinned file.
-    "$PYTHON" - "$1" "${PIP_INDEX_URL:-https://pypi.org/simple}" "$PEX_WHEEL" "$PEX_SHA256" <<'PY' \
-        || die "could not download pex $PEX_VERSION from ${PIP_INDEX_URL:-https://pypi.org/simple}"
+    "${pip[@]}" download --quiet --disable-pip-version-check --no-input --no-deps \
+        --only-binary=:all: --python-version 3.11 --require-hashes -r "$req" -d "$1" >"$1/pip.log" 2>&1 \
+        || { cat "$1/pip.log" >&2; die "pip could not download pex $PEX_VERSION"; }
+}
+
+fetch_from_index() {  # DIR INDEX: without any pip, read the index's page for pex and download the pinned file
+    "$PYTHON" - "$1" "$2" "$PEX_WHEEL" "$PEX_SHA256" <<'PY' \
+        || die "could not download pex $PEX_VERSION from $2"
 import hashlib, html.parser, os, ssl, sys, urllib.parse, urllib.request
 dest, index, name, digest = sys.argv[1], sys.argv[2].rstrip("/"), sys.argv[3], sys.argv[4]
 tls = ssl.create_default_context(cafile=os.environ.get("PIP_CERT"))  # pip's CA bundle setting, if any

@@ -93,7 +93,7 @@ ensure_tree() {
         mkdir -p "$(dirname "$TREE")"
         say "debootstrap $SUITE into $TREE (about a minute)"
         local list; list=$(IFS=,; echo "${PACKAGES[*]}")
-        debootstrap --variant=minbase --include="$list" "$SUITE" "$TREE.new" http://deb.debian.org/debian \
+        debootstrap --variant=minbase --include="$list" "$SUITE" "$TREE.new" \
             >"$TREE.new.log" 2>&1 || { tail -n 20 "$TREE.new.log" >&2; fail "debootstrap (log: $TREE.new.log)"; }
         mv -T "$TREE.new" "$TREE"
         rm -f "$TREE.new.log"
@@ -153,7 +153,7 @@ EOF
     put /etc/podmand-test-tree 0644 <<<"podmand test tree: Debian $SUITE, made by tests/setup-podman5.sh"
     # The tree trusts what the host trusts: the host's local CA certificates (a network that
     # inspects TLS has one) go in too, or the README's build from the system Python cannot
-    # reach PyPI from the tree.
+    # reach the package index from the tree.
     local crt changed=""
     for crt in /usr/local/share/ca-certificates/*.crt; do
         [ -f "$crt" ] || continue

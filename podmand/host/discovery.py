@@ -31,7 +31,7 @@ class NoPodmanSocket(StartupError):
             + (f"\n{why_not_started}" if why_not_started else "")
             + "\nstart one with 'podman system service --time=0 unix://<path>' "
             "(or 'systemctl --user enable --now podman.socket') and set OPENSHELL_PODMAN_SOCKET, "
-            "or let podmand start it (podman_autostart, the default); see \"Start Podman's API\" in the README"
+            "or let podmand start it (podman_autostart, the default); see docs/podman-api.md in podmand's repository"
         )
         self.attempts = attempts
 

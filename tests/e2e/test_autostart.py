@@ -50,7 +50,7 @@ def test_autostart_off_keeps_the_error_naming_the_setting(user: FreshUser, pex_f
     assert "no responsive Podman API socket found" in out.stderr
     assert f"/tmp/podman-run-{user.uid}/podman/podman.sock: does not exist" in out.stderr
     assert "podman_autostart is off (--podman-autostart / PODMAND_PODMAN_AUTOSTART)" in out.stderr
-    assert "Start Podman's API" in out.stderr
+    assert "docs/podman-api.md in podmand's repository" in out.stderr
     assert services(user) == []
     assert not Path(user.home, ".local/share/containers/storage").exists()  # nothing made a store
 

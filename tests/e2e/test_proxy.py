@@ -101,7 +101,7 @@ def test_supervisor_gets_the_proxy_and_the_secret_stays_in_its_file(
 
 def test_ca_bundle_needs_a_supervisor_newer_than_2f7fb65(
         make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
-    """What the README warns about: with proxy_ca_bundle set and a 2f7fb65 supervisor (the
+    """What docs/hosts.md (Corporate proxy) warns about: with proxy_ca_bundle set and a 2f7fb65 supervisor (the
     stand-in without NEWER), the supervisor refuses podmand's argv as clap does and the sandbox
     never comes up; the exit code is podmand's reason and the refusal is in the container log."""
     daemon = proxied(make_podmand).start()

@@ -1,4 +1,5 @@
-"""The README run as written: the first run of a new user on a stock host, and the ctl walk-through."""
+"""The README run as written (the first run of a new user on a stock host), and the ctl
+walk-through of docs/operations.md."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from .test_autostart import marked
 
 
 def walkthrough() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Operating it: podmand ctl", 1)[1]
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text.split("## podmand ctl", 1)[1]
     match = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
     assert match, "no sh block in the ctl section"
     return match.group(1)
@@ -90,7 +91,7 @@ def test_first_run_as_a_fresh_user_with_the_system_python(tmp_path: Path) -> Non
         assert "build environment" in built.stdout + built.stderr  # it says what it does
         assert (checkout / "dist" / "podmand.pex").is_file()
 
-        # The README's default images live on ghcr.io, which this machine cannot reach:
+        # podmand's default images live on ghcr.io, which this machine cannot reach:
         # the test images stand in (loaded below, once the store exists).
         images = {"OPENSHELL_SANDBOX_IMAGE": SANDBOX_IMAGE,
                   "OPENSHELL_SUPERVISOR_IMAGE": "localhost/podmand-test/supervisor:1"}

@@ -35,7 +35,7 @@ def as_user(*args: str, check: bool = True, timeout: float = 300) -> subprocess.
 
 @pytest.fixture(scope="session")
 def python_base() -> str:
-    """A local Python base without any registry (the README's debootstrap + podman import)."""
+    """A local Python base without any registry (docs/deployment.md's debootstrap + podman import)."""
     subprocess.run(["bash", str(ROOT / "tests" / "images" / "pybase.sh")], check=True, capture_output=True)
     return BASE
 
@@ -65,7 +65,7 @@ def checkout_copy(pex: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def sidecar_image(pex_file: Path, python_base: str) -> str:
-    """The README's build, as the rootless user, in a copy of the checkout it can read."""
+    """docs/deployment.md's build, as the rootless user, in a copy of the checkout it can read."""
     ctx = checkout_copy(pex_file)
     try:
         as_user("podman", "build", "-q", "--format", "docker", "--network", "none", "--from", python_base,

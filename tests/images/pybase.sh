@@ -18,7 +18,7 @@ if [ ! -s "$TAR" ]; then
     command -v debootstrap >/dev/null || { say "debootstrap missing: run tests/setup-podman.sh first"; exit 1; }
     root=$(mktemp -d)
     say "debootstrap bookworm (minbase + python3) into $root"
-    debootstrap --variant=minbase --include=python3 bookworm "$root" http://deb.debian.org/debian >/dev/null
+    debootstrap --variant=minbase --include=python3 bookworm "$root" >/dev/null  # debootstrap's default mirror
     rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/usr/share/doc/* \
            "$root"/usr/share/man/* "$root"/usr/share/locale/*
     tar -C "$root" --sort=name --numeric-owner -cf "$TAR.tmp" . && mv "$TAR.tmp" "$TAR"

@@ -27,7 +27,7 @@ def check_socket(attempts: list[Attempt], will_start: str = "", why_not: str = "
     start_it = (
         "start one with 'podman system service --time=0 unix://<path>' (or 'systemctl --user enable --now "
         "podman.socket') as the user podmand runs as, and set OPENSHELL_PODMAN_SOCKET to it; see "
-        "\"Start Podman's API\" in the README"
+        "docs/podman-api.md in podmand's repository"
     )
     if will_start:
         return warn(
@@ -113,7 +113,7 @@ def check_quadlet(version: str) -> Check:
             f"Podman {version} has no Quadlet (it came in 4.4): containers/systemd/podmand.container "
             "would produce no unit, silently",
             "run the pex as a systemd user service instead: containers/systemd/podmand.service "
-            "(README, \"On a rootless desktop\")",
+            "(docs/deployment.md (On a rootless desktop) in podmand's repository)",
         )
     return ok("quadlet", f"Podman {version} supports Quadlet (.container units)")
 

@@ -274,7 +274,7 @@ def test_no_socket_warns_when_serve_would_start_podman_itself() -> None:
     off = check_socket(attempts, why_not="podmand did not start Podman's API: podman_autostart is off")
     assert off.status == "FAIL"
     assert off.finding.endswith("podman_autostart is off")
-    assert "Start Podman's API" in off.fix
+    assert "docs/podman-api.md in podmand's repository" in off.fix
 
 
 def test_runtime_dir_from_a_session_is_ok_and_root_uses_run() -> None:
