@@ -25,7 +25,7 @@
   ``ConfigError``: a setting is wrong); anything else is a bug, logged with its
   traceback.
 - **ctl, health, doctor**: clients of the driver socket or of Podman; their own
-  messages and exit statuses (``cli/ctlerrors.py``).
+  messages and exit statuses (``cli/unreachable.py``).
 """
 
 from __future__ import annotations

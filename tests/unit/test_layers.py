@@ -140,6 +140,19 @@ def test_no_import_cycles() -> None:
     assert cycles(graph(PACKAGE)) == []
 
 
+def test_no_module_over_400_lines_and_no_class_over_300() -> None:
+    """Modules own one thing each; past these sizes they own two (issue 21's bounds)."""
+    long_modules = {n: len(p.read_text().splitlines()) for n, p in modules(PACKAGE).items()}
+    assert {n: lines for n, lines in long_modules.items() if lines > 400} == {}
+    classes = {
+        f"{n}.{node.name}": node.end_lineno - node.lineno + 1
+        for n, p in modules(PACKAGE).items()
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.ClassDef)
+    }
+    assert {c: lines for c, lines in classes.items() if lines > 300} == {}
+
+
 def plant_file(tmp_path: Path, module: str, line: str) -> Path:
     """A copy of the package whose ``module`` has ``line`` planted in a function."""
     copy = tmp_path / "podmand"
