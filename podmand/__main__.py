@@ -16,7 +16,6 @@ import sys
 from . import config, logs
 from .cli.parser import TOOLS, parser, with_default_command
 from .errors import ConfigError, StartupError
-from .sandbox import settings as sandbox_settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         result: int = importlib.import_module(TOOLS[command]).run(args)
         return result
     try:
-        return serve_main(config.load(args, checks=sandbox_settings.CHECKS))
+        from .sandbox.settings import CHECKS  # serving only: the tools start without the features' modules
+
+        return serve_main(config.load(args, checks=CHECKS))
     except StartupError as exc:
         print(f"podmand: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
