@@ -23,11 +23,11 @@ from .defaults import default_socket, default_state_dir
 from .options import (
     ADMISSION_JSON_ENV,
     BOOL_FIELDS,
+    FIELD_TYPES,
     LIST_FIELDS,
     OPTIONS,
     describe,
     expected_value,
-    field_types,
     invalid,
     mismatch,
     unknown_env,
@@ -84,7 +84,7 @@ def _type_error(exc: msgspec.ValidationError, raw: Mapping[str, Any], config_fil
             "its keys are the names in the Key column of docs/configuration.md in podmand's repository"
         )
     match = re.search(r"at `\$\.(\w+)(?:\[(\d+)\])?", text)
-    if not match or match.group(1) not in field_types():
+    if not match or match.group(1) not in FIELD_TYPES:
         return ConfigError(f"invalid settings: {text}")
     field, index = match.group(1), match.group(2)
     value = raw.get(field)
@@ -96,7 +96,7 @@ def _type_error(exc: msgspec.ValidationError, raw: Mapping[str, Any], config_fil
 
 def _tidy(field: str, value: Any) -> Any:
     """Forgive what a shell adds or an operator types: spaces around numbers, upper-case choices."""
-    kind = field_types().get(field)
+    kind = FIELD_TYPES.get(field)
     if isinstance(value, str) and kind in (int, float):
         return value.strip()
     if isinstance(value, str) and get_origin(kind) is Literal:

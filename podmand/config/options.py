@@ -88,9 +88,7 @@ def invalid(field: str, why: str) -> ConfigError:
     return ConfigError(f"invalid setting {describe(field)}: {why}")
 
 
-def field_types() -> dict[str, Any]:
-    """Each setting's type, by field name (Annotated stripped)."""
-    return {f: k for f, (k, _) in DECLARED.items()}
+FIELD_TYPES: dict[str, Any] = {f: k for f, (k, _) in DECLARED.items()}  # Annotated stripped
 
 
 def _words(kind: Any, unit: str) -> str:

@@ -42,8 +42,8 @@ def _default(field: str, value: Any) -> str:
 
 def _takes(field: str) -> str:
     """In the words a refusal uses: the type, then the range where there is one."""
-    limits = range_words(field)
-    return f"{expected_value(field)}, {limits}" if limits else expected_value(field)
+    takes, limits = expected_value(field), range_words(field)
+    return f"{takes}, {limits}" if limits else takes
 
 
 def rows() -> list[list[str]]:

@@ -9,10 +9,11 @@ never set) reads as none.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 _RFC3339 = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_GO_ZERO = datetime(1, 1, 1, tzinfo=UTC)  # a field Go never set
 
 
 def _parse(text: str) -> tuple[datetime, str] | None:
@@ -26,8 +27,8 @@ def _parse(text: str) -> tuple[datetime, str] | None:
         dt = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone)).astimezone(UTC)
     except (ValueError, OverflowError):
         return None
-    if dt.year == 1 and dt.month == 1 and dt.day == 1 and not dt.hour and not dt.minute and not dt.second:
-        return None  # Go's zero time: never set
+    if dt == _GO_ZERO:
+        return None
     return dt, frac or "0"
 
 
@@ -42,7 +43,7 @@ def parse_time(text: str) -> datetime | None:
 
 def unix_seconds(when: datetime) -> int:
     """Whole seconds since the epoch, fractions dropped, in integer arithmetic."""
-    return (when.replace(microsecond=0) - _EPOCH) // _SECOND
+    return (when.replace(microsecond=0) - _EPOCH) // timedelta(seconds=1)
 
 
 def epoch(text: str) -> float | None:
@@ -53,5 +54,3 @@ def epoch(text: str) -> float | None:
     dt, frac = parsed
     return unix_seconds(dt) + float("0." + frac)
 
-
-_SECOND = datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC) - _EPOCH
