@@ -42,8 +42,14 @@ class Setting:
 
 S = Setting
 
+# The settings come in one struct per concern, each adding to the one before (msgspec
+# structs inherit their fields in order); ``Settings`` is all of them. A new setting goes
+# into its concern's struct, or a new one in the chain.
 
-class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+
+class _Serving(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How podmand serves: its gRPC socket, who may call it, its own files and logs."""
+
     socket: Annotated[str, S(
         "OPENSHELL_COMPUTE_DRIVER_SOCKET", "--socket",
         "gRPC Unix socket to serve on (parent directory 0700, socket 0600)",
@@ -54,6 +60,53 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "also serve on this loopback host:port (development: no authentication, no peer check)",
         aliases=("--bind-address",), default="off",
     )] = ""
+    tls_ca: Annotated[str, S(
+        "OPENSHELL_PODMAN_TLS_CA", "--podman-tls-ca",
+        "CA of the sandbox's gateway connection (tls_ca, tls_cert and tls_key: all three or none)",
+        default="unset",
+    )] = ""
+    tls_cert: Annotated[str, S(
+        "OPENSHELL_PODMAN_TLS_CERT", "--podman-tls-cert",
+        "client certificate of that connection",
+        default="unset",
+    )] = ""
+    tls_key: Annotated[str, S(
+        "OPENSHELL_PODMAN_TLS_KEY", "--podman-tls-key",
+        "client key of that connection",
+        default="unset",
+    )] = ""
+    allowed_peer_uids: Annotated[list[int], S(
+        "PODMAND_ALLOWED_PEER_UIDS", "--allowed-peer-uid",
+        "uids besides podmand's own and root that may connect to the driver socket (repeatable)",
+        default="none", see="security.md",
+    )] = msgspec.field(default_factory=list)
+    require_launch_auth: Annotated[bool, S(
+        "PODMAND_REQUIRE_LAUNCH_AUTHENTICATION", "--require-launch-authentication",
+        "refuse creates and starts without the gateway's launch_authentication bundle",
+        see="sandboxes.md",
+    )] = False
+    state_dir: Annotated[str, S(
+        "PODMAND_STATE_DIR", "--state-dir",
+        "directory for per-sandbox files and the supervisor cache",
+        default="$XDG_STATE_HOME/podmand (root: /var/lib/podmand)",
+    )] = ""
+    log_level: Annotated[str, S(
+        "OPENSHELL_LOG_LEVEL", "--log-level",
+        "debug, info, warning or error",
+    )] = "info"
+    log_format: Annotated[Literal["human", "json"], S(
+        "PODMAND_LOG_FORMAT", "--log-format",
+        "json: one object per line, RPC lines with rpc, sandbox, code and ms fields",
+    )] = "human"
+    telemetry_enabled: Annotated[bool, S(
+        "OPENSHELL_TELEMETRY_ENABLED", "--telemetry-enabled",
+        "value of OPENSHELL_TELEMETRY_ENABLED in sandboxes",
+    )] = True
+
+
+class _Podman(_Serving):
+    """Which Podman it drives and how it keeps up with it."""
+
     podman_socket: Annotated[str, S(
         "OPENSHELL_PODMAN_SOCKET", "--podman-socket",
         "libpod API socket",
@@ -74,6 +127,37 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "seconds Podman may be unreachable before the health service says NOT_SERVING",
         unit=SECONDS, minimum=0,
     )] = 15.0
+    resync_interval: Annotated[float, S(
+        "PODMAND_RESYNC_INTERVAL", "--resync-interval",
+        "seconds between full comparisons of Podman with what watchers saw",
+        unit=SECONDS, minimum=0, zero="off", see="sandboxes.md",
+    )] = 30.0
+    resync_interval_silent: Annotated[float, S(
+        "PODMAND_RESYNC_INTERVAL_SILENT", "--resync-interval-silent",
+        "the same while Podman's event stream is silent, never less often than resync_interval",
+        unit=SECONDS, minimum=0, zero="resync_interval", see="sandboxes.md",
+    )] = 5.0
+    gc_grace: Annotated[float, S(
+        "PODMAND_GC_GRACE", "--gc-grace",
+        "seconds before podmand-owned leftovers of a vanished sandbox are removed",
+        unit=SECONDS, minimum=0,
+    )] = 300.0
+    watch_buffer: Annotated[int, S(
+        "PODMAND_WATCH_BUFFER", "--watch-buffer",
+        "events buffered per watch stream before a slow one is ended (RESOURCE_EXHAUSTED)",
+        minimum=1,
+    )] = 1024
+    exit_watch: Annotated[Literal["events", "wait"], S(
+        "PODMAND_EXIT_WATCH", "--exit-watch",
+        "how exits are seen: events (Podman's event stream and conmon's exit files) or wait (also one libpod "
+        "/wait per running container)",
+        see="sandboxes.md",
+    )] = "events"
+
+
+class _Sandboxes(_Podman):
+    """What each sandbox container is built from and bounded by."""
+
     sandbox_image: Annotated[str, S(
         "OPENSHELL_SANDBOX_IMAGE", "--sandbox-image",
         "default sandbox image",
@@ -86,31 +170,16 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "OPENSHELL_SUPERVISOR_IMAGE", "--supervisor-image",
         "image holding /openshell-sandbox",
     )] = "ghcr.io/nvidia/openshell/supervisor:latest"
-    grpc_endpoint: Annotated[str, S(
-        "OPENSHELL_GRPC_ENDPOINT", "--grpc-endpoint",
-        "gateway URL given to sandboxes",
-        default="http(s)://host.containers.internal:<gateway_port>", see="deployment.md",
+    registry_auth_file: Annotated[str, S(
+        "PODMAND_REGISTRY_AUTH_FILE", "--registry-auth-file",
+        "auth.json (Podman's format) with pull credentials, read on each pull",
+        default="none", see="hosts.md",
     )] = ""
-    gateway_port: Annotated[int, S(
-        "OPENSHELL_GATEWAY_PORT", "--gateway-port",
-        "gateway port of the default endpoint",
-        minimum=1, maximum=65535,
-    )] = 17670
-    network_name: Annotated[str, S(
-        "OPENSHELL_NETWORK_NAME", "--network-name",
-        "Podman network of the default workspace (by that literal name, as upstream); workspace w gets "
-        "<name>-w",
-    )] = "openshell"
-    host_gateway_ip: Annotated[str, S(
-        "OPENSHELL_PODMAN_HOST_GATEWAY_IP", "--host-gateway-ip",
-        "IP address of host.containers.internal and host.openshell.internal in sandboxes",
-        default="Podman's host-gateway", see="deployment.md",
-    )] = ""
-    ssh_socket_path: Annotated[str, S(
-        "OPENSHELL_SANDBOX_SSH_SOCKET_PATH", "--sandbox-ssh-socket-path",
-        "supervisor SSH socket in the sandbox: normalised, absolute, under 108 bytes, in a directory of its "
-        "own",
-    )] = "/run/openshell/ssh.sock"
+    pull_inactivity_timeout: Annotated[float, S(
+        "PODMAND_PULL_INACTIVITY_TIMEOUT", "--pull-inactivity-timeout",
+        "seconds a pull may go without progress before it is abandoned",
+        unit=SECONDS, minimum=0, zero="never", see="hosts.md",
+    )] = 600.0
     stop_timeout: Annotated[int, S(
         "OPENSHELL_STOP_TIMEOUT", "--stop-timeout",
         "seconds from SIGTERM to SIGKILL",
@@ -121,21 +190,16 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "pids limit per sandbox",
         minimum=0, zero="the runtime's default",
     )] = 2048
-    tls_ca: Annotated[str, S(
-        "OPENSHELL_PODMAN_TLS_CA", "--podman-tls-ca",
-        "CA of the sandbox's gateway connection (tls_ca, tls_cert and tls_key: all three or none)",
-        default="unset",
-    )] = ""
-    tls_cert: Annotated[str, S(
-        "OPENSHELL_PODMAN_TLS_CERT", "--podman-tls-cert",
-        "client certificate of that connection",
-        default="unset",
-    )] = ""
-    tls_key: Annotated[str, S(
-        "OPENSHELL_PODMAN_TLS_KEY", "--podman-tls-key",
-        "client key of that connection",
-        default="unset",
-    )] = ""
+    default_cpu_limit: Annotated[str, S(
+        "PODMAND_DEFAULT_CPU_LIMIT", "--default-cpu-limit",
+        "CPU limit of a sandbox whose template sets none: a CPU quantity, or unlimited (or 0)",
+        see="hosts.md",
+    )] = "2"
+    default_memory_limit: Annotated[str, S(
+        "PODMAND_DEFAULT_MEMORY_LIMIT", "--default-memory-limit",
+        "memory limit of a sandbox whose template sets none: a memory quantity, or unlimited (or 0)",
+        see="hosts.md",
+    )] = "4Gi"
     userns: Annotated[str, S(
         "OPENSHELL_PODMAN_USERNS", "--userns",
         "auto[:size=N] (1024 ids each by default), host, keep-id[:opts] (rootless), nomap or private",
@@ -151,6 +215,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "the same for group ids",
         default="none",
     )] = msgspec.field(default_factory=list)
+    allow_host_userns: Annotated[bool, S(
+        "PODMAND_ALLOW_HOST_USERNS", "--allow-host-userns",
+        "let a sandbox template ask for the host user namespace (user_namespaces = false)",
+    )] = False
     enable_bind_mounts: Annotated[bool, S(
         "OPENSHELL_ENABLE_BIND_MOUNTS", "--enable-bind-mounts",
         "allow host bind mounts in driver_config (with resource admission off); podmand's own paths are never"
@@ -178,67 +246,65 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "admission JSON",
         default="upstream's",
     )] = msgspec.field(default_factory=lambda: dict(DEFAULT_ADMISSION_LABELS))
-    telemetry_enabled: Annotated[bool, S(
-        "OPENSHELL_TELEMETRY_ENABLED", "--telemetry-enabled",
-        "value of OPENSHELL_TELEMETRY_ENABLED in sandboxes",
-    )] = True
-    state_dir: Annotated[str, S(
-        "PODMAND_STATE_DIR", "--state-dir",
-        "directory for per-sandbox files and the supervisor cache",
-        default="$XDG_STATE_HOME/podmand (root: /var/lib/podmand)",
+    cdi_spec_dirs: Annotated[list[str], S(
+        "PODMAND_CDI_SPEC_DIRS", "--cdi-spec-dir",
+        "directories of CDI spec files to find GPUs in (repeatable; the ones Podman reads)",
+        see="hosts.md",
+    )] = msgspec.field(default_factory=lambda: ["/etc/cdi", "/var/run/cdi"])
+    selinux: Annotated[Literal["auto", "on", "off"], S(
+        "PODMAND_SELINUX", "--selinux",
+        "label podmand's own bind mounts for SELinux (auto: when Podman reports SELinux)",
+        see="hosts.md",
+    )] = "auto"
+    rootfs_staging_dir: Annotated[str, S(
+        "PODMAND_ROOTFS_STAGING_DIR", "--rootfs-staging-dir",
+        "directory the gateway stages rootfs tars in, advertised to it (made 0700 when missing)",
+        default="<state_dir>/rootfs-staging", see="hosts.md",
     )] = ""
-    log_level: Annotated[str, S(
-        "OPENSHELL_LOG_LEVEL", "--log-level",
-        "debug, info, warning or error",
-    )] = "info"
-    log_format: Annotated[Literal["human", "json"], S(
-        "PODMAND_LOG_FORMAT", "--log-format",
-        "json: one object per line, RPC lines with rpc, sandbox, code and ms fields",
-    )] = "human"
-    require_launch_auth: Annotated[bool, S(
-        "PODMAND_REQUIRE_LAUNCH_AUTHENTICATION", "--require-launch-authentication",
-        "refuse creates and starts without the gateway's launch_authentication bundle",
-        see="sandboxes.md",
-    )] = False
-    resync_interval: Annotated[float, S(
-        "PODMAND_RESYNC_INTERVAL", "--resync-interval",
-        "seconds between full comparisons of Podman with what watchers saw",
-        unit=SECONDS, minimum=0, zero="off", see="sandboxes.md",
-    )] = 30.0
-    resync_interval_silent: Annotated[float, S(
-        "PODMAND_RESYNC_INTERVAL_SILENT", "--resync-interval-silent",
-        "the same while Podman's event stream is silent, never less often than resync_interval",
-        unit=SECONDS, minimum=0, zero="resync_interval", see="sandboxes.md",
-    )] = 5.0
-    gc_grace: Annotated[float, S(
-        "PODMAND_GC_GRACE", "--gc-grace",
-        "seconds before podmand-owned leftovers of a vanished sandbox are removed",
-        unit=SECONDS, minimum=0,
-    )] = 300.0
-    watch_buffer: Annotated[int, S(
-        "PODMAND_WATCH_BUFFER", "--watch-buffer",
-        "events buffered per watch stream before a slow one is ended (RESOURCE_EXHAUSTED)",
-        minimum=1,
-    )] = 1024
-    allow_host_userns: Annotated[bool, S(
-        "PODMAND_ALLOW_HOST_USERNS", "--allow-host-userns",
-        "let a sandbox template ask for the host user namespace (user_namespaces = false)",
-    )] = False
-    allowed_peer_uids: Annotated[list[int], S(
-        "PODMAND_ALLOWED_PEER_UIDS", "--allowed-peer-uid",
-        "uids besides podmand's own and root that may connect to the driver socket (repeatable)",
-        default="none", see="security.md",
-    )] = msgspec.field(default_factory=list)
-    registry_auth_file: Annotated[str, S(
-        "PODMAND_REGISTRY_AUTH_FILE", "--registry-auth-file",
-        "auth.json (Podman's format) with pull credentials, read on each pull",
-        default="none", see="hosts.md",
+    rootfs_max_bytes: Annotated[int, S(
+        "PODMAND_ROOTFS_MAX_BYTES", "--rootfs-max-bytes",
+        "largest rootfs tar podmand imports",
+        unit=BYTES, minimum=0, zero="rootfs tar sources not supported", see="hosts.md",
+    )] = 8 * 2 ** 30
+
+
+class _Network(_Sandboxes):
+    """How sandboxes reach the gateway and the outside: networks, addresses, proxies."""
+
+    grpc_endpoint: Annotated[str, S(
+        "OPENSHELL_GRPC_ENDPOINT", "--grpc-endpoint",
+        "gateway URL given to sandboxes",
+        default="http(s)://host.containers.internal:<gateway_port>", see="deployment.md",
     )] = ""
-    pull_inactivity_timeout: Annotated[float, S(
-        "PODMAND_PULL_INACTIVITY_TIMEOUT", "--pull-inactivity-timeout",
-        "seconds a pull may go without progress before it is abandoned",
-        unit=SECONDS, minimum=0, zero="never", see="hosts.md",
-    )] = 600.0
+    gateway_port: Annotated[int, S(
+        "OPENSHELL_GATEWAY_PORT", "--gateway-port",
+        "gateway port of the default endpoint",
+        minimum=1, maximum=65535,
+    )] = 17670
+    network_name: Annotated[str, S(
+        "OPENSHELL_NETWORK_NAME", "--network-name",
+        "Podman network of the default workspace (by that literal name, as upstream); workspace w gets "
+        "<name>-w",
+    )] = "openshell"
+    host_gateway_ip: Annotated[str, S(
+        "OPENSHELL_PODMAN_HOST_GATEWAY_IP", "--host-gateway-ip",
+        "IP address of host.containers.internal and host.openshell.internal in sandboxes",
+        default="Podman's host-gateway", see="deployment.md",
+    )] = ""
+    ssh_socket_path: Annotated[str, S(
+        "OPENSHELL_SANDBOX_SSH_SOCKET_PATH", "--sandbox-ssh-socket-path",
+        "supervisor SSH socket in the sandbox: normalised, absolute, under 108 bytes, in a directory of its "
+        "own",
+    )] = "/run/openshell/ssh.sock"
+    network_prefix: Annotated[int, S(
+        "PODMAND_NETWORK_PREFIX", "--network-prefix",
+        "prefix length of each new workspace network",
+        minimum=8, maximum=29, zero="sized from the host", see="capacity.md",
+    )] = 0
+    network_pool: Annotated[str, S(
+        "PODMAND_NETWORK_POOL", "--network-pool",
+        "IPv4 range new workspace networks' subnets are carved from, clear of Podman's other networks",
+    )] = "10.128.0.0/9"
     https_proxy: Annotated[str | None, S(
         "OPENSHELL_SANDBOX_HTTPS_PROXY", "--sandbox-https-proxy",
         "corporate forward proxy http://host:port, on each supervisor's command line",
@@ -268,51 +334,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "PEM CA bundle of a TLS-intercepting proxy, copied into each sandbox",
         default="unset",
     )] = None
-    default_cpu_limit: Annotated[str, S(
-        "PODMAND_DEFAULT_CPU_LIMIT", "--default-cpu-limit",
-        "CPU limit of a sandbox whose template sets none: a CPU quantity, or unlimited (or 0)",
-        see="hosts.md",
-    )] = "2"
-    default_memory_limit: Annotated[str, S(
-        "PODMAND_DEFAULT_MEMORY_LIMIT", "--default-memory-limit",
-        "memory limit of a sandbox whose template sets none: a memory quantity, or unlimited (or 0)",
-        see="hosts.md",
-    )] = "4Gi"
-    cdi_spec_dirs: Annotated[list[str], S(
-        "PODMAND_CDI_SPEC_DIRS", "--cdi-spec-dir",
-        "directories of CDI spec files to find GPUs in (repeatable; the ones Podman reads)",
-        see="hosts.md",
-    )] = msgspec.field(default_factory=lambda: ["/etc/cdi", "/var/run/cdi"])
-    selinux: Annotated[Literal["auto", "on", "off"], S(
-        "PODMAND_SELINUX", "--selinux",
-        "label podmand's own bind mounts for SELinux (auto: when Podman reports SELinux)",
-        see="hosts.md",
-    )] = "auto"
-    rootfs_staging_dir: Annotated[str, S(
-        "PODMAND_ROOTFS_STAGING_DIR", "--rootfs-staging-dir",
-        "directory the gateway stages rootfs tars in, advertised to it (made 0700 when missing)",
-        default="<state_dir>/rootfs-staging", see="hosts.md",
-    )] = ""
-    rootfs_max_bytes: Annotated[int, S(
-        "PODMAND_ROOTFS_MAX_BYTES", "--rootfs-max-bytes",
-        "largest rootfs tar podmand imports",
-        unit=BYTES, minimum=0, zero="rootfs tar sources not supported", see="hosts.md",
-    )] = 8 * 2 ** 30
-    network_prefix: Annotated[int, S(
-        "PODMAND_NETWORK_PREFIX", "--network-prefix",
-        "prefix length of each new workspace network",
-        minimum=8, maximum=29, zero="sized from the host", see="capacity.md",
-    )] = 0
-    network_pool: Annotated[str, S(
-        "PODMAND_NETWORK_POOL", "--network-pool",
-        "IPv4 range new workspace networks' subnets are carved from, clear of Podman's other networks",
-    )] = "10.128.0.0/9"
-    exit_watch: Annotated[Literal["events", "wait"], S(
-        "PODMAND_EXIT_WATCH", "--exit-watch",
-        "how exits are seen: events (Podman's event stream and conmon's exit files) or wait (also one libpod "
-        "/wait per running container)",
-        see="sandboxes.md",
-    )] = "events"
+
+
+class Settings(_Network):
+    """Every setting: a field per setting, its :class:`Setting` in its annotation."""
 
     @property
     def tls_enabled(self) -> bool:
