@@ -40,6 +40,7 @@ from .unixsocket import UnixTransport
 API_PREFIX = "/v4.0.0/libpod"
 _IMPORT_CHUNK = 1024 * 1024  # bytes of a rootfs tar read and sent at a time
 T = TypeVar("T")
+LOG_CONFIGURATION = {"driver": "k8s-file"}  # every container's log, whatever containers.conf says
 
 
 def quote(name: str) -> str:
@@ -200,8 +201,10 @@ class PodmanClient:
         return await self._inspect_or_none(f"/containers/{quote(name)}/json", ContainerInspect, "a container inspect")
 
     async def create_container(self, spec: Mapping[str, Any]) -> tuple[str, list[str]]:
-        """The new container's ID and Podman's warnings."""
-        resp = await self.call("POST", "/containers/create", json=spec)
+        """The new container's ID and Podman's warnings. Unless ``spec`` says otherwise it logs to
+        a file (k8s-file), not journald: that hides the output from a user who cannot read the journal
+        (containers/podman#26910), and Podman 4 refuses it where no journal runs."""
+        resp = await self.call("POST", "/containers/create", json={"log_configuration": LOG_CONFIGURATION, **spec})
         created = _decode(resp.body, ContainerCreated, "POST /containers/create")
         return created.id, list(created.warnings or [])
 

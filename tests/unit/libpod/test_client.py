@@ -107,7 +107,21 @@ def test_create_container_posts_the_spec_as_json() -> None:
     assert run(main()) == ("abc", ["w1"])
     assert rec.last.target == "/v4.0.0/libpod/containers/create"
     assert rec.last.headers["Content-Type"] == "application/json"
-    assert isinstance(rec.last.body, bytes) and json.loads(rec.last.body) == {"name": "x", "labels": {"k": "v"}}
+    expected = {"name": "x", "labels": {"k": "v"}, "log_configuration": {"driver": "k8s-file"}}
+    assert isinstance(rec.last.body, bytes) and json.loads(rec.last.body) == expected
+
+
+def test_every_container_logs_to_a_file_unless_its_spec_says_otherwise() -> None:
+    """k8s-file whatever containers.conf's log_driver says (journald the user cannot read:
+    containers/podman#26910); a spec's own log_configuration is kept."""
+    rec = Recorder(lambda _r: ok({"Id": "abc", "Warnings": []}, 201))
+    own = {"driver": "none"}
+
+    async def main() -> None:
+        await client_with(rec).create_container({"name": "x", "log_configuration": own})
+
+    run(main())
+    assert json.loads(rec.last.body)["log_configuration"] == own
 
 
 def test_image_references_are_one_path_segment() -> None:
