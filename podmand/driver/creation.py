@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 from .. import names
-from ..errors import FailedPrecondition
+from ..errors import DriverError, FailedPrecondition
 from ..host import hostgateway
 from ..libpod import PodmanClient, PodmanError, PodmanUnavailable
 from ..sandbox import selinux
@@ -82,7 +82,12 @@ class Creation:
             )
             spec = container_spec(plan, self.ctx.settings, prov)
             container_id = await self._create_container(pending, spec)
-            self.ctx.files.mark_created(plan.sandbox_id, container_id)
+            try:
+                self.ctx.files.mark_created(plan.sandbox_id, container_id)
+            except DriverError:  # the state directory: no container without its record
+                with contextlib.suppress(PodmanError, PodmanUnavailable):
+                    await self.ctx.podman.remove_container(container_id, 0)
+                raise
         return container_id
 
     async def start(self, plan: Plan, container_id: str) -> None:

@@ -210,7 +210,10 @@ class Provisioner:
     def _fail(self, pending: Pending, reason: str, message: str, *, terminal: bool = False) -> None:
         log.warning("sandbox %s: provisioning failed (%s): %s", pending.plan.sandbox_id, reason, message)
         if terminal:  # reported again, not retried, after a restart
-            self.ctx.files.mark_failed(pending.plan.sandbox_id, reason, message)
+            try:
+                self.ctx.files.mark_failed(pending.plan.sandbox_id, reason, message)
+            except DriverError as exc:  # the state directory: reported now, retried after a restart
+                log.warning("sandbox %s: the failure is not recorded: %s", pending.plan.sandbox_id, exc.message)
         self._set(pending, reason, message)
         self.ctx.sink.publish(platform_event(pending.plan.sandbox_id, reason, message, warning=True))
 

@@ -8,15 +8,40 @@ so that a remapped container root can traverse them but not list them.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import pwd
 import shutil
 from pathlib import Path
 
 from .. import names
+from ..errors import FailedPrecondition
 from . import proxy
 
 DIR_MODE = 0o711
+FIXES = {  # what to do when writing the state directory fails with this errno
+    errno.EROFS: "remount its filesystem read-write",
+    errno.ENOSPC: "free space on its filesystem",
+    errno.EDQUOT: "free space or raise the disk quota of the user podmand runs as",
+}
+
+
+class StateDirUnwritable(FailedPrecondition):
+    """A write to the state directory failed: not the request's fault, and nothing is left of it."""
+
+
+def unwritable(state_dir: Path, exc: OSError) -> StateDirUnwritable:
+    """The one line that says which directory, what the OS said, and what fixes it."""
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = f"uid {os.geteuid()}"
+    fix = FIXES.get(exc.errno or 0, f"make it writable again for {user}, the user podmand runs as")
+    where = f" ({exc.filename})" if exc.filename else ""
+    return StateDirUnwritable(
+        f"state directory {state_dir} is not writable: {exc.strerror or exc}{where}; {fix}, then try again"
+    )
 
 
 def ensure_dir(path: Path) -> Path:
@@ -41,7 +66,8 @@ def write_atomic(path: Path, data: bytes, mode: int) -> None:
 
 
 class SandboxFiles:
-    """``<state>/sandboxes/<id>/``: token, TLS copies and the stop marker."""
+    """``<state>/sandboxes/<id>/``: token, TLS copies and the stop marker. A failed
+    write raises :class:`StateDirUnwritable`, a FAILED_PRECONDITION naming the directory."""
 
     def __init__(self, state_dir: Path) -> None:
         self.root = state_dir / "sandboxes"
@@ -73,7 +99,14 @@ class SandboxFiles:
 
     def write(self, sandbox_id: str, name: str, data: bytes) -> None:
         """Replace one root-only file (launch bundle, driver credential) atomically."""
-        write_atomic(ensure_dir(self.dir(sandbox_id)) / name, data, 0o400)
+        self._put(sandbox_id, name, data, 0o400)
+
+    def _put(self, sandbox_id: str, name: str, data: bytes, mode: int = 0o600) -> None:
+        path = self.dir(sandbox_id)
+        try:
+            write_atomic(ensure_dir(path) / name, data, mode)
+        except OSError as exc:
+            raise unwritable(self.root.parent, exc) from None
 
     def _read(self, sandbox_id: str, name: str) -> str:
         """A small state file's text, or '' when absent (or the id is not one: such a
@@ -87,7 +120,7 @@ class SandboxFiles:
         return self._read(sandbox_id, "generation").strip()
 
     def set_generation(self, sandbox_id: str, generation: str) -> None:
-        write_atomic(ensure_dir(self.dir(sandbox_id)) / "generation", generation.encode(), 0o600)
+        self._put(sandbox_id, "generation", generation.encode())
 
     def has_token(self, sandbox_id: str) -> bool:
         return names.is_id(sandbox_id) and (self.dir(sandbox_id) / "sandbox.jwt").exists()
@@ -96,8 +129,7 @@ class SandboxFiles:
         shutil.rmtree(self.dir(sandbox_id), ignore_errors=True)
 
     def mark_stopped(self, sandbox_id: str, container_id: str) -> None:
-        d = ensure_dir(self.dir(sandbox_id))
-        write_atomic(d / "stopped", container_id.encode(), 0o600)
+        self._put(sandbox_id, "stopped", container_id.encode())
 
     def clear_stopped(self, sandbox_id: str) -> None:
         (self.dir(sandbox_id) / "stopped").unlink(missing_ok=True)
@@ -108,7 +140,7 @@ class SandboxFiles:
 
     def mark_created(self, sandbox_id: str, container_id: str) -> None:
         """Provisioning reached a container: a later restart must not recreate it silently."""
-        write_atomic(ensure_dir(self.dir(sandbox_id)) / "created", container_id.encode(), 0o600)
+        self._put(sandbox_id, "created", container_id.encode())
 
     def created_container(self, sandbox_id: str) -> str:
         return self._read(sandbox_id, "created")
@@ -119,7 +151,7 @@ class SandboxFiles:
     def mark_failed(self, sandbox_id: str, reason: str, message: str) -> None:
         """A terminal provisioning failure, reported again (not retried) after a restart."""
         doc = json.dumps({"reason": reason, "message": message}).encode()
-        write_atomic(ensure_dir(self.dir(sandbox_id)) / "failed", doc, 0o600)
+        self._put(sandbox_id, "failed", doc)
 
     def clear_failed(self, sandbox_id: str) -> None:
         (self.dir(sandbox_id) / "failed").unlink(missing_ok=True)

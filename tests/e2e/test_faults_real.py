@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 import podman
+import pytest
 
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
@@ -258,3 +259,58 @@ def test_stop_racing_start_ends_consistent(driver: Podmand, podman_client: podma
         endings.append(cond.reason)
     print(f"\nstop racing start: {endings}")
     assert stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id), timeout=60).deleted
+
+
+# ---------------------------------------------------------------- the state directory unwritable
+
+@pytest.mark.parametrize("how", ["chmod", "read-only mount"])
+def test_state_dir_unwritable_while_serving(driver: Podmand, podman_client: podman.PodmanClient,
+                                            cleanup: list[str], how: str) -> None:
+    """The state directory made unwritable under a serving podmand, as on a host: its
+    permissions taken from the rootless user, or its filesystem read-only (a bind mount
+    here; errors=remount-ro on a real disk). CreateSandbox answers FAILED_PRECONDITION
+    naming the directory, the OS's reason and the fix, logs one line without a traceback,
+    and leaves nothing in Podman or on disk; once writable again, the same create works."""
+    state, files = driver.state_dir, driver.state_dir / "sandboxes"
+    before = owned_now(podman_client)
+    box = sandbox()
+    cleanup.append(box.id)
+    modes = {p: p.stat().st_mode & 0o7777 for p in (state, files)}
+    if how == "chmod":
+        for p in modes:
+            p.chmod(0o500)
+        reason, fix = "Permission denied", "make it writable again for podmand, the user podmand runs as"
+    else:
+        subprocess.run(["mount", "--bind", "-o", "ro", str(state), str(state)], check=True)
+        reason, fix = "Read-only file system", "remount its filesystem read-write"
+    try:
+        with pytest.raises(grpc.RpcError) as refused:
+            driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box), timeout=60)
+    finally:
+        if how == "chmod":
+            for p, mode in modes.items():
+                p.chmod(mode)
+        else:
+            subprocess.run(["umount", str(state)], check=True)
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, refused.value
+    message = refused.value.details()
+    assert message.startswith(f"state directory {state} is not writable: {reason} ({files}"), message
+    assert message.endswith(f"; {fix}, then try again"), message
+    line = f"rpc=CreateSandbox sandbox={box.id} code=FAILED_PRECONDITION"
+    wait_until(lambda: line in driver.logs(), 10, "the RPC log line")
+    assert [x for x in driver.logs().splitlines() if "is not writable" in x] == [
+        next(x for x in driver.logs().splitlines() if line in x)]
+    assert "Traceback" not in driver.logs()
+    assert containers_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []
+    assert_nothing_left(podman_client, driver, before)
+
+    watch = driver.watch()
+    try:
+        driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box), timeout=60)
+        watch.wait_reason(box.id, "ContainerRunning", 60)
+    finally:
+        watch.cancel()
+    [running] = containers_of(podman_client, box.id)
+    assert running.status == "running"
+    driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id), timeout=60)
+    assert_nothing_left(podman_client, driver, before)

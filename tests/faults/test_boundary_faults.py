@@ -125,18 +125,23 @@ def test_undecodable_requests_are_invalid_argument_without_tracebacks(
     assert d.log.count("code=INVALID_ARGUMENT") == len(methods) + 1
 
 
-def test_unexpected_error_in_an_rpc_is_internal(tmp: Path, fake: FakeLibpod,
-                                                launch: Callable[..., Podmand]) -> None:
-    """The state directory broken under a running podmand: INTERNAL (never UNKNOWN, never
-    logged code=OK), the log has the error; nothing of the request is left."""
+def test_a_broken_state_dir_is_a_clear_failed_precondition(tmp: Path, fake: FakeLibpod,
+                                                            launch: Callable[..., Podmand]) -> None:
+    """The state directory broken under a running podmand: FAILED_PRECONDITION naming it and
+    what the OS said (never INTERNAL, UNKNOWN or code=OK), one log line without a traceback;
+    nothing of the request is left and podmand keeps serving. (A bug's INTERNAL:
+    tests/unit/test_servicer.py.)"""
     d = launch().wait_ready()
     shutil.rmtree(d.state / "sandboxes")
     (d.state / "sandboxes").write_text("not a directory any more")
+    asked = len(fake.requests)
     err = rpc_error(lambda: d.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=sandbox("sb1")), timeout=DEADLINE))
-    assert err.code() == grpc.StatusCode.INTERNAL, err
-    assert "not a directory any more" not in (err.details() or "")
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, err
+    assert (err.details() or "").startswith(f"state directory {d.state} is not writable: Not a directory")
     # The client has the status before the server's RPC line is written: wait for the line.
-    test_faults.wait_until(lambda: "rpc=CreateSandbox sandbox=sb1 code=INTERNAL" in d.log, "the RPC log line")
-    assert "rpc=CreateSandbox sandbox=sb1 code=OK" not in d.log
-    assert "code=UNKNOWN" not in d.log
+    line = "rpc=CreateSandbox sandbox=sb1 code=FAILED_PRECONDITION"
+    test_faults.wait_until(lambda: line in d.log, "the RPC log line")
+    assert "code=OK" not in d.log.split("rpc=CreateSandbox sandbox=sb1", 1)[1].splitlines()[0]
+    assert "code=UNKNOWN" not in d.log and "code=INTERNAL" not in d.log and "Traceback" not in d.log
+    assert not [r for r in fake.requests[asked:] if "/create" in r] and fake.volumes == {}  # nothing in Podman
     assert d.stub.ListSandboxes(pb.ListSandboxesRequest(), timeout=5) is not None  # still serving

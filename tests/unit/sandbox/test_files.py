@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
+import grpc
 import pytest
 
-from podmand.sandbox.files import SandboxFiles
+from podmand.sandbox import files as files_module
+from podmand.sandbox.files import SandboxFiles, StateDirUnwritable
 
 
 @pytest.mark.parametrize("bad", ["..", ".", "", "../x", "/etc", "a/b", "abc\n", "x" * 129])
@@ -38,3 +42,47 @@ def test_markers_round_trip(tmp_path: Path) -> None:
     assert (files.failure("sb-1"), files.created_container("sb-1")) == (None, "")
     (tmp_path / "sandboxes" / "odd dir").mkdir()
     assert files.sandbox_ids() == ["sb-1"]
+
+
+@pytest.mark.parametrize(
+    ("code", "fix"),
+    [
+        (errno.EACCES, "make it writable again for "),
+        (errno.EPERM, "make it writable again for "),
+        (errno.EROFS, "remount its filesystem read-write"),
+        (errno.ENOSPC, "free space on its filesystem"),
+        (errno.EDQUOT, "free space or raise the disk quota"),
+        (errno.EIO, "make it writable again for "),
+    ],
+)
+def test_a_failed_write_names_the_directory_the_reason_and_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, fix: str
+) -> None:
+    """Each write (token, credential, markers) fails as FAILED_PRECONDITION, one line, never a bare OSError."""
+    files = SandboxFiles(tmp_path / "state")
+    files.setup()
+    sandbox = "sb-1"
+
+    def refuse(path: str, *args: object) -> int:
+        raise OSError(code, os.strerror(code), str(path))
+
+    monkeypatch.setattr(files_module.os, "open", refuse)
+    writes = [
+        lambda: files.write(sandbox, "driver.credential", b"c"),
+        lambda: files.set_generation(sandbox, "1"),
+        lambda: files.mark_stopped(sandbox, "c1"),
+        lambda: files.mark_created(sandbox, "c1"),
+        lambda: files.mark_failed(sandbox, "R", "m"),
+    ]
+    for write in writes:
+        with pytest.raises(StateDirUnwritable) as caught:
+            write()
+        message = caught.value.message
+        assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert message.startswith(f"state directory {tmp_path / 'state'} is not writable: {os.strerror(code)} (")
+        assert fix in message and message.endswith(", then try again") and "\n" not in message
+    monkeypatch.undo()
+    files.remove(sandbox)
+    assert files.sandbox_ids() == []
+    files.write(sandbox, "driver.credential", b"c")  # writable again: works again
+    assert (files.dir(sandbox) / "driver.credential").read_bytes() == b"c"
