@@ -4,6 +4,7 @@ failures, delete and garbage collection (tests/fakes/harness.py)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import time
@@ -19,6 +20,7 @@ from podmand.config import Settings
 from podmand.driver import Driver
 from podmand.errors import AlreadyExists, FailedPrecondition, NotFound
 from podmand.sandbox import imagefiles
+from podmand.sandbox.files import unwritable
 from tests.fakes import infos
 from tests.fakes.harness import Rig, Sink, driver_on, eventually, labels_for
 from tests.fakes.libpod import Request, host_gateway_unresolved
@@ -673,3 +675,38 @@ def test_a_reader_podman_did_not_remove_is_removed_at_the_next_collection_whatev
         assert rig.fake.count("GET .*/containers/json") == lists and not imagefiles.UNREMOVED
 
     run(body, lambda _t: Settings(gc_grace=3600))
+
+
+# ---------------------------------------------------------------- the state directory unwritable
+
+def refusing(code: int) -> Callable[..., None]:
+    def write(*_args: object) -> None:
+        raise unwritable(Path("/state"), OSError(code, os.strerror(code), "/state/sandboxes/sb-1"))
+    return write
+
+
+def test_a_create_whose_files_cannot_be_written_leaves_nothing_and_works_once_writable() -> None:
+    async def body(rig: Rig) -> None:
+        files = rig.driver.files
+        write = files.write
+        files.write = refusing(errno.ENOSPC)  # type: ignore[method-assign]
+        with pytest.raises(FailedPrecondition, match=r"not writable: No space left on device .*; free space"):
+            await rig.driver.create(box("sb-1"))
+        assert rig.fake.volumes == {} and rig.fake.count("POST .*/create") == 0 and files.sandbox_ids() == []
+        assert rig.driver.provisioning.get("sb-1") is None
+        files.write = write  # type: ignore[method-assign]
+        await rig.driver.create(box("sb-1"))
+        await eventually(lambda: "Started" in rig.sink.reasons(), "the Started event")
+
+    run(body)
+
+
+def test_a_container_whose_record_cannot_be_written_is_removed_and_the_sandbox_fails() -> None:
+    async def body(rig: Rig) -> None:
+        rig.driver.files.mark_created = refusing(errno.EROFS)  # type: ignore[method-assign]
+        await rig.driver.create(box("sb-1"))
+        await eventually(lambda: "ProvisioningFailed" in rig.sink.reasons(), "the ProvisioningFailed event")
+        assert "remount its filesystem read-write" in (await rig.driver.get("sb-1")).status.conditions[0].message
+        assert rig.boxes.boxes == {}  # created, then removed: no container without its record
+
+    run(body)
