@@ -9,7 +9,7 @@ the package. ``versions`` says what each Podman release can do and gets wrong,
 podmand module.
 """
 
-from .client import PodmanClient, quote
+from .client import PodmanClient
 from .errors import PodmanError, PodmanUnavailable, PodmanUnreadable
 from .memory import MockTransport
 from .models import (
@@ -45,6 +45,7 @@ from .models import (
     VersionInfo,
     VolumeInspect,
 )
+from .routes import quote
 from .timeouts import Timeouts
 from .transport import Request, Response, Streamed, Transport, Upload
 from .unixsocket import UnixTransport
