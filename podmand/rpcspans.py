@@ -19,7 +19,7 @@ import contextlib
 import inspect
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import grpc
@@ -27,6 +27,7 @@ import grpc
 from . import __version__, tracing
 from ._proto import compute_driver_pb2
 from .config import Settings
+from .decoding import Wrapping
 from .libpod import PodmanClient
 
 log = logging.getLogger("podmand")
@@ -139,22 +140,10 @@ def traced(handler: Any, path: str) -> Any:
                 response_serializer=handler.response_serializer)
 
 
-class RpcSpans(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Each ComputeDriver handler wrapped once (cached per method) in :func:`traced`."""
+class RpcSpans(Wrapping):
+    """Each ComputeDriver handler in :func:`traced` (health and reflection as they are)."""
 
-    def __init__(self) -> None:
-        self._cache: dict[str, tuple[Any, Any]] = {}
-
-    async def intercept_service(
-        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
-    ) -> Any:
-        handler = await continuation(handler_call_details)
-        path = handler_call_details.method
-        if handler is None or not path.startswith(f"/{SERVICE}/"):
+    def wrap(self, handler: Any, method: str) -> Any:
+        if handler is None or not method.startswith(f"/{SERVICE}/"):
             return handler
-        cached = self._cache.get(path)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = traced(handler, path)
-        self._cache[path] = (handler, wrapped)
-        return wrapped
+        return traced(handler, method)

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
-
-import pytest
+from collections.abc import Callable
 
 from podmand._proto import compute_driver_pb2 as pb
 from tests import otlp
@@ -27,15 +25,6 @@ CALLER_SPAN = "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE_ID}-{CALLER_SPAN}-01"
 SECRET_ENV = "hunter2-e2e-trace-secret"
 STEPS = ("podman.pull", "podman.create_container", "podman.start_container")
-
-
-@pytest.fixture
-def receiver() -> Iterator[otlp.Receiver]:
-    r = otlp.Receiver()
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def traced(make_podmand: Callable[..., Podmand], receiver: otlp.Receiver) -> Podmand:
@@ -61,7 +50,7 @@ def test_a_sandboxs_spans_continue_the_callers_trace_down_to_each_libpod_call(
     metadata = (("traceparent", TRACEPARENT),)
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box), metadata=metadata)
     watch.wait_reason(box.id, "ContainerRunning")
-    daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id, sandbox_name=box.name), metadata=metadata)
+    daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id, name=box.name), metadata=metadata)
     wanted = {"driver.create_sandbox", "driver.delete_sandbox", "podman.provision", *STEPS}
     spans = receiver.wait_for(lambda s: {x.name for x in s} >= wanted, DEADLINE, "the sandbox's spans")
     watch.cancel()

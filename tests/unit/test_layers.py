@@ -2,9 +2,9 @@
 
 Each package imports only the layers before it (docs/architecture.md draws them):
 
-    leaves (errors, names, logs, locks)
+    leaves (errors, names, logs, locks, tracing)
       < libpod < config < security < sandbox < host < driver < watch
-      < the edge (decoding, negotiation, servicer, server)   cli beside it
+      < the edge (decoding, negotiation, rpcspans, servicer, server)   cli beside it
       < __main__
 
 ``cli`` may import everything below ``driver`` and the edge's ``negotiation`` (the

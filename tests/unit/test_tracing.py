@@ -9,7 +9,6 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -64,15 +63,6 @@ def test_the_resource_is_upstreams_and_a_blank_gateway_name_is_left_out() -> Non
 ])
 def test_rpc_span_names_are_upstreams_and_bounded(path: str, name: str) -> None:
     assert rpcspans.operation(path) == name
-
-
-@pytest.fixture
-def receiver() -> Iterator[otlp.Receiver]:
-    r = otlp.Receiver()
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def test_rpc_spans_reach_the_collector_with_the_callers_trace(tmp: Path, fake: FakeLibpod,
