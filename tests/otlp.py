@@ -67,19 +67,22 @@ class _Service(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[mis
 
 
 class Receiver:
-    """Listening on 127.0.0.1 from construction until :meth:`close`; ``endpoint`` is
-    what podmand's ``--otlp-endpoint`` takes."""
+    """Listening on 127.0.0.1 (or the Unix socket ``unix``) from construction until
+    :meth:`close`; ``endpoint`` is what podmand's ``--otlp-endpoint`` takes."""
 
-    def __init__(self) -> None:
+    def __init__(self, unix: str = "") -> None:
         self._lock = threading.Lock()
         self._spans: list[Received] = []
         self._raw: list[bytes] = []
         self.exports = 0
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Service(self), self._server)
-        port = self._server.add_insecure_port("127.0.0.1:0")
+        if unix:  # a Unix socket at that path instead
+            self._server.add_insecure_port(f"unix:{unix}")
+            self.endpoint = f"unix://{unix}"
+        else:
+            self.endpoint = f"http://127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
         self._server.start()
-        self.endpoint = f"http://127.0.0.1:{port}"
 
     def _add(self, request: Any) -> None:
         with self._lock:

@@ -65,8 +65,8 @@ def test_rpc_span_names_are_upstreams_and_bounded(path: str, name: str) -> None:
     assert rpcspans.operation(path) == name
 
 
-def test_rpc_spans_reach_the_collector_with_the_callers_trace(tmp: Path, fake: FakeLibpod,
-                                                             receiver: otlp.Receiver) -> None:
+def test_rpc_spans_reach_the_collector_with_the_callers_trace(tmp: Path, fake: FakeLibpod, receiver: otlp.Receiver,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
     """serve in-process with an endpoint: each ComputeDriver RPC is a server span whose parent is
     the caller's traceparent, its libpod calls its children; health is not traced; close flushes."""
     settings = settings_for(tmp, fake)
@@ -88,18 +88,25 @@ def test_rpc_spans_reach_the_collector_with_the_callers_trace(tmp: Path, fake: F
             assert missing.value.code() == grpc.StatusCode.NOT_FOUND
             await stub.ListSandboxes(pb.ListSandboxesRequest())  # no traceparent: a trace of its own
             await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
-        srv.stop.on_signal(signal.SIGTERM)
+            watch = stub.WatchSandboxes(pb.WatchSandboxesRequest(), metadata=metadata)
+            await until(lambda: "rpc=WatchSandboxes" in caplog.text, "the watch to subscribe")
+            srv.stop.on_signal(signal.SIGTERM)  # which ends the stream
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                await watch.read()
+            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
 
     try:
-        assert run_server(srv, scenario) == 0
+        with caplog.at_level("INFO", "podmand"):
+            assert run_server(srv, scenario) == 0
     finally:
         traces.close()
     assert not tracing.enabled()
-    spans = receiver.wait_for(lambda s: {x.name for x in s} >= {"driver.get_capabilities", "driver.get_sandbox",
-                                                                 "driver.list_sandboxes"}, DEADLINE, "RPC spans")
+    names = {"driver.get_capabilities", "driver.get_sandbox", "driver.list_sandboxes", "driver.watch_sandboxes"}
+    spans = receiver.wait_for(lambda s: {x.name for x in s} >= names, DEADLINE, "RPC spans")
     rpcs = {s.name: s for s in spans if s.name.startswith("driver.")}
-    assert set(rpcs) == {"driver.get_capabilities", "driver.get_sandbox", "driver.list_sandboxes"}  # no health
-    for name in ("driver.get_capabilities", "driver.get_sandbox"):
+    assert set(rpcs) == names  # no health
+    assert rpcs["driver.watch_sandboxes"].attributes["rpc.grpc.status_code"] == grpc.StatusCode.UNAVAILABLE.value[0]
+    for name in ("driver.get_capabilities", "driver.get_sandbox", "driver.watch_sandboxes"):
         assert (rpcs[name].trace_id, rpcs[name].parent_id) == (TRACE_ID, CALLER_SPAN)
     listed = rpcs["driver.list_sandboxes"]
     assert listed.trace_id != TRACE_ID and listed.parent_id == ""
@@ -169,6 +176,14 @@ def test_a_bad_endpoint_is_one_start_up_line_naming_the_setting() -> None:
 def test_the_doctors_probe_exports_to_a_real_collector(receiver: otlp.Receiver) -> None:
     assert tracing.probe(receiver.endpoint) == ""
     assert receiver.exports == 1
+
+
+def test_a_unix_socket_endpoint_reaches_its_collector(tmp: Path) -> None:
+    unix = otlp.Receiver(unix=str(tmp / "otlp.sock"))
+    try:
+        assert tracing.probe(unix.endpoint) == "" and unix.exports == 1
+    finally:
+        unix.close()
 
 
 def test_the_doctors_probe_says_why_nothing_answers(tmp: Path) -> None:
