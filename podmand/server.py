@@ -14,7 +14,8 @@ end watch streams, stop accepting, finish in-flight RPCs within a grace, stop th
 hub, bound background work, remove the sockets, stop an autostarted Podman, release
 the lock. A failed start unwinds the same way and leaves nothing behind, not even a
 socket directory podmand created; a stop asked for during start-up abandons it.
-How a stop is asked for and forced (signals): shutdown.py.
+How a stop is asked for and forced (signals): shutdown.py. With ``otlp_endpoint``
+set, traces are on for the whole run and flushed after it (rpcspans.py).
 """
 
 from __future__ import annotations

@@ -82,6 +82,8 @@ def validate(s: Settings) -> None:
         )
     if s.otlp_endpoint and (problem := tracing.endpoint_problem(s.otlp_endpoint)):
         raise invalid("otlp_endpoint", problem)
+    if not s.gateway_name.isprintable():
+        raise invalid("gateway_name", f"{s.gateway_name!r} holds a control character")
     if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", s.network_name):
         raise invalid("network_name", "must match [a-zA-Z0-9][a-zA-Z0-9_.-]*")
     _check_network_size(s)

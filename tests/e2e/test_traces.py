@@ -98,10 +98,11 @@ def test_a_sandboxs_spans_continue_the_callers_trace_down_to_each_libpod_call(
 
 def test_doctor_exports_to_the_collector(make_podmand: Callable[..., Podmand], receiver: otlp.Receiver) -> None:
     daemon = make_podmand(start=False)
-    proc = subprocess.run(daemon.command("doctor", "--json", "--otlp-endpoint", receiver.endpoint),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(daemon.command("doctor", "--json", "--otlp-endpoint", receiver.endpoint,
+                                         "--gateway-name", "e2e-gateway"), capture_output=True, text=True, timeout=120)
     checks = {c["name"]: c for c in json.loads(proc.stdout)}
     assert checks["traces"]["status"] == "OK", checks["traces"]
+    assert "openshell.gateway.name e2e-gateway" in checks["traces"]["finding"]
     assert receiver.exports == 1
     receiver.close()  # nothing answers there now
     proc = subprocess.run(daemon.command("doctor", "--json", "--otlp-endpoint", receiver.endpoint),

@@ -165,6 +165,13 @@ def test_serving_without_an_endpoint_never_imports_opentelemetry(tmp: Path) -> N
     assert (status, loaded) == (0, [])
 
 
+def test_a_gateway_name_with_a_control_character_is_refused() -> None:
+    out = subprocess.run([sys.executable, "-m", "podmand", "serve", "--gateway-name", "prod\nwest"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and out.stderr.count("\n") == 1, out.stderr
+    assert "invalid setting gateway_name (--gateway-name / OPENSHELL_GATEWAY_NAME)" in out.stderr
+
+
 def test_a_bad_endpoint_is_one_start_up_line_naming_the_setting() -> None:
     out = subprocess.run([sys.executable, "-m", "podmand", "serve", "--otlp-endpoint", "collector:4317"],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
@@ -195,6 +202,7 @@ def test_the_doctors_traces_line(receiver: otlp.Receiver) -> None:
     from podmand.cli.doctor import tracechecks
 
     assert tracechecks.check_traces("", "").status == "OK"
-    assert asyncio.run(tracechecks.traces(receiver.endpoint)).status == "OK"
+    found = asyncio.run(tracechecks.traces(receiver.endpoint, "prod-west"))
+    assert found.status == "OK" and "openshell.gateway.name prod-west" in found.finding
     refused = tracechecks.check_traces("http://127.0.0.1:9", "UNAVAILABLE: failed to connect")
     assert refused.status == "WARN" and "--otlp-endpoint" in refused.fix

@@ -293,7 +293,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             await client.close()
     sock = settings.socket
     checks.append(check_driver_socket(driver_socket_facts(sock)))
-    checks.append(await tracechecks.traces(settings.otlp_endpoint))
+    checks.append(await tracechecks.traces(settings.otlp_endpoint, settings.gateway_name))
     return checks
 
 

@@ -15,11 +15,13 @@ from ... import tracing
 from .hostchecks import Check, ok, warn
 
 
-def check_traces(endpoint: str, problem: str) -> Check:
+def check_traces(endpoint: str, problem: str, gateway_name: str = "") -> Check:
     if not endpoint:
         return ok("traces", "off (no otlp_endpoint)")
     if not problem:
-        return ok("traces", f"the OTLP collector at {endpoint} takes exports (service.name {tracing.SERVICE_NAME})")
+        named = f", openshell.gateway.name {gateway_name.strip()}" if gateway_name.strip() else ""
+        return ok("traces", f"the OTLP collector at {endpoint} takes exports (service.name {tracing.SERVICE_NAME}"
+                            f"{named})")
     return warn(
         "traces",
         f"the OTLP collector at {endpoint} did not take an export ({problem}): spans would be dropped",
@@ -28,6 +30,6 @@ def check_traces(endpoint: str, problem: str) -> Check:
     )
 
 
-async def traces(endpoint: str) -> Check:
+async def traces(endpoint: str, gateway_name: str = "") -> Check:
     problem = await asyncio.to_thread(tracing.probe, endpoint) if endpoint else ""
-    return check_traces(endpoint, problem)
+    return check_traces(endpoint, problem, gateway_name)
