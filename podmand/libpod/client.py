@@ -1,7 +1,8 @@
 """The libpod endpoints podmand uses, over a :class:`Transport`.
 
-Requests are built here and answers decoded into models; moving bytes is the
-transport's job.  Nothing but :class:`PodmanError`, :class:`PodmanUnavailable`
+Requests are built here (their targets by ``routes``) and answers decoded into
+models; moving bytes is the transport's job, and each call is told to ``observe``
+(``calls``).  Nothing but :class:`PodmanError`, :class:`PodmanUnavailable`
 and :class:`PodmanUnreadable` leaves a method (and ``CancelledError``).
 """
 
