@@ -64,7 +64,11 @@ PYTHON="${PYTHON:-python3}"
 ARCHES="${ARCHES:-$(uname -m)}"
 DIST="${DIST:-dist}"
 PYVERS="311 312 313"
-DEPS=(grpcio==1.85.3 grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1 protobuf==7.36.2 msgspec==0.23.0)
+DEPS=(grpcio==1.85.3 grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1 protobuf==7.36.2 msgspec==0.23.0
+      # traces (otlp_endpoint); the SDK pins its own API, protos and conventions exactly: the two it
+      # leaves open are pinned here
+      opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.2
+      googleapis-common-protos==1.76.0 typing-extensions==4.16.0)
 # pex, pinned to one wheel whatever Python builds (its code lands in every pex): the one for
 # Python 3.11 and older. On 3.11 pex resolves with the pip it vendors (which needs Python's
 # distutils); on 3.12+ it makes a pip with ensurepip. The building Python's minor version

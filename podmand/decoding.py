@@ -109,11 +109,14 @@ def decoding(handler: Any, method: str) -> Any:
     return make(wrapped, request_deserializer=None, response_serializer=out)
 
 
-class DecodeRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Wrap every handler once (cached per method) so bad bytes never reach grpc's deserializer."""
+class Wrapping(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """An interceptor that wraps each method's handler once (cached per method) in :meth:`wrap`."""
 
     def __init__(self) -> None:
         self._cache: dict[str, tuple[Any, Any]] = {}
+
+    def wrap(self, handler: Any, method: str) -> Any:
+        raise NotImplementedError
 
     async def intercept_service(
         self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
@@ -123,7 +126,14 @@ class DecodeRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         cached = self._cache.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        wrapped = decoding(handler, method)
+        wrapped = self.wrap(handler, method)
         if handler is not None:
             self._cache[method] = (handler, wrapped)
         return wrapped
+
+
+class DecodeRequests(Wrapping):
+    """Every handler decodes its requests itself, so bad bytes never reach grpc's deserializer."""
+
+    def wrap(self, handler: Any, method: str) -> Any:
+        return decoding(handler, method)

@@ -14,7 +14,8 @@ end watch streams, stop accepting, finish in-flight RPCs within a grace, stop th
 hub, bound background work, remove the sockets, stop an autostarted Podman, release
 the lock. A failed start unwinds the same way and leaves nothing behind, not even a
 socket directory podmand created; a stop asked for during start-up abandons it.
-How a stop is asked for and forced (signals): shutdown.py.
+How a stop is asked for and forced (signals): shutdown.py. With ``otlp_endpoint``
+set, traces are on for the whole run and flushed after it (rpcspans.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import __version__, logs
+from . import __version__, logs, rpcspans
 from ._proto import compute_driver_pb2_grpc
 from .config import Settings, invalid, rundir, startup_warnings
 from .decoding import DecodeRequests
@@ -70,8 +71,13 @@ async def serve(settings: Settings) -> int:
     logs.setup(settings.log_level, settings.log_format)
     for warning in startup_warnings(settings, os.environ):
         log.warning("%s", warning)
+    traces = rpcspans.start(settings)  # None without otlp_endpoint
     server = Server(settings)
-    status = await server.run()
+    try:
+        status = await server.run()
+    finally:
+        if traces is not None:  # what is left is exported (within tracing.EXPORT_TIMEOUT)
+            await asyncio.to_thread(traces.close)
     if server.stop.forced.is_set():
         # The sockets and the lock are gone; the loop's own clean-up would wait for
         # whatever work the second signal told podmand to abandon.
@@ -92,7 +98,7 @@ async def read_info(podman: PodmanClient, path: str) -> Info:
 
 def grpc_server(servicer: ComputeDriverServicer) -> tuple[Any, Any]:
     """The driver service, health and reflection on one server (not yet listening)."""
-    server = grpc.aio.server(interceptors=(DecodeRequests(),))
+    server = grpc.aio.server(interceptors=(*rpcspans.interceptors(), DecodeRequests()))
     compute_driver_pb2_grpc.add_ComputeDriverServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -153,6 +159,7 @@ class Server:
         rundir.ensure_holding(socket_path)
         podman_path = await stack.enter_async_context(podman_api(settings))
         podman = PodmanClient(podman_path)
+        rpcspans.observe(podman)
         stack.push_async_callback(podman.close)
         info = self._meanwhile(stack, read_info(podman, podman_path))
         inbox = Inbox()  # the driver's event sink and the hub's input: made first, given to both

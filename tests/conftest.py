@@ -6,6 +6,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,3 +31,15 @@ def fake(tmp: Path) -> Iterator[FakeLibpod]:
         yield fake
     finally:
         fake.stop_thread()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Any]:
+    """A real OTLP/gRPC trace receiver on a loopback port (tests/otlp.py), stopped after."""
+    from tests import otlp
+
+    r = otlp.Receiver()
+    try:
+        yield r
+    finally:
+        r.close()

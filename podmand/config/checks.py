@@ -14,6 +14,7 @@ import math
 import os
 import re
 
+from .. import tracing
 from ..errors import ConfigError
 from .options import DECLARED, describe, expected_value, invalid, mismatch, out_of_range, range_words
 from .schema import Settings
@@ -79,6 +80,10 @@ def validate(s: Settings) -> None:
             "(--podman-tls-ca/-cert/-key / OPENSHELL_PODMAN_TLS_CA/_CERT/_KEY); without them the "
             "supervisor exits with 'OPENSHELL_TLS_CA is required'",
         )
+    if s.otlp_endpoint and (problem := tracing.endpoint_problem(s.otlp_endpoint)):
+        raise invalid("otlp_endpoint", problem)
+    if not s.gateway_name.isprintable():
+        raise invalid("gateway_name", f"{s.gateway_name!r} holds a control character")
     if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", s.network_name):
         raise invalid("network_name", "must match [a-zA-Z0-9][a-zA-Z0-9_.-]*")
     _check_network_size(s)

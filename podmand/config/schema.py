@@ -98,6 +98,16 @@ class _Serving(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "PODMAND_LOG_FORMAT", "--log-format",
         "json: one object per line, RPC lines with rpc, sandbox, code and ms fields",
     )] = "human"
+    otlp_endpoint: Annotated[str, S(
+        "OPENSHELL_OTLP_ENDPOINT", "--otlp-endpoint",
+        "export traces over OTLP/gRPC to this collector: http://host:4317, https://host:port or unix:///path",
+        default="off", see="operations.md",
+    )] = ""
+    gateway_name: Annotated[str, S(
+        "OPENSHELL_GATEWAY_NAME", "--gateway-name",
+        "the gateway installation's name, the openshell.gateway.name resource attribute of exported traces",
+        default="unset", see="operations.md",
+    )] = ""
     telemetry_enabled: Annotated[bool, S(
         "OPENSHELL_TELEMETRY_ENABLED", "--telemetry-enabled",
         "value of OPENSHELL_TELEMETRY_ENABLED in sandboxes",

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import names
+from .. import names, tracing
 from ..errors import FailedPrecondition, InvalidArgument
 from ..libpod import ImageInspect, PodmanError
 from ..sandbox import imagechecks, proxy, rootfs
@@ -131,5 +131,9 @@ class Preparation:
     async def _image(self, ref: str, policy: str, reason: str, sandbox_id: str) -> ImageInspect:
         """``ref`` pulled per ``policy`` and pinned. Under 'missing' and 'never' an image
         pinned already costs no call; 'always' and 'newer' pull each time."""
-        fetch = lambda: self.puller.pull(ref, policy, reason, sandbox_id)  # noqa: E731
+        async def fetch() -> ImageInspect:
+            with tracing.span("podman.pull", {"sandbox.id": sandbox_id, "container.image.name": ref,
+                                              "podman.pull_policy": policy}):
+                return await self.puller.pull(ref, policy, reason, sandbox_id)
+
         return await self.images.pinned(ref, fetch, reuse=policy in ("missing", "never"))

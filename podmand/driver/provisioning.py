@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from .. import names
+from .. import names, tracing
 from .._proto import compute_driver_pb2 as pb
 from ..errors import DriverError
 from ..libpod import PodmanError, PodmanUnavailable
@@ -174,6 +174,12 @@ class Provisioner:
         self.ctx.sink.publish(sandbox_event(pending.snapshot()))
 
     async def _provision(self, pending: Pending) -> None:
+        """Provision until done, failed or cancelled: one span, a child of the create's or
+        start's RPC span (the task inherits its context)."""
+        with tracing.span("podman.provision", {"sandbox.id": pending.plan.sandbox_id}):
+            await self._provision_retrying(pending)
+
+    async def _provision_retrying(self, pending: Pending) -> None:
         sandbox_id = pending.plan.sandbox_id
         delay = 0.5
         stale = True  # what podmand remembers (network, image IDs) may be out of date once
@@ -209,6 +215,7 @@ class Provisioner:
 
     def _fail(self, pending: Pending, reason: str, message: str, *, terminal: bool = False) -> None:
         log.warning("sandbox %s: provisioning failed (%s): %s", pending.plan.sandbox_id, reason, message)
+        tracing.current_failed(reason)
         if terminal:  # reported again, not retried, after a restart
             try:
                 self.ctx.files.mark_failed(pending.plan.sandbox_id, reason, message)
@@ -225,9 +232,12 @@ class Provisioner:
             )
         prepared = await self.preparation.prepare(pending)
         self._set(pending, "ContainerStarting", "Creating the sandbox container")
-        container_id = await self.creation.create(pending, prepared)
+        step = {"sandbox.id": plan.sandbox_id}
+        with tracing.span("podman.create_container", step):
+            container_id = await self.creation.create(pending, prepared)
         plan = pending.plan  # with its devices assigned
-        await self.creation.start(plan, container_id)
+        with tracing.span("podman.start_container", step):
+            await self.creation.start(plan, container_id)
         self._pending.pop(plan.sandbox_id, None)
         self.ctx.sink.publish(
             platform_event(

@@ -5,11 +5,13 @@ socket, framed by ``http1``; ``memory``: in memory, for tests), ``client`` holds
 the endpoints, ``models`` the answers' shapes, ``lines`` the newline-delimited
 bodies, ``timeouts`` every deadline and ``errors`` the only exceptions that leave
 the package. ``versions`` says what each Podman release can do and gets wrong,
-``times`` reads the times its API reports. Import from here. It imports no other
+``times`` reads the times its API reports; ``routes`` builds request targets and
+names their route templates, ``calls`` is the hook an observer of calls (tracing)
+plugs into. Import from here. It imports no other
 podmand module.
 """
 
-from .client import PodmanClient, quote
+from .client import PodmanClient
 from .errors import PodmanError, PodmanUnavailable, PodmanUnreadable
 from .memory import MockTransport
 from .models import (
@@ -45,6 +47,7 @@ from .models import (
     VersionInfo,
     VolumeInspect,
 )
+from .routes import quote
 from .timeouts import Timeouts
 from .transport import Request, Response, Streamed, Transport, Upload
 from .unixsocket import UnixTransport

@@ -1,7 +1,8 @@
 """The libpod endpoints podmand uses, over a :class:`Transport`.
 
-Requests are built here and answers decoded into models; moving bytes is the
-transport's job.  Nothing but :class:`PodmanError`, :class:`PodmanUnavailable`
+Requests are built here (their targets by ``routes``) and answers decoded into
+models; moving bytes is the transport's job, and each call is told to ``observe``
+(``calls``).  Nothing but :class:`PodmanError`, :class:`PodmanUnavailable`
 and :class:`PodmanUnreadable` leaves a method (and ``CancelledError``).
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, BinaryIO, TypeVar
@@ -17,6 +17,7 @@ from typing import Any, BinaryIO, TypeVar
 import msgspec
 
 from . import lines as ndjson
+from .calls import Observer, unobserved
 from .errors import PodmanError, PodmanUnavailable, PodmanUnreadable
 from .models import (
     BadEvent,
@@ -33,40 +34,15 @@ from .models import (
     PullLine,
     VolumeInspect,
 )
+from .routes import quote, template
+from .routes import target as _target
 from .timeouts import Timeouts
 from .transport import Request, Response, Transport, Upload
 from .unixsocket import UnixTransport
 
-API_PREFIX = "/v4.0.0/libpod"
 _IMPORT_CHUNK = 1024 * 1024  # bytes of a rootfs tar read and sent at a time
 T = TypeVar("T")
 LOG_CONFIGURATION = {"driver": "k8s-file"}  # every container's log, whatever containers.conf says
-
-
-def quote(name: str) -> str:
-    """Percent-encode one path segment (image references contain '/' and ':')."""
-    return urllib.parse.quote(name, safe="")
-
-
-def _target(path: str, query: Mapping[str, Any] | None = None) -> str:
-    """The request target: libpod's prefix (not for ``/_ping``) and the query, where a
-    list repeats its key, a bool is true/false and a dict is JSON (libpod's filters)."""
-    full = path if path.startswith("/_") else API_PREFIX + path
-    items: list[tuple[str, str]] = []
-    for key, value in (query or {}).items():
-        if value is None:
-            continue
-        if isinstance(value, list):
-            items += [(key, str(v)) for v in value]
-            continue
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        elif isinstance(value, dict):
-            value = msgspec.json.encode(value).decode()
-        items.append((key, str(value)))
-    if items:
-        full += "?" + urllib.parse.urlencode(items, quote_via=urllib.parse.quote)
-    return full
 
 
 def _decode(data: bytes, kind: type[T], what: str) -> T:
@@ -118,6 +94,7 @@ class PodmanClient:
         self.transport = transport
         self.timeouts = timeouts
         self._served_info: Info | None = None
+        self.observe: Observer = unobserved  # told of every call (calls.py): tracing, when on
 
     async def close(self) -> None:
         await self.transport.close()
@@ -151,10 +128,13 @@ class PodmanClient:
         return resp
 
     async def _send(self, request: Request, timeout: float | None, what: str) -> Response:
-        try:
-            return await asyncio.wait_for(self.transport.send(request), timeout)
-        except TimeoutError as exc:
-            raise PodmanUnavailable(f"Podman did not answer {what} in time") from exc
+        with self.observe(request.method, template(request.method, request.target)) as answered:
+            try:
+                resp = await asyncio.wait_for(self.transport.send(request), timeout)
+            except TimeoutError as exc:
+                raise PodmanUnavailable(f"Podman did not answer {what} in time") from exc
+            answered(resp.status)
+            return resp
 
     @contextlib.asynccontextmanager
     async def _chunks(
@@ -166,10 +146,13 @@ class PodmanClient:
         headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """The body of a 2xx answer as it arrives, on a connection of its own."""
-        async with self.transport.stream(Request(method, _target(path, query), headers or {})) as answer:
-            if answer.status >= 400:
-                raise _error(await answer.read())
-            yield answer.chunks
+        request = Request(method, _target(path, query), headers or {})
+        with self.observe(method, template(method, request.target)) as answered:
+            async with self.transport.stream(request) as answer:
+                answered(answer.status)
+                if answer.status >= 400:
+                    raise _error(await answer.read())
+                yield answer.chunks
 
     # ------------------------------------------------------------ system
 

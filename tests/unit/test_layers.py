@@ -2,9 +2,9 @@
 
 Each package imports only the layers before it (docs/architecture.md draws them):
 
-    leaves (errors, names, logs, locks)
+    leaves (errors, names, logs, locks, tracing)
       < libpod < config < security < sandbox < host < driver < watch
-      < the edge (decoding, negotiation, servicer, server)   cli beside it
+      < the edge (decoding, negotiation, rpcspans, servicer, server)   cli beside it
       < __main__
 
 ``cli`` may import everything below ``driver`` and the edge's ``negotiation`` (the
@@ -23,8 +23,8 @@ from pathlib import Path
 import podmand
 
 PACKAGE = Path(podmand.__file__).parent
-LEAVES = {"podmand", "podmand.errors", "podmand.names", "podmand.logs", "podmand.locks"}
-EDGE = {"podmand.decoding", "podmand.negotiation", "podmand.servicer", "podmand.server"}
+LEAVES = {"podmand", "podmand.errors", "podmand.names", "podmand.logs", "podmand.locks", "podmand.tracing"}
+EDGE = {"podmand.decoding", "podmand.negotiation", "podmand.rpcspans", "podmand.servicer", "podmand.server"}
 ORDER = ["leaves", "libpod", "config", "security", "sandbox", "host", "driver", "watch", "edge", "main"]
 CLI_MAY_ALSO = {"podmand.negotiation"}
 

@@ -30,7 +30,7 @@ from ...host.discovery import Attempt, candidates, podman_socket_in, probe
 from ...libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 from ...sandbox import cdi, selinux
 from ...sandbox import settings as sandbox_settings
-from . import eventchecks
+from . import eventchecks, tracechecks
 from .capacitychecks import CapacityFacts, check_capacity
 from .hostchecks import (
     TUN,
@@ -293,6 +293,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             await client.close()
     sock = settings.socket
     checks.append(check_driver_socket(driver_socket_facts(sock)))
+    checks.append(await tracechecks.traces(settings.otlp_endpoint, settings.gateway_name))
     return checks
 
 
@@ -323,7 +324,7 @@ def add_parser(sub: Any) -> None:
         description="Check the Podman socket, runtime directory, version, Quadlet support, cgroups, the known "
         "bugs of this Podman release, its event logger and OCI runtime, the gateway address sandboxes dial, "
         "subordinate IDs, the host's sandbox capacity, GPUs (CDI), /dev/net/tun, storage driver, SELinux, "
-        "images, state directory and driver socket. "
+        "images, state directory, driver socket and the OTLP collector traces go to. "
         "Takes serve's settings. Exit 1 when a check FAILs.",
     )
     p.add_argument("--json", action="store_true", help="print a JSON list of {name, status, finding, fix}")

@@ -385,6 +385,8 @@ BAD: dict[str, tuple[str | int, str]] = {
     "allow_driver_config": ("maybe", "expected true or false, got 'maybe'"),
     "admission_enabled": ("maybe", "expected true or false, got 'maybe'"),
     "telemetry_enabled": ("maybe", "expected true or false, got 'maybe'"),
+    "otlp_endpoint": ("collector:4317", "must start with http://, https:// or unix://"),
+    "gateway_name": (5, "expected a string, got 5"),
     "state_dir": (1, "expected a string, got 1"),
     "log_level": ("loud", "expected one of: debug, info, warning, error; got 'loud'"),
     "log_format": ("xml", "expected one of: human, json; got 'xml'"),
