@@ -24,7 +24,7 @@ import msgspec
 from ... import config
 from ...config import rundir
 from ...errors import ConfigError
-from ...host import autostart, capacity, discovery, hostgateway, limits, sharedpaths, storageguard
+from ...host import autostart, capacity, discovery, hostgateway, limits, sharedpaths, storageguard, wsl
 from ...host.capacity import parse_subids
 from ...host.discovery import podman_socket_in
 from ...libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
@@ -253,7 +253,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
         checks.append(check_cgroups(cg_version, rootless, controllers, source, manager))
         if info is not None:
             checks.extend(version_checks(info, settings, machine_facts()))
-        checks.append(check_gpus(settings.cdi_spec_dirs, cdi.scan(settings.cdi_spec_dirs)))
+        checks.append(check_gpus(settings.cdi_spec_dirs, cdi.scan(settings.cdi_spec_dirs), wsl.wsl2()))
         if rootless:
             user = user_name(uid)
             subuids = parse_subids(read_text("/etc/subuid"), user, uid)
