@@ -120,3 +120,22 @@ def test_discover_returns_the_machine_and_a_named_socket_stops_autostart(tmp_pat
     assert why == "podmand starts Podman's API only when no socket is named, and one is (CONTAINER_HOST)"
     monkeypatch.setenv("CONTAINER_CONNECTION", "dev")
     assert "(CONTAINER_CONNECTION)" in autostart.why_not_start(Settings(), "/usr/bin/podman")
+
+
+def test_every_candidate_and_skipped_file_is_listed_alike_by_serve_and_doctor(tmp_path: Path) -> None:
+    from podmand.cli.doctor.servicechecks import check_socket
+
+    conf = tmp_path / "containers.conf"
+    conf.write_text('[engine]\nactive_service = "x"\n')
+    conf.chmod(0o666)
+    env = {**setup(tmp_path, {"gone": {"URI": f"unix://{tmp_path}/gone.sock"}}, "gone"), "CONTAINERS_CONF": str(conf)}
+    plan = discovery.plan("", env, no_machine)
+    tried = asyncio.run(asyncio.wait_for(discovery.attempts(plan), DEADLINE))[:2]  # not the well-known ones
+    assert tried[0].line() == (f"{conf} (Podman's configuration): not read: writable by group or others "
+                               "(mode 0666)")
+    assert tried[1].line() == f"{tmp_path}/gone.sock (default connection 'gone'): does not exist"
+    served = str(discovery.NoPodmanSocket(tried))
+    doctor = check_socket(tried)
+    assert doctor.status == "FAIL"
+    for attempt in tried:
+        assert f"  {attempt.line()}\n" in served + "\n" and attempt.line() in doctor.finding

@@ -89,6 +89,7 @@ def test_trust_is_decided_on_the_owner_and_mode() -> None:
     reg = 0o100000
     assert podmanconfig.trust_problem(st(1000, reg | 0o644), 1000) == ""
     assert podmanconfig.trust_problem(st(0, reg | 0o644), 1000) == ""
-    assert podmanconfig.trust_problem(st(1001, reg | 0o644), 1000) == "owned by uid 1001, not this user (uid 1000) or root"
+    assert podmanconfig.trust_problem(st(1001, reg | 0o644), 1000) == (
+        "owned by uid 1001, not this user (uid 1000) or root")
     assert podmanconfig.trust_problem(st(1000, reg | 0o664), 1000).startswith("writable by group or others")
     assert podmanconfig.trust_problem(st(1000, 0o040755), 1000) == "not a regular file"

@@ -281,3 +281,22 @@ def test_wsl2_is_the_dxg_device(tmp_path: Path) -> None:
     assert wsl.wsl2(str(tmp_path / "dxg")) is False
     (tmp_path / "dxg").touch()
     assert wsl.wsl2(str(tmp_path / "dxg")) is True
+
+
+def test_the_driver_serves_gpus_as_the_host_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's selector takes the host's WSL2 fact (its /dev/dxg, pointed elsewhere here)."""
+    from podmand.driver import Driver
+    from podmand.host import wsl
+    from podmand.libpod import PodmanClient
+    from tests.fakes.harness import Sink
+
+    (tmp_path / "nvidia.yaml").write_text("kind: nvidia.com/gpu\ndevices:\n- name: all\n")
+    monkeypatch.setattr(wsl, "DXG", str(tmp_path / "dxg"))
+
+    def driver() -> Driver:
+        return Driver(Settings(cdi_spec_dirs=[str(tmp_path)]), PodmanClient(str(tmp_path / "p.sock")),
+                      tmp_path / "state", Sink())
+
+    assert driver().gpus.selectable() is False
+    (tmp_path / "dxg").touch()
+    assert driver().gpus.selectable() is True and driver().gpus.peek(1) == [cdi.ALL_GPUS]
