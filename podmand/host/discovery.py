@@ -160,34 +160,24 @@ def fallback_problem(path: str, env: Mapping[str, str], uid: int) -> str:
     directory = rundir.fallback_path(env, uid)
     if uid == 0 or not path.startswith(directory + "/"):
         return ""
-    try:
-        st = os.lstat(directory)
-    except FileNotFoundError:
-        return "does not exist"
-    except OSError as exc:
-        return f"cannot stat {directory}: {exc.strerror}"
-    problem = rundir.fallback_problem(st, uid)
-    return f"not used: its directory {directory} {problem} (another user could have planted it)" if problem else ""
+    return _directory(directory, lambda st: rundir.fallback_problem(st, uid))
 
 
 def directory_problem(path: str, uid: int) -> str:
-    """'' when the directory holding a found socket is one only this user or root may change."""
-    directory = os.path.dirname(path)
+    """'' when the directory holding a found socket is one only this user or root may change
+    (the fallback's rules, root's directories allowed too: /run/podman)."""
+    return _directory(os.path.dirname(path), lambda st: rundir.fallback_problem(st, 0 if st.st_uid == 0 else uid))
+
+
+def _directory(directory: str, problem_of: Callable[[os.stat_result], str]) -> str:
     try:
         st = os.lstat(directory)
     except FileNotFoundError:
         return "does not exist"
     except OSError as exc:
         return f"cannot stat {directory}: {exc.strerror}"
-    if stat.S_ISLNK(st.st_mode):
-        why = "is a symlink"
-    elif st.st_uid not in (uid, 0):
-        why = f"is owned by uid {st.st_uid}, not this user (uid {uid}) or root"
-    elif st.st_mode & 0o022:
-        why = f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
-    else:
-        return ""
-    return f"not used: its directory {directory} {why} (another user could have planted it)"
+    problem = problem_of(st)
+    return f"not used: its directory {directory} {problem} (another user could have planted it)" if problem else ""
 
 
 async def probe(path: str) -> str:
