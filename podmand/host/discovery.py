@@ -117,15 +117,15 @@ def plan(explicit: str, environ: Mapping[str, str] | None = None,
     named = named_by(explicit, env)
     if explicit:
         return Plan([Candidate(explicit.removeprefix("unix://"), named=True)], named)
+    name = env.get(CONNECTION, "").strip()
+    if named == HOST:  # no configuration file has a say
+        sshkey = env.get("CONTAINER_SSHKEY", "")
+        return Plan([connections.for_uri(env[HOST], HOST, env, uid, identity=sshkey, named=True)], named)
     conns = connections.load(env, uid)
     found = [Candidate(i.path, "Podman's configuration", refused=i.why) for i in conns.ignored]
-    name = env.get(CONNECTION, "").strip()
     if name:
         return Plan([*found, _connection(conns, name, f"connection {name!r} ({CONNECTION})", env, uid, inspect,
                                          named=True)], named)
-    if named:
-        sshkey = env.get("CONTAINER_SSHKEY", "")
-        return Plan([*found, connections.for_uri(env[HOST], HOST, env, uid, identity=sshkey, named=True)], named)
     if conns.default:
         found.append(_connection(conns, conns.default, f"default connection {conns.default!r}", env, uid, inspect))
     for other, dest in sorted(conns.named.items()):

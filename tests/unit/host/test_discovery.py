@@ -37,11 +37,14 @@ def test_container_connection_then_container_host_each_decisive(tmp_path: Path) 
     got = discovery.plan("", both, no_machine)
     assert got.named_by == "CONTAINER_CONNECTION"  # Podman 5's order
     assert got.candidates == [Candidate("/run/a.sock", "connection 'a' (CONTAINER_CONNECTION)", named=True)]
+    (tmp_path / "none.conf").write_text("")
+    (tmp_path / "none.conf").chmod(0o666)  # not read, and listed, unless CONTAINER_HOST alone decides
+    assert discovery.plan("", env, no_machine).candidates[0].refused.startswith("not read: writable by group")
     host = discovery.plan("", {**env, "CONTAINER_HOST": "unix:///run/h.sock"}, no_machine)
     assert (host.named_by, host.candidates) == ("CONTAINER_HOST", [Candidate("/run/h.sock", "CONTAINER_HOST",
                                                                              named=True)])
     missing = discovery.plan("", {**env, "CONTAINER_CONNECTION": "zz"}, no_machine).candidates
-    assert [(c.path, c.refused.partition(" (")[0]) for c in missing] == [("zz", "no such connection")]
+    assert [(c.path, c.refused.partition(" (")[0]) for c in missing][1:] == [("zz", "no such connection")]
     own = discovery.plan("/x/p.sock", both, no_machine)  # podmand's own setting outranks both
     assert [c.path for c in own.candidates] == ["/x/p.sock"] and own.named_by.startswith("podman_socket")
 
