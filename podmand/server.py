@@ -39,7 +39,7 @@ from .config import Settings, invalid, rundir, startup_warnings
 from .decoding import DecodeRequests
 from .driver import Driver
 from .errors import DriverError, StartupError
-from .host import enforcement, eventproof
+from .host import enforcement, eventproof, hostgateway
 from .host.autostart import podman_api
 from .host.limits import raise_nofile_limit
 from .host.notify import Notifier
@@ -157,7 +157,12 @@ class Server:
         notifier = Notifier.from_environ(os.environ)  # before any child process is started
         stack.callback(unlock_state_dir, lock_state_dir(state_dir, socket_path))
         rundir.ensure_holding(socket_path)
-        podman_path = await stack.enter_async_context(podman_api(settings))
+        api = await stack.enter_async_context(podman_api(settings))
+        podman_path = api.path
+        if api.machine and not settings.host_gateway_ip:
+            log.info("Podman is podman machine %r: host_gateway_ip defaults to gvproxy's %s", api.machine,
+                     hostgateway.GVPROXY_HOST)
+        self.settings = settings = hostgateway.for_machine(settings, api.machine)
         podman = PodmanClient(podman_path)
         rpcspans.observe(podman)
         stack.push_async_callback(podman.close)

@@ -20,7 +20,7 @@ from .driver import Driver
 from .errors import DriverError, Unavailable
 from .libpod import PodmanError, PodmanUnavailable, PodmanUnreadable
 from .negotiation import check_gateway, with_gpus
-from .sandbox import cdi, requestchecks
+from .sandbox import requestchecks
 from .watch.hub import Hub
 from .watch.streams import End
 
@@ -150,7 +150,7 @@ class ComputeDriverServicer:
         async def call() -> pb.GetCapabilitiesResponse:
             capabilities = await self.readiness.capabilities()
             check_gateway(request, capabilities.extension)
-            return with_gpus(capabilities, cdi.selectable(self.driver.gpus.inventory().gpus))
+            return with_gpus(capabilities, self.driver.gpus.selectable())
 
         return await self._run("GetCapabilities", "", context, call)
 

@@ -37,7 +37,7 @@ async def _podman() -> str:
     from ..libpod import PodmanClient, Timeouts
 
     try:  # the socket serve would use, without waiting for one that does not answer yet
-        path = await discover(os.environ.get("OPENSHELL_PODMAN_SOCKET", ""), 0.0)
+        path = (await discover(os.environ.get("OPENSHELL_PODMAN_SOCKET", ""), 0.0)).path
     except NoPodmanSocket:
         return "Podman: no API socket answered"
     client = PodmanClient(path, timeouts=Timeouts(request=PODMAN_BUDGET))

@@ -299,7 +299,7 @@ class _Network(_Sandboxes):
     host_gateway_ip: Annotated[str, S(
         "OPENSHELL_PODMAN_HOST_GATEWAY_IP", "--host-gateway-ip",
         "IP address of host.containers.internal and host.openshell.internal in sandboxes",
-        default="Podman's host-gateway", see="deployment.md",
+        default="Podman's host-gateway (under podman machine: gvproxy's 192.168.127.254)", see="deployment.md",
     )] = ""
     ssh_socket_path: Annotated[str, S(
         "OPENSHELL_SANDBOX_SSH_SOCKET_PATH", "--sandbox-ssh-socket-path",

@@ -12,6 +12,7 @@ from pathlib import Path
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
 from ..errors import FailedPrecondition
+from ..host import wsl
 from ..libpod import ImageInspect, PodmanClient, PodmanError, versions
 from ..sandbox import cdi, identity, imagechecks, rootfs
 from ..sandbox.identity import Resolved
@@ -84,7 +85,7 @@ class Validator:
         self.images = images
         self.settings = settings
         self.state_dir = state_dir
-        self.gpus = cdi.GpuSelector(tuple(settings.cdi_spec_dirs))
+        self.gpus = cdi.GpuSelector(tuple(settings.cdi_spec_dirs), all_by_default=wsl.wsl2())
         self._accounts = Accounts()
         self._reads = asyncio.Semaphore(READS)
 

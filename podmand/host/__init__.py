@@ -4,7 +4,9 @@
   runs: ``podmanservice`` supervises it, ``storageguard`` picks overlay for a new
   store), ``eventproof`` (its event stream delivers), ``enforcement`` (it applies
   limits), ``hostgateway`` (the address sandboxes reach the gateway by),
-  ``sharedpaths`` (it sees podmand's state directory at the same path).
+  ``sharedpaths`` (it sees podmand's state directory at the same path); where its
+  connections are (``connections``, ``podmanconfig``: Podman's own configuration).
+- the host's kind: ``wsl`` (WSL2 shares its GPU as nvidia.com/gpu=all).
 - podmand's own footing: ``statedir`` (one podmand per state directory),
   ``socketpath`` (the driver socket's path), ``limits`` (the descriptor limit),
   ``capacity`` (how many sandboxes fit), ``notify`` (systemd readiness),
@@ -17,16 +19,19 @@ nothing above.
 __all__ = [
     "autostart",
     "capacity",
+    "connections",
     "discovery",
     "enforcement",
     "eventproof",
     "hostgateway",
     "limits",
     "notify",
+    "podmanconfig",
     "podmanservice",
     "sharedpaths",
     "shutdown",
     "socketpath",
     "statedir",
     "storageguard",
+    "wsl",
 ]

@@ -26,7 +26,7 @@ import shutil
 from collections.abc import AsyncIterator, Mapping
 
 from ..config import Settings, rundir
-from .discovery import NoPodmanSocket, discover, podman_socket_in
+from .discovery import Attempt, NoPodmanSocket, discover, named_by, podman_socket_in
 from .podmanservice import AutostartError, PodmanService
 from .storageguard import storage_facts, storage_flags
 
@@ -36,13 +36,11 @@ log = logging.getLogger("podmand")
 # ---------------------------------------------------------------- the command (pure)
 
 
-def why_not_start(settings: Settings, podman: str | None) -> str:
+def why_not_start(settings: Settings, podman: str | None, environ: Mapping[str, str] | None = None) -> str:
     """'' when podmand should start Podman's API itself, else why it does not."""
-    if settings.podman_socket:
-        return (
-            "podmand starts Podman's API only when no socket is named, and one is "
-            "(podman_socket: --podman-socket / OPENSHELL_PODMAN_SOCKET)"
-        )
+    named = named_by(settings.podman_socket, environ)
+    if named:
+        return f"podmand starts Podman's API only when no socket is named, and one is ({named})"
     if not settings.podman_autostart:
         return (
             "podmand did not start Podman's API: podman_autostart is off "
@@ -82,7 +80,7 @@ def prepare(settings: Settings, environ: Mapping[str, str] | None = None) -> Pod
     """The service podmand would start, or NoPodmanSocket's reason not to (as AutostartError)."""
     env = os.environ if environ is None else environ
     podman = shutil.which("podman", path=env.get("PATH") or os.defpath)
-    why = why_not_start(settings, podman)
+    why = why_not_start(settings, podman, env)
     if why:
         raise AutostartError(why)
     assert podman is not None
@@ -98,9 +96,9 @@ def prepare(settings: Settings, environ: Mapping[str, str] | None = None) -> Pod
 
 
 @contextlib.asynccontextmanager
-async def podman_api(settings: Settings) -> AsyncIterator[str]:
-    """The socket of an answering Podman API: discovered, or a service started here and
-    stopped when the block ends."""
+async def podman_api(settings: Settings) -> AsyncIterator[Attempt]:
+    """An answering Podman API's socket (and where it was found): discovered, or a service
+    started here and stopped when the block ends."""
     try:
         found = await discover(settings.podman_socket, settings.podman_wait)
     except NoPodmanSocket as exc:
@@ -123,6 +121,6 @@ async def podman_api(settings: Settings) -> AsyncIterator[str]:
     log.info("started Podman's API service (pid %d) at %s%s", service.proc.pid, service.socket_path, storage)
     service.supervise()
     try:
-        yield service.socket_path
+        yield Attempt(service.socket_path, "", "started by podmand")
     finally:
         await service.stop()

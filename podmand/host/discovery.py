@@ -1,4 +1,21 @@
-"""Finding the Podman API socket, and saying exactly why when there is none."""
+"""Finding the Podman API socket the way Podman's own CLI finds its service, and saying
+exactly why when there is none.
+
+The candidates, in order (``plan``): podmand's own ``podman_socket`` alone when set; else
+``CONTAINER_CONNECTION`` (a connection by name), else ``CONTAINER_HOST`` (a URI), which
+Podman 5 ranks in that order (cmd/podman/root.go ``setupRemoteConnection``; Podman 4 ranked
+``CONTAINER_HOST`` first). Any of these names the socket: nothing else is tried and
+podmand starts no service of its own. Otherwise the default connection (connections.py),
+the other podman machines' sockets, then the well-known places: the user's runtime
+directories, the podman machine symlink, the rootful socket.
+
+Every candidate is listed with why it failed (``NoPodmanSocket``, and doctor's socket
+check, from the same ``Attempt`` lines). The planted-socket rules apply to each: a socket
+in a well-known place must be its owner's (this user's or root's; root's for the rootful
+one); one found (a connection's, a machine's) must be this user's or root's, in a
+directory no other user may write; a socket named by the operator is taken as named; and
+nothing in a fallback runtime directory another user could have made is ever contacted.
+"""
 
 from __future__ import annotations
 
@@ -12,19 +29,27 @@ from dataclasses import dataclass
 from ..config import rundir
 from ..errors import StartupError
 from ..libpod import PodmanClient, PodmanUnavailable
+from . import connections
+from .connections import Candidate
 
 
 @dataclass(frozen=True)
 class Attempt:
     path: str
     problem: str  # "" when the socket answered
+    source: str = ""  # where the candidate came from ("": a well-known place)
+    machine: str = ""  # the podman machine whose socket it is
+
+    def line(self) -> str:
+        where = f" ({self.source})" if self.source else ""
+        return f"{self.path}{where}: {self.problem}"
 
 
 class NoPodmanSocket(StartupError):
     """``why_not_started``: why podmand did not start Podman's API service itself."""
 
     def __init__(self, attempts: list[Attempt], why_not_started: str = "") -> None:
-        lines = [f"  {a.path}: {a.problem}" for a in attempts]
+        lines = [f"  {a.line()}" for a in attempts]
         super().__init__(
             "no responsive Podman API socket found; tried:\n"
             + "\n".join(lines)
@@ -58,11 +83,65 @@ def _users_own(env: Mapping[str, str], uid: int) -> list[str]:
 
 
 def candidates(explicit: str, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The upstream probe order, plus the rootful socket (upstream forgets it)."""
+    """The well-known places, in the upstream probe order, plus the rootful socket (upstream
+    forgets it); only ``explicit`` when it is set."""
     env = os.environ if environ is None else environ
     if explicit:
         return [explicit.removeprefix("unix://")]
     return list(dict.fromkeys([*_users_own(env, os.geteuid()), ROOTFUL_SOCKET]))
+
+
+CONNECTION, HOST = "CONTAINER_CONNECTION", "CONTAINER_HOST"
+
+
+def named_by(explicit: str, environ: Mapping[str, str] | None = None) -> str:
+    """What names the socket, when something does ('' when podmand looks for one)."""
+    env = os.environ if environ is None else environ
+    if explicit:
+        return "podman_socket (--podman-socket / OPENSHELL_PODMAN_SOCKET)"
+    return next((name for name in (CONNECTION, HOST) if env.get(name, "").strip()), "")
+
+
+@dataclass(frozen=True)
+class Plan:
+    candidates: list[Candidate]
+    named_by: str = ""  # when set, the candidates are all there is: no fallback, no autostart
+
+
+def plan(explicit: str, environ: Mapping[str, str] | None = None,
+         inspect: connections.Inspect = connections.run_inspect) -> Plan:
+    """Every candidate, in Podman's order (the module's docstring). ``inspect`` answers for
+    ``podman machine inspect`` (injected by tests: no machine runs here)."""
+    env = os.environ if environ is None else environ
+    uid = os.geteuid()
+    named = named_by(explicit, env)
+    if explicit:
+        return Plan([Candidate(explicit.removeprefix("unix://"), named=True)], named)
+    name = env.get(CONNECTION, "").strip()
+    if named == HOST:  # no configuration file has a say
+        sshkey = env.get("CONTAINER_SSHKEY", "")
+        return Plan([connections.for_uri(env[HOST], HOST, env, uid, identity=sshkey, named=True)], named)
+    conns = connections.load(env, uid)
+    found = [Candidate(i.path, "Podman's configuration", refused=i.why) for i in conns.ignored]
+    if name:
+        return Plan([*found, _connection(conns, name, f"connection {name!r} ({CONNECTION})", env, uid, inspect,
+                                         named=True)], named)
+    if conns.default:
+        found.append(_connection(conns, conns.default, f"default connection {conns.default!r}", env, uid, inspect))
+    for other, dest in sorted(conns.named.items()):
+        if dest.is_machine and other != conns.default:
+            found.append(connections.machine_candidate(other, f"connection {other!r}", env, uid, inspect))
+    found += [Candidate(path) for path in candidates("", env)]
+    unique = {(c.path, c.refused): c for c in reversed(found)}  # the first of each path stays
+    return Plan([c for c in found if unique[(c.path, c.refused)] is c])
+
+
+def _connection(conns: connections.Connections, name: str, source: str, env: Mapping[str, str], uid: int,
+                inspect: connections.Inspect, *, named: bool = False) -> Candidate:
+    dest = conns.named.get(name)
+    if dest is None:
+        return Candidate(name, source, refused=f"no such connection (looked in {connections.where(env)})")
+    return connections.for_connection(name, dest, source, env, uid, inspect, named=named)
 
 
 def socket_owners(path: str, env: Mapping[str, str], uid: int) -> set[int] | None:
@@ -81,21 +160,40 @@ def fallback_problem(path: str, env: Mapping[str, str], uid: int) -> str:
     directory = rundir.fallback_path(env, uid)
     if uid == 0 or not path.startswith(directory + "/"):
         return ""
+    return _directory(directory, lambda st: rundir.fallback_problem(st, uid))
+
+
+def directory_problem(path: str, uid: int) -> str:
+    """'' when the directory holding a found socket is one only this user or root may change
+    (the fallback's rules, root's directories allowed too: /run/podman)."""
+    return _directory(os.path.dirname(path), lambda st: rundir.fallback_problem(st, 0 if st.st_uid == 0 else uid))
+
+
+def _directory(directory: str, problem_of: Callable[[os.stat_result], str]) -> str:
     try:
         st = os.lstat(directory)
     except FileNotFoundError:
         return "does not exist"
     except OSError as exc:
         return f"cannot stat {directory}: {exc.strerror}"
-    problem = rundir.fallback_problem(st, uid)
+    problem = problem_of(st)
     return f"not used: its directory {directory} {problem} (another user could have planted it)" if problem else ""
 
 
 async def probe(path: str) -> str:
     """'' when ``path`` is a libpod API that answers ``/_ping``, else why not. A socket in a
     well-known place that another user could have put there is never connected to."""
-    env, uid = os.environ, os.geteuid()
-    unsafe = fallback_problem(path, env, uid)
+    return await check(Candidate(path, named=True))
+
+
+async def check(candidate: Candidate) -> str:
+    """'' when the candidate answers, else why not (the planted-socket rules first)."""
+    if candidate.refused:
+        return candidate.refused
+    path, env, uid = candidate.path, os.environ, os.geteuid()
+    owners = socket_owners(path, env, uid)
+    found = not candidate.named and owners is None  # a connection's or a machine's socket
+    unsafe = fallback_problem(path, env, uid) or (directory_problem(path, uid) if found else "")
     if unsafe:
         return unsafe
     try:
@@ -108,7 +206,8 @@ async def probe(path: str) -> str:
         return f"cannot stat: {exc.strerror}"
     if not stat.S_ISSOCK(st.st_mode):
         return "exists but is not a socket"
-    owners = socket_owners(path, env, uid)
+    if found:
+        owners = {uid, 0}
     if owners is not None and st.st_uid not in owners:
         whose = "root" if owners == {0} else f"this user (uid {uid}) or root"
         return f"not used: the socket is owned by uid {st.st_uid}, not {whose} (another user could impersonate Podman)"
@@ -131,22 +230,29 @@ async def probe(path: str) -> str:
     return ""
 
 
+async def attempts(found: Plan) -> list[Attempt]:
+    """Each candidate tried, with why it failed ('' for one that answers)."""
+    return [Attempt(c.path, await check(c), c.source, c.machine) for c in found.candidates]
+
+
 _TRANSIENT = ("connection refused", "no answer", "answered /_ping with HTTP")  # may change within seconds
 
 
-async def discover(explicit: str, wait: float) -> str:
-    """The first socket that answers; retries for ``wait`` seconds while some
+async def discover(explicit: str, wait: float, environ: Mapping[str, str] | None = None,
+                   inspect: connections.Inspect = connections.run_inspect) -> Attempt:
+    """The first candidate that answers; retries for ``wait`` seconds while some
     candidate is a socket that does not answer yet (e.g. a service restarting).
     One this user may not use (another user's) is no reason to wait."""
+    found = plan(explicit, environ, inspect)
     deadline = time.monotonic() + wait
     while True:
-        attempts = [Attempt(p, await probe(p)) for p in candidates(explicit)]
-        for attempt in attempts:
+        tried = await attempts(found)
+        for attempt in tried:
             if not attempt.problem:
-                return attempt.path
-        starting = any(a.problem.startswith(_TRANSIENT) for a in attempts)
+                return attempt
+        starting = any(a.problem.startswith(_TRANSIENT) for a in tried)
         if not starting or time.monotonic() >= deadline:
-            raise NoPodmanSocket(attempts)
+            raise NoPodmanSocket(tried)
         await asyncio.sleep(0.5)
 
 

@@ -15,8 +15,13 @@ Sometimes Podman has none, and the container does not start: ``unable to replace
 which pasta copies into the rootless network namespace and 5.1 leaves out
 (containers/podman#22653, #22881); and podman machine before 5.6 (#21681).
 
-podmand does not pick an address itself, because in exactly those cases none it could
-compute reaches the host: rootless, its workspace network's gateway lives in the
+Under podman machine, when discovery found the machine's socket (discovery.py), podmand
+makes gvproxy's address for the host, 192.168.127.254, the default ``host_gateway_ip``
+(``for_machine``), as upstream does on macOS (openshell-driver-podman config.rs:476, #1634):
+gvproxy (containers/gvisor-tap-vsock) answers that address in the VM and forwards it to the
+host's loopback, where a gateway beside podmand listens. A ``host_gateway_ip`` that is set
+wins. Otherwise podmand does not pick an address itself, because in exactly those cases
+none it could compute reaches the host: rootless, its workspace network's gateway lives in the
 rootless network namespace, not on the host (why Podman passes it over too), and the
 host's one address is the copy pasta gave the namespace; under podman machine the
 host is outside the VM. Where the gateway listens only the operator knows. So podmand
@@ -26,9 +31,12 @@ recognises Podman's error and fails the sandbox with a terminal reason naming
 
 from __future__ import annotations
 
+import msgspec
+
 from .. import config
 
 REASON = "HostGatewayUnresolved"
+GVPROXY_HOST = "192.168.127.254"  # gvproxy's address for the host in a podman machine VM
 PODMAN_SAYS = "host containers internal IP address is empty"  # hosts.go's words, 4.7.0 to 5.6
 
 
@@ -49,3 +57,10 @@ def explanation(podman_message: str) -> str:
         "the VM), or upgrade Podman (5.3, or 5.6 under podman machine). "
         f"Podman said: {podman_message}"
     )
+
+
+def for_machine(settings: config.Settings, machine: str) -> config.Settings:
+    """The settings to serve with when Podman is podman machine ``machine`` ('' when it is not)."""
+    if not machine or settings.host_gateway_ip:
+        return settings
+    return msgspec.structs.replace(settings, host_gateway_ip=GVPROXY_HOST)

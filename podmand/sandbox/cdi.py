@@ -5,8 +5,10 @@ Podman resolves a CDI name such as ``nvidia.com/gpu=0`` (sent as a libpod device
 the spec files in /etc/cdi and /var/run/cdi, so podmand reads the same files to know
 what exists: only each spec's ``kind`` and its devices' ``name``. Selection follows
 upstream: indexed NVIDIA GPUs in numeric order, else the named ones, round-robin
-across creates; ``nvidia.com/gpu=all`` only when asked for explicitly. Parsing and
-selection are pure; :class:`GpuSelector` reads the files again at each use.
+across creates; ``nvidia.com/gpu=all`` only when asked for explicitly, except where it is
+all there is to have (``all_by_default``: WSL2, whose GPU is shared through /dev/dxg and
+whose CDI spec declares only ``all``; host/wsl.py). Parsing and selection are pure;
+:class:`GpuSelector` reads the files again at each use.
 """
 
 from __future__ import annotations
@@ -211,7 +213,7 @@ def scan(dirs: Iterable[str]) -> Inventory:
 # ---------------------------------------------------------------- selection
 
 
-def default_family(gpus: Sequence[str]) -> list[str]:
+def default_family(gpus: Sequence[str], all_by_default: bool = False) -> list[str]:
     """The devices a plain ``gpu.count`` is served from, in round-robin order."""
     suffixes = [g.removeprefix(GPU_KIND + "=") for g in gpus if g.startswith(GPU_KIND + "=")]
     indexed = sorted((s for s in suffixes if s.isdigit()), key=lambda s: (int(s), s))
@@ -219,6 +221,8 @@ def default_family(gpus: Sequence[str]) -> list[str]:
     family = indexed or named
     if family:
         return [f"{GPU_KIND}={s}" for s in family]
+    if "all" in suffixes and all_by_default:
+        return [ALL_GPUS]
     if "all" in suffixes:
         raise FailedPrecondition(
             f"{WHERE}: default GPU request resolved only to {ALL_GPUS}, which is not allowed on this platform; "
@@ -229,18 +233,18 @@ def default_family(gpus: Sequence[str]) -> list[str]:
     )
 
 
-def selectable(gpus: Sequence[str]) -> bool:
+def selectable(gpus: Sequence[str], all_by_default: bool = False) -> bool:
     """Whether a plain GPU request can be served (the capability bits)."""
     try:
-        default_family(gpus)
+        default_family(gpus, all_by_default)
     except FailedPrecondition:
         return False
     return True
 
 
-def choose(gpus: Sequence[str], count: int, start: int) -> list[str]:
+def choose(gpus: Sequence[str], count: int, start: int, all_by_default: bool = False) -> list[str]:
     """``count`` devices of the default family from position ``start`` on, wrapping around."""
-    family = default_family(gpus)
+    family = default_family(gpus, all_by_default)
     if count > len(family):
         only = "only 1 selectable NVIDIA CDI GPU device is" if len(family) == 1 else (
             f"only {len(family)} selectable NVIDIA CDI GPU devices are"
@@ -254,13 +258,17 @@ class GpuSelector:
     """The round-robin cursor over the current inventory: validation peeks, create takes."""
 
     dirs: tuple[str, ...]
+    all_by_default: bool = False  # the host is WSL2 (host/wsl.py)
     cursor: int = 0
 
     def inventory(self) -> Inventory:
         return scan(self.dirs)
 
+    def selectable(self) -> bool:
+        return selectable(self.inventory().gpus, self.all_by_default)
+
     def peek(self, count: int) -> list[str]:
-        return choose(self.inventory().gpus, count, self.cursor)
+        return choose(self.inventory().gpus, count, self.cursor, self.all_by_default)
 
     def take(self, count: int) -> list[str]:
         devices = self.peek(count)

@@ -45,7 +45,7 @@ class PastEvent:
 
 def socket_path(explicit: str | None) -> str:
     """The Podman API socket that answers (raises discovery.NoPodmanSocket)."""
-    return asyncio.run(discover(explicit or os.environ.get("OPENSHELL_PODMAN_SOCKET", ""), 1.0))
+    return asyncio.run(discover(explicit or os.environ.get("OPENSHELL_PODMAN_SOCKET", ""), 1.0)).path
 
 
 def _intent(labels: dict[str, str]) -> tuple[str, list[str]]:

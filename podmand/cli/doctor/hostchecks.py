@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from ...host import sharedpaths
+from ...host import sharedpaths, wsl
 from ...sandbox import cdi, selinux, usernamespace
 
 Status = Literal["OK", "WARN", "FAIL"]
@@ -85,10 +85,17 @@ def check_cgroups(version: str, rootless: bool, controllers: list[str] | None, s
     return ok("cgroups", f"cgroup v2 with cpu, memory and pids delegated ({source})")
 
 
-def check_gpus(dirs: list[str], inventory: cdi.Inventory) -> Check:
-    """The CDI devices a GPU request can get (cdi.py), and spec files that could not be read."""
+def check_gpus(dirs: list[str], inventory: cdi.Inventory, wsl2: bool = False) -> Check:
+    """The CDI devices a GPU request can get (cdi.py), and spec files that could not be read.
+    ``wsl2``: the host shares its GPU through /dev/dxg (host/wsl.py)."""
     where = ", ".join(dirs) or "no directories (cdi_spec_dirs is empty)"
-    family = cdi.default_family(inventory.gpus) if cdi.selectable(inventory.gpus) else []
+    if wsl2 and not cdi.selectable(inventory.gpus, wsl2):
+        return warn(
+            "gpus",
+            f"WSL2 (/dev/dxg), but no CDI spec in {where} declares {cdi.ALL_GPUS}: gpu requests are refused",
+            f"as root: {wsl.SPEC_FIX} (NVIDIA Container Toolkit), in a directory of cdi_spec_dirs",
+        )
+    family = cdi.default_family(inventory.gpus, wsl2) if cdi.selectable(inventory.gpus, wsl2) else []
     if family:
         found = f"gpu.count is served round-robin from {', '.join(family)}"
     elif inventory.gpus:

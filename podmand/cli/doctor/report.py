@@ -24,9 +24,9 @@ import msgspec
 from ... import config
 from ...config import rundir
 from ...errors import ConfigError
-from ...host import autostart, capacity, limits, sharedpaths, storageguard
+from ...host import autostart, capacity, discovery, hostgateway, limits, sharedpaths, storageguard, wsl
 from ...host.capacity import parse_subids
-from ...host.discovery import Attempt, candidates, podman_socket_in, probe
+from ...host.discovery import podman_socket_in
 from ...libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 from ...sandbox import cdi, selinux
 from ...sandbox import settings as sandbox_settings
@@ -227,14 +227,15 @@ async def state_dir_facts(client: PodmanClient | None, path: str, image: str) ->
 
 async def diagnose(settings: config.Settings) -> list[Check]:
     """Every check, in order; nothing here raises for a broken host."""
-    attempts = [Attempt(p, await probe(p)) for p in candidates(settings.podman_socket)]
+    attempts = await discovery.attempts(discovery.plan(settings.podman_socket))  # serve's list, in its order
     uid = os.geteuid()
     runtime, runtime_problem = runtime_dir_facts()
     why_not = autostart.why_not_start(settings, shutil.which("podman"))
     will_start = "" if why_not or runtime_problem else podman_socket_in(runtime)
     checks = [check_socket(attempts, will_start, why_not), check_runtime_dir(runtime, runtime_problem, user_name(uid))]
-    answering = next((a.path for a in attempts if not a.problem), "")
-    client = PodmanClient(answering) if answering else None
+    answering = next((a for a in attempts if not a.problem), None)
+    client = PodmanClient(answering.path) if answering else None
+    settings = hostgateway.for_machine(settings, answering.machine if answering else "")  # as serve would
     info: Info | None = None
     why = "no Podman API socket answers"
     state_path = settings.state_dir
@@ -252,7 +253,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
         checks.append(check_cgroups(cg_version, rootless, controllers, source, manager))
         if info is not None:
             checks.extend(version_checks(info, settings, machine_facts()))
-        checks.append(check_gpus(settings.cdi_spec_dirs, cdi.scan(settings.cdi_spec_dirs)))
+        checks.append(check_gpus(settings.cdi_spec_dirs, cdi.scan(settings.cdi_spec_dirs), wsl.wsl2()))
         if rootless:
             user = user_name(uid)
             subuids = parse_subids(read_text("/etc/subuid"), user, uid)
@@ -287,7 +288,8 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             checks.append(not_checked("images", why))
         usable = client if info is not None else None
         checks.append(check_state_dir(await state_dir_facts(usable, state_path, probe_image)))
-        checks.extend(await eventchecks.checks(usable, info, answering, settings, state_path, why, in_sidecar()))
+        path = answering.path if answering else ""
+        checks.extend(await eventchecks.checks(usable, info, path, settings, state_path, why, in_sidecar()))
     finally:
         if client is not None:
             await client.close()

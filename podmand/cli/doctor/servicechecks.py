@@ -21,9 +21,10 @@ def check_socket(attempts: list[Attempt], will_start: str = "", why_not: str = "
     path tried and ``why_not`` (why serve would not start one)."""
     for i, attempt in enumerate(attempts):
         if not attempt.problem:
-            tried = "; ".join(f"{a.path}: {a.problem}" for a in attempts[:i])
-            return ok("podman socket", f"{attempt.path} answers" + (f" (tried first: {tried})" if tried else ""))
-    tried = "; ".join(f"{a.path}: {a.problem}" for a in attempts)
+            tried = "; ".join(a.line() for a in attempts[:i])
+            where = f" ({attempt.source})" if attempt.source else ""
+            return ok("podman socket", f"{attempt.path}{where} answers" + (f" (tried first: {tried})" if tried else ""))
+    tried = "; ".join(a.line() for a in attempts)
     start_it = (
         "start one with 'podman system service --time=0 unix://<path>' (or 'systemctl --user enable --now "
         "podman.socket') as the user podmand runs as, and set OPENSHELL_PODMAN_SOCKET to it; see "

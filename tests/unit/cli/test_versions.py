@@ -12,7 +12,6 @@ import pytest
 
 from podmand import __version__
 from podmand.cli import versions
-from podmand.host import discovery
 
 VERSION = {"Version": "4.3.1", "ApiVersion": "1.41",
            "Components": [{"Name": "Podman Engine", "Details": {"APIVersion": "4.3.1"}}]}
@@ -42,7 +41,7 @@ def libpod(tmp_path: Path) -> Iterator[str]:
 
 
 def test_version_names_everything(libpod: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(discovery, "candidates", lambda explicit: [libpod])
+    monkeypatch.setenv("OPENSHELL_PODMAN_SOCKET", libpod)
     lines = versions.text().splitlines()
     assert lines[0] == f"podmand {__version__}"
     assert lines[1].startswith("Python 3.")
@@ -51,5 +50,5 @@ def test_version_names_everything(libpod: str, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_version_without_podman(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(discovery, "candidates", lambda explicit: [str(tmp_path / "none.sock")])
+    monkeypatch.setenv("OPENSHELL_PODMAN_SOCKET", str(tmp_path / "none.sock"))
     assert versions.text().splitlines()[3] == "Podman: no API socket answered"

@@ -211,18 +211,18 @@ def test_discovery_waits_only_for_a_socket_that_may_come_up(monkeypatch: pytest.
     instead of waiting podman_wait; a refused connection (a service restarting) is retried."""
     rounds: list[str] = []
 
-    def probing(problem: str) -> Callable[[str], Awaitable[str]]:
-        async def probe(path: str) -> str:
-            rounds.append(path)
+    def probing(problem: str) -> Callable[[discovery.Candidate], Awaitable[str]]:
+        async def check(candidate: discovery.Candidate) -> str:
+            rounds.append(candidate.path)
             return problem
-        return probe
+        return check
 
-    monkeypatch.setattr(discovery, "probe", probing("permission denied (connect)"))
+    monkeypatch.setattr(discovery, "check", probing("permission denied (connect)"))
     with pytest.raises(discovery.NoPodmanSocket):
         asyncio.run(discovery.discover("/x.sock", 30.0))
     assert rounds == ["/x.sock"]
     rounds.clear()
-    monkeypatch.setattr(discovery, "probe", probing("connection refused (is the Podman service running?)"))
+    monkeypatch.setattr(discovery, "check", probing("connection refused (is the Podman service running?)"))
     with pytest.raises(discovery.NoPodmanSocket):
         asyncio.run(discovery.discover("/x.sock", 0.6))
     assert len(rounds) >= 2

@@ -243,3 +243,60 @@ def test_doctor_without_gpus_and_with_a_bad_file(tmp_path: Path) -> None:
     assert check.status == "WARN"
     assert "only nvidia.com/gpu=all: a plain gpu request is refused" in check.finding
     assert f"unreadable spec files, skipped: {tmp_path / 'bad.json'}: not a CDI spec" in check.finding
+
+
+# ---------------------------------------------------------------- WSL2
+
+
+def test_on_wsl2_a_default_request_gets_all(tmp_path: Path) -> None:
+    """WSL2 (/dev/dxg, injected): a spec declaring only nvidia.com/gpu=all serves a default request
+    with it, and the capability bits say so; indexed GPUs still come first; one GPU is all."""
+    (tmp_path / "nvidia.yaml").write_text("kind: nvidia.com/gpu\ndevices:\n- name: all\n")
+    plain, wsl2 = cdi.GpuSelector((str(tmp_path),)), cdi.GpuSelector((str(tmp_path),), all_by_default=True)
+    assert (plain.selectable(), wsl2.selectable()) == (False, True)
+    with pytest.raises(FailedPrecondition):
+        plain.peek(1)
+    assert wsl2.take(1) == [cdi.ALL_GPUS] and wsl2.take(1) == [cdi.ALL_GPUS]
+    with pytest.raises(FailedPrecondition) as exc:
+        wsl2.peek(2)
+    assert "requested 2 GPUs, but only 1 selectable NVIDIA CDI GPU device is available" in exc.value.message
+    assert cdi.default_family(gpus("all", "1"), all_by_default=True) == gpus("1")
+    assert check_gpus([str(tmp_path)], cdi.scan([str(tmp_path)]), wsl2=True).finding.endswith(
+        "gpu.count is served round-robin from nvidia.com/gpu=all")
+
+
+def test_doctor_on_wsl2_without_the_spec_says_how_to_write_it(tmp_path: Path) -> None:
+    (tmp_path / "other.json").write_text(spec_json("vendor.example/accel", "a"))
+    check = check_gpus([str(tmp_path)], cdi.scan([str(tmp_path)]), wsl2=True)
+    assert check.status == "WARN"
+    assert check.finding == (f"WSL2 (/dev/dxg), but no CDI spec in {tmp_path} declares nvidia.com/gpu=all: "
+                             "gpu requests are refused")
+    assert "nvidia-ctk cdi generate --mode=wsl" in check.fix
+    assert check_gpus([str(tmp_path)], cdi.scan([str(tmp_path)])).status == "OK"  # not WSL2: no GPU is fine
+
+
+def test_wsl2_is_the_dxg_device(tmp_path: Path) -> None:
+    from podmand.host import wsl
+
+    assert wsl.wsl2(str(tmp_path / "dxg")) is False
+    (tmp_path / "dxg").touch()
+    assert wsl.wsl2(str(tmp_path / "dxg")) is True
+
+
+def test_the_driver_serves_gpus_as_the_host_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's selector takes the host's WSL2 fact (its /dev/dxg, pointed elsewhere here)."""
+    from podmand.driver import Driver
+    from podmand.host import wsl
+    from podmand.libpod import PodmanClient
+    from tests.fakes.harness import Sink
+
+    (tmp_path / "nvidia.yaml").write_text("kind: nvidia.com/gpu\ndevices:\n- name: all\n")
+    monkeypatch.setattr(wsl, "DXG", str(tmp_path / "dxg"))
+
+    def driver() -> Driver:
+        return Driver(Settings(cdi_spec_dirs=[str(tmp_path)]), PodmanClient(str(tmp_path / "p.sock")),
+                      tmp_path / "state", Sink())
+
+    assert driver().gpus.selectable() is False
+    (tmp_path / "dxg").touch()
+    assert driver().gpus.selectable() is True and driver().gpus.peek(1) == [cdi.ALL_GPUS]
