@@ -13,7 +13,7 @@ from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
 from ..errors import FailedPrecondition
 from ..libpod import ImageInspect, PodmanClient, PodmanError, versions
-from ..sandbox import cdi, identity, imagechecks, rootfs
+from ..sandbox import cdi, identity, imagechecks, rootfs, workspace
 from ..sandbox.identity import Resolved
 from ..sandbox.imagefiles import TooLarge, read_image_files
 from ..sandbox.plan import Plan
@@ -113,6 +113,7 @@ class Validator:
         else:  # present already: what the image declares can be checked before anything is made
             if why := image_refusal(plan, image):
                 raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {why}")
+            workspace.root(plan.image, image.config.working_dir, (plan.ssh_socket_path,), plan.mounts)
             try:
                 if (accounts := self._accounts.get(image.id)) is not None:  # only account files read before
                     self._resolve_from(plan, image.id, image.config.user, accounts)

@@ -276,7 +276,7 @@ def health_probe(ssh_socket_path: str) -> list[str]:
 def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str, Any]:
     """The libpod SpecGenerator for one sandbox container (V1 single-container layout)."""
     mounts = ownmounts.own_mounts(plan, settings, prov)
-    volumes: list[dict[str, Any]] = [{"Name": plan.volume_name, "Dest": names.WORKSPACE_PATH, "Options": ["rw"]}]
+    volumes: list[dict[str, Any]] = [{"Name": plan.volume_name, "Dest": prov.workspace, "Options": ["rw"]}]
     caller = driverconfig.libpod_mounts(plan.mounts, prov.mount_images)
     mounts += caller.mounts
     volumes += caller.volumes
@@ -293,7 +293,8 @@ def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str,
         "image": prov.image_id,
         "labels": container_labels(plan, prov.instance, prov.identity),
         "entrypoint": [names.SUPERVISOR_BIN],
-        "command": ["--workdir", names.WORKSPACE_PATH, *proxy.supervisor_args(settings)],
+        "command": ["--workdir", prov.workspace, *proxy.supervisor_args(settings)],
+        "work_dir": "/",  # the supervisor starts at /: an image workdir is its to check (workspace.py)
         "user": "0:0",
         "cap_add": CAP_ADD,
         "cap_drop": CAP_DROP,
