@@ -11,10 +11,10 @@ import podman
 import pytest
 
 from podmand import names
+from tests.wait import wait_until
 
 from .conftest import SANDBOX_IMAGE, Podmand, containers_of, run_in, sandbox
 from .test_hardening_input import create, nothing_created, refused, running
-from tests.wait import wait_until
 
 WORKDIR = "localhost/podmand-test/sandbox-workdir"
 # The main process (the image's USER, 1000) says where it runs and shows it can write there.
