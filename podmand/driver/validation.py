@@ -134,7 +134,7 @@ class Validator:
     def _check_declaration(self, plan: Plan, image_user: str) -> None:
         """What the supervisor would refuse of the image's ``USER`` and the policy's identity,
         before the image's account files are read."""
-        limit = userns_id_limit(self.settings, plan.userns)
+        limit = userns_id_limit(self.settings, plan.userns, self.features.known)
         identity.check_declaration(plan.workload_user, plan.workload_group, image_user, id_limit=limit)
 
     async def _check_mount_images(self, plan: Plan) -> None:
@@ -172,7 +172,7 @@ class Validator:
 
     def _resolve_from(self, plan: Plan, image_id: str, image_user: str, accounts: tuple[str, str]) -> Resolved:
         passwd, group = accounts
-        limit = userns_id_limit(self.settings, plan.userns)
+        limit = userns_id_limit(self.settings, plan.userns, self.features.known)
         return identity.resolve(
             plan.workload_user, plan.workload_group, image_user, passwd, group, image_id, id_limit=limit
         )
@@ -181,6 +181,7 @@ class Validator:
         """The identity the supervisor will select, from the image's own /etc/passwd and
         /etc/group (read from a never-started container, once per image ID while cached).
         FailedPrecondition when a file is over the limit (imagefiles.py): the image's fault."""
+        await self.features()  # the user namespace's id limit may need them
         accounts = self._accounts.get(image_id)
         if accounts is None:
             async with self._reads:
