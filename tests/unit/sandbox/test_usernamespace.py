@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from podmand.config.checks import validate as check_settings
 from podmand.config import Settings
+from podmand.config.checks import validate as check_settings
 from podmand.errors import FailedPrecondition, InvalidArgument
 from podmand.libpod.models import HostIDMappings, IDMap, Info
 from podmand.libpod.versions import UNKNOWN, Features, of
@@ -121,7 +121,7 @@ def test_the_driver_config_mode_reaches_the_plan() -> None:
     assert spec.validate(with_driver_config({"userns_mode": ""}), settings()).userns == "auto"
     box = with_driver_config({"userns_mode": "keep-id"})
     box.spec.template.user_namespaces = False
-    with pytest.raises(InvalidArgument, match="conflicts with sandbox.spec.template.user_namespaces: false"):
+    with pytest.raises(InvalidArgument, match=r"conflicts with sandbox\.spec\.template\.user_namespaces: false"):
         spec.validate(box, settings("keep-id", allow_host_userns=True), podman=ROOTLESS)
 
 
