@@ -10,8 +10,10 @@ be made beside them (usernamespace.py): the keep-id podmand's sandboxes are remo
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,3 +132,16 @@ def test_refused(make_podmand: Callable[..., Podmand], podman_client: podman.Pod
     box = asking(mode)
     refused(create(daemon, box), code, needle)
     nothing_created(daemon, podman_client, box.id)
+
+
+def test_doctor_says_what_may_be_asked(make_podmand: Callable[..., Podmand]) -> None:
+    """`podmand doctor` (the pex, serve's settings): allow_userns without allow_driver_config is a
+    WARN; with both, which modes run beside userns=auto on this rootless Podman."""
+    for env, status, finding in (
+        ({"PODMAND_ALLOW_USERNS": "true"}, "WARN", "allow_userns is on but allow_driver_config is off"),
+        (OPEN, "OK", "on: a sandbox may ask for auto; keep-id cannot run beside this podmand's userns=auto"),
+    ):
+        daemon = make_podmand(env, start=False)
+        proc = subprocess.run(daemon.command("doctor", "--json"), capture_output=True, text=True, timeout=120)
+        check = {c["name"]: c for c in json.loads(proc.stdout)}["userns requests"]
+        assert check["status"] == status and check["finding"].startswith(finding), check
