@@ -229,6 +229,12 @@ class _Sandboxes(_Podman):
         "PODMAND_ALLOW_HOST_USERNS", "--allow-host-userns",
         "let a sandbox template ask for the host user namespace (user_namespaces = false)",
     )] = False
+    allow_userns: Annotated[bool, S(
+        "PODMAND_ALLOW_USERNS", "--allow-userns",
+        "let a sandbox's driver_config choose its user namespace (userns_mode: keep-id, auto or nomap; needs "
+        "allow_driver_config)",
+        see="sandboxes.md",
+    )] = False
     enable_bind_mounts: Annotated[bool, S(
         "OPENSHELL_ENABLE_BIND_MOUNTS", "--enable-bind-mounts",
         "allow host bind mounts in driver_config (with resource admission off); podmand's own paths are never"

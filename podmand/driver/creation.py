@@ -79,6 +79,7 @@ class Creation:
                 identity=prepared.identity,
                 selinux=await self.relabel(),
                 mount_images=prepared.mount_images,
+                workspace=prepared.workspace,
             )
             spec = container_spec(plan, self.ctx.settings, prov)
             container_id = await self._create_container(pending, spec)

@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import names, tracing
 from ..errors import FailedPrecondition, InvalidArgument
 from ..libpod import ImageInspect, PodmanError
-from ..sandbox import imagechecks, proxy, rootfs
+from ..sandbox import imagechecks, proxy, rootfs, workspace
 from ..sandbox.identity import Resolved
 from ..sandbox.supervisor import SupervisorCache
 from .context import Context
@@ -42,6 +42,7 @@ class Prepared:
     supervisor_path: Path
     mount_images: dict[str, str]  # image mount reference -> pinned image ID
     identity: Resolved
+    workspace: str  # the workspace volume's path, from the image's WorkingDir
 
 
 class Preparation:
@@ -71,6 +72,10 @@ class Preparation:
             image = await pull(plan.image, s.image_pull_policy, "ImagePullFailed", plan.sandbox_id)
         if why := image_refusal(plan, image):
             raise ProvisionFailed(IMAGE_REFUSED, f"image {plan.image}: {why}")
+        try:
+            workdir = workspace.root(plan.image, image.config.working_dir, (plan.ssh_socket_path,), plan.mounts)
+        except FailedPrecondition as exc:
+            raise ProvisionFailed(IMAGE_REFUSED, exc.message) from exc
         mount_images = {}  # driver_config image mounts: pulled with the sandbox's policy, pinned by ID
         for m in plan.mounts:
             if m.kind != "image":
@@ -99,7 +104,7 @@ class Preparation:
                 },
             )
         )
-        return Prepared(image, supervisor_path, mount_images, workload)
+        return Prepared(image, supervisor_path, mount_images, workload, workdir)
 
     async def import_rootfs(self, pending: Pending) -> ImageInspect:
         """Import the staged tar as the sandbox's image, pin its ID, delete the slot.

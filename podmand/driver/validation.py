@@ -14,7 +14,7 @@ from ..config import Settings
 from ..errors import FailedPrecondition
 from ..host import wsl
 from ..libpod import ImageInspect, PodmanClient, PodmanError, versions
-from ..sandbox import cdi, identity, imagechecks, rootfs
+from ..sandbox import cdi, identity, imagechecks, rootfs, workspace
 from ..sandbox.identity import Resolved
 from ..sandbox.imagefiles import TooLarge, read_image_files
 from ..sandbox.plan import Plan
@@ -114,6 +114,7 @@ class Validator:
         else:  # present already: what the image declares can be checked before anything is made
             if why := image_refusal(plan, image):
                 raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {why}")
+            workspace.root(plan.image, image.config.working_dir, (plan.ssh_socket_path,), plan.mounts)
             try:
                 if (accounts := self._accounts.get(image.id)) is not None:  # only account files read before
                     self._resolve_from(plan, image.id, image.config.user, accounts)
@@ -134,7 +135,7 @@ class Validator:
     def _check_declaration(self, plan: Plan, image_user: str) -> None:
         """What the supervisor would refuse of the image's ``USER`` and the policy's identity,
         before the image's account files are read."""
-        limit = userns_id_limit(self.settings, plan.userns)
+        limit = userns_id_limit(self.settings, plan.userns, self.features.known)
         identity.check_declaration(plan.workload_user, plan.workload_group, image_user, id_limit=limit)
 
     async def _check_mount_images(self, plan: Plan) -> None:
@@ -172,7 +173,7 @@ class Validator:
 
     def _resolve_from(self, plan: Plan, image_id: str, image_user: str, accounts: tuple[str, str]) -> Resolved:
         passwd, group = accounts
-        limit = userns_id_limit(self.settings, plan.userns)
+        limit = userns_id_limit(self.settings, plan.userns, self.features.known)
         return identity.resolve(
             plan.workload_user, plan.workload_group, image_user, passwd, group, image_id, id_limit=limit
         )
@@ -181,6 +182,7 @@ class Validator:
         """The identity the supervisor will select, from the image's own /etc/passwd and
         /etc/group (read from a never-started container, once per image ID while cached).
         FailedPrecondition when a file is over the limit (imagefiles.py): the image's fault."""
+        await self.features()  # the user namespace's id limit may need them
         accounts = self._accounts.get(image_id)
         if accounts is None:
             async with self._reads:

@@ -118,6 +118,7 @@ class HealthcheckResult(msgspec.Struct, rename="pascal"):
 
 class ImageConfig(msgspec.Struct, rename="pascal"):
     user: str = ""
+    working_dir: str = ""  # WorkingDir: where the sandbox's workspace goes (sandbox/workspace.py)
     env: list[str] | None = None
     labels: dict[str, str] | None = None  # copied onto every container made from the image
 

@@ -74,6 +74,10 @@ class Features:
     """A Podman's version and what podmand may ask of it by that version."""
 
     version: str  # as /info says it; "" when unknown
+    rootless: bool | None = None  # None: unknown
+    # The rootless user's subordinate ids (its namespace less its own id, the fewer of
+    # uids and gids): what keep-id and nomap map (usernamespace.py). None: unknown or rootful.
+    subordinate_ids: int | None = None
 
     @property
     def parsed(self) -> Version | None:
@@ -91,7 +95,12 @@ UNKNOWN = Features("")  # nothing beyond what every Podman podmand runs on (4.3)
 
 
 def of(info: Info) -> Features:
-    return Features(info.version.version)
+    rootless = info.host.security.rootless
+    maps = info.host.idMappings
+    subids = None
+    if rootless and maps and maps.uidmap and maps.gidmap:
+        subids = min(sum(m.size for m in ids if m.container_id != 0) for ids in (maps.uidmap, maps.gidmap))
+    return Features(info.version.version, rootless=rootless, subordinate_ids=subids)
 
 
 class Probe:
@@ -100,6 +109,11 @@ class Probe:
     def __init__(self, podman: PodmanClient) -> None:
         self.podman = podman
         self._known: Features | None = None
+
+    @property
+    def known(self) -> Features:
+        """What an earlier call learnt (UNKNOWN before the first)."""
+        return self._known or UNKNOWN
 
     async def __call__(self) -> Features:
         if self._known is None:

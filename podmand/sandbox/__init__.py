@@ -8,7 +8,7 @@ that spec is made of.
 - the container: ``plan``, ``spec``, ``envvars``, ``ownmounts``, ``selinux``,
   ``proxy``, ``registryauth``, ``pullprogress``, ``supervisor`` (its cache),
   ``imagefiles`` and ``imagechecks`` (reading and refusing images), ``files``
-  (the per-sandbox host files).
+  (the per-sandbox host files), ``workspace`` (where the workspace volume goes).
 - reading it back: ``snapshots`` (Podman's view as contract snapshots).
 - ``settings``: each feature's check of the operator settings it reads.
 
@@ -35,4 +35,5 @@ __all__ = [
     "spec",
     "supervisor",
     "usernamespace",
+    "workspace",
 ]

@@ -1,5 +1,6 @@
-"""A sandbox's own ``driver_config``: the caller's mounts and CDI devices, and the
-gateway's staged ``rootfs_tar_path`` (rootfs.py), checked whole.
+"""A sandbox's own ``driver_config``: the caller's mounts, CDI devices and user
+namespace mode (usernamespace.py), and the gateway's staged ``rootfs_tar_path``
+(rootfs.py), checked whole.
 
 Pure: :func:`parse` reads ``template.driver_config`` and returns what podmand will
 attach, or raises an error naming the offending field. The schema is upstream's
@@ -27,7 +28,7 @@ from ..errors import FailedPrecondition, InvalidArgument
 from ..libpod import versions
 from ..libpod.versions import Features
 from ..security import admission
-from . import imagechecks, rootfs
+from . import imagechecks, rootfs, usernamespace
 
 WHERE = "sandbox.spec.template.driver_config"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -80,6 +81,7 @@ class DriverConfig(NamedTuple):
     cdi_devices: tuple[str, ...] = ()
     used: bool = False  # the caller sent a non-empty driver_config
     rootfs_tar: str = ""  # the gateway's staged rootfs tar (rootfs.py)
+    userns: str = ""  # the user namespace mode asked for (usernamespace.requested); "": the default
 
 
 def _check_finite(where: str, value: struct_pb2.Value) -> None:
@@ -273,7 +275,7 @@ def parse(
         cfg = json_format.MessageToDict(tpl.driver_config)
     except ValueError as exc:  # e.g. a Value with no kind set
         raise InvalidArgument(f"{WHERE}: not valid JSON: {exc}") from exc
-    unknown = set(cfg) - {"cdi_devices", "mounts", rootfs.KEY}
+    unknown = set(cfg) - {"cdi_devices", "mounts", "userns_mode", rootfs.KEY}
     if unknown:
         raise InvalidArgument(f"{WHERE}: unknown field(s) {', '.join(sorted(unknown))}")
     devices = cfg.get("cdi_devices", [])
@@ -282,6 +284,8 @@ def parse(
     duplicate = next((d for i, d in enumerate(devices) if d in devices[:i]), None)
     if duplicate is not None:  # upstream's wording
         raise InvalidArgument(f"{WHERE}.cdi_devices: contains duplicate device ID {duplicate!r}")
+    asked = usernamespace.requested(cfg["userns_mode"], settings, podman) if "userns_mode" in cfg else ""
+    userns = asked or userns
     raw = cfg.get("mounts", [])
     if not isinstance(raw, list):
         raise InvalidArgument(f"{WHERE}.mounts: must be a list")
@@ -294,7 +298,7 @@ def parse(
         seen.add(mount.target)
         mounts.append(mount)
     tar = rootfs.check_path(cfg[rootfs.KEY], settings) if rootfs.KEY in cfg else ""
-    return DriverConfig(tuple(mounts), tuple(devices), bool(caller), tar)
+    return DriverConfig(tuple(mounts), tuple(devices), bool(caller), tar, asked)
 
 
 class LibpodMounts(NamedTuple):

@@ -67,4 +67,5 @@ class Provision:
     instance: str
     identity: Resolved
     selinux: bool = False  # label podmand's own bind mounts for SELinux (see selinux.py)
+    workspace: str = names.WORKSPACE_PATH  # the workspace volume's path and --workdir (workspace.py)
     mount_images: dict[str, str] = field(default_factory=dict)  # image mount reference -> pulled image ID

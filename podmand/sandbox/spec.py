@@ -168,6 +168,9 @@ def validate(
     userns = usernamespace.mode(tpl, settings)
     limits = resources(tpl.resources, settings)
     cfg = driverconfig.parse(tpl, settings, userns=userns, control_paths=(ssh_socket,), podman=podman)
+    if cfg.userns and userns == "host" and settings.userns_base != "host":
+        raise InvalidArgument(f"{usernamespace.WHERE}: conflicts with sandbox.spec.template.user_namespaces: false")
+    userns = cfg.userns or userns
     devices, gpu_count = _gpu(sandbox, cfg.cdi_devices)
     spec_hash, intent = encode_intent(sandbox)
     if len(intent) > requestchecks.MAX_RECORD:  # the volume label that records the create
@@ -255,15 +258,10 @@ def intent_labels(plan: Plan, instance: str, state_dir: str = "") -> dict[str, s
     }
 
 
-def userns_id_limit(settings: Settings, mode: str) -> int | None:
+def userns_id_limit(settings: Settings, mode: str, podman: Features = versions.UNKNOWN) -> int | None:
     """Container ids ``< limit`` exist in the sandbox's user namespace (None: not known
     here). The supervisor's setuid/setgid to any other id fails with EINVAL."""
-    base, _, params = mode.partition(":")
-    if base == "auto":
-        return usernamespace.auto_size(params)
-    if base == "private":
-        return min(usernamespace.mapped_prefix(settings.uidmap), usernamespace.mapped_prefix(settings.gidmap))
-    return None
+    return usernamespace.id_limit(mode, settings, podman)
 
 
 def health_probe(ssh_socket_path: str) -> list[str]:
@@ -276,7 +274,7 @@ def health_probe(ssh_socket_path: str) -> list[str]:
 def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str, Any]:
     """The libpod SpecGenerator for one sandbox container (V1 single-container layout)."""
     mounts = ownmounts.own_mounts(plan, settings, prov)
-    volumes: list[dict[str, Any]] = [{"Name": plan.volume_name, "Dest": names.WORKSPACE_PATH, "Options": ["rw"]}]
+    volumes: list[dict[str, Any]] = [{"Name": plan.volume_name, "Dest": prov.workspace, "Options": ["rw"]}]
     caller = driverconfig.libpod_mounts(plan.mounts, prov.mount_images)
     mounts += caller.mounts
     volumes += caller.volumes
@@ -293,7 +291,8 @@ def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str,
         "image": prov.image_id,
         "labels": container_labels(plan, prov.instance, prov.identity),
         "entrypoint": [names.SUPERVISOR_BIN],
-        "command": ["--workdir", names.WORKSPACE_PATH, *proxy.supervisor_args(settings)],
+        "command": ["--workdir", prov.workspace, *proxy.supervisor_args(settings)],
+        "work_dir": "/",  # the supervisor starts at /: an image workdir is its to check (workspace.py)
         "user": "0:0",
         "cap_add": CAP_ADD,
         "cap_drop": CAP_DROP,

@@ -14,6 +14,11 @@
 #   localhost/podmand-test/sandbox-nouser:1  the same without USER
 #   localhost/podmand-test/sandbox-uid:1     the same with USER 2345:2346 (no passwd entry)
 #   localhost/podmand-test/sandbox-root:1    the same with USER root
+#   localhost/podmand-test/sandbox-workdir:1 the sandbox rootfs plus /workspace/project (sandbox's, with
+#                                            a README), WORKDIR /workspace/project; -workdir-root:1,
+#                                            -workdir-sandbox:1 and -workdir-proc:1 the same with
+#                                            WORKDIR /, /sandbox and /proc/sys (their own tar, so the
+#                                            four sandbox images above stay as they are)
 #   localhost/podmand-test/supervisor:1      just /openshell-sandbox, the static test stand-in
 #                                            for the OpenShell supervisor, built from
 #                                            supervisor/openshell-sandbox.c
@@ -35,6 +40,7 @@ SANDBOX_NOUSER_IMAGE=localhost/podmand-test/sandbox-nouser:1
 SANDBOX_UID_IMAGE=localhost/podmand-test/sandbox-uid:1
 SANDBOX_ROOT_IMAGE=localhost/podmand-test/sandbox-root:1
 SUPERVISOR_IMAGE=localhost/podmand-test/supervisor:1
+WORKDIR_IMAGE=localhost/podmand-test/sandbox-workdir
 PATH_ENV=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 say()  { printf 'images: %s\n' "$*" >&2; }
@@ -86,6 +92,13 @@ EOF
     chmod 0700 "$d/root"
     chmod 1777 "$d/tmp" "$d/var/tmp"
     chown 1000:1000 "$d/sandbox"
+}
+
+workdir_rootfs() {
+    sandbox_rootfs "$1"
+    mkdir -p "$1/workspace/project"
+    echo "image content" >"$1/workspace/project/README"
+    chown -R 1000:1000 "$1/workspace"
 }
 
 supervisor_bin() {  # static stand-in, rebuilt when the source changes
@@ -147,7 +160,7 @@ for t in "${targets[@]}"; do
 done
 
 if [ -n "${PODMAND_IMAGES_CACHED:-}" ]; then
-    for f in sandbox supervisor; do
+    for f in sandbox sandbox-workdir supervisor; do
         [ -s "$CACHE/$f.tar" ] || fail "$CACHE/$f.tar missing: run 'bash tests/images/build.sh cache' where it is made"
     done
 else
@@ -156,6 +169,7 @@ else
     self=$(sha "${BASH_SOURCE[0]}")
     fresh_or_build sandbox    "$self $(sha /bin/busybox)"                    sandbox_rootfs
     fresh_or_build supervisor "$self $(sha "$CACHE/openshell-sandbox")"      supervisor_rootfs
+    fresh_or_build sandbox-workdir "$self $(sha /bin/busybox)"               workdir_rootfs
 fi
 
 for t in "${targets[@]}"; do
@@ -168,4 +182,8 @@ for t in "${targets[@]}"; do
     load "$t" "$SANDBOX_UID_IMAGE"    "$CACHE/sandbox.tar" "${SANDBOX_CHANGES[@]}" --change 'USER=2345:2346'
     load "$t" "$SANDBOX_ROOT_IMAGE"   "$CACHE/sandbox.tar" "${SANDBOX_CHANGES[@]}" --change 'USER=root'
     load "$t" "$SUPERVISOR_IMAGE"     "$CACHE/supervisor.tar" "${SUPERVISOR_CHANGES[@]}"
+    for w in :/workspace/project -root:/ -sandbox:/sandbox -proc:/proc/sys; do
+        load "$t" "$WORKDIR_IMAGE${w%%:*}:1" "$CACHE/sandbox-workdir.tar" "${SANDBOX_CHANGES[@]}" \
+            --change 'USER=sandbox' --change "WORKDIR=${w#*:}"
+    done
 done

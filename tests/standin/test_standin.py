@@ -501,7 +501,22 @@ VIOLATIONS = [
     case("oci-image-workdir-missing", None, "image workspace validation failed: Error:   \u00d7 image workspace "
          "path component '/srv' does not exist", args=("--workdir", "/srv/app")),
     case("oci-image-workdir-not-writable", None, "image workspace validation failed: Error:   \u00d7 workspace "
-         "path component '/etc' is not writable by the sandbox identity in the image", args=("--workdir", "/etc")),
+         "path component '/usr' is not writable by the sandbox identity in the image", args=("--workdir", "/usr")),
+    case("oci-image-workdir-proc", None, "image workspace validation failed: Error:   \u00d7 OCI WorkingDir "
+         "'/proc/self' conflicts with OCI runtime mount '/proc'", args=("--workdir", "/proc/self")),
+    case("oci-image-workdir-control-root", None, "image workspace validation failed: Error:   \u00d7 OCI "
+         "WorkingDir '/etc' conflicts with OpenShell control path '/etc/openshell'", args=("--workdir", "/etc")),
+    # a supervisor after 2f7fb65 (PR #2715): the workdir's structure at start, in every identity mode
+    case("newer-workdir-system-root", {**NEWER, **RESOLVED}, "OCI WorkingDir '/usr/bin/app' conflicts with "
+         "forbidden workspace root '/usr/bin'", args=("--workdir", "/usr/bin/app")),
+    case("newer-workdir-dev", NEWER, "OCI WorkingDir '/dev' conflicts with forbidden workspace root '/dev'",
+         args=("--workdir", "/dev")),
+    case("newer-workdir-missing", {**NEWER, **NONE_MODE}, "image workspace path component '/srv' does not exist",
+         args=("--workdir", "/srv/app")),
+    case("newer-workdir-symlink", NEWER, "workspace path component '/srv' is a symlink \u2014 refusing to follow it",
+         args=("--workdir", "/srv/app"), setup=symlink("/srv", "tmp")),
+    case("newer-workdir-fallback", NEWER, "workspace path '/sandbox/' must be a normalized absolute non-fallback "
+         "path", args=("--workdir", "/sandbox/")),
     case("resolved-sandbox-symlink", RESOLVED,
          "path '/sandbox' is a symlink \u2014 refusing to chown (potential privilege escalation)",
          setup=symlink("/sandbox", "tmp")),
@@ -778,6 +793,16 @@ def test_image_workdir_validated_as_identity(box: Box) -> None:
     assert run.proc.returncode == 0, run.stderr
     assert (box.probe().cwd, box.probe().env["HOME"]) == ("/srv/app", "/srv/app")
     assert box.owner("/sandbox") == (1000, 1000)
+
+
+def test_newer_image_workdir_not_checked_as_identity(box: Box) -> None:
+    """A supervisor after 2f7fb65 leaves who may write an image workdir to the image: one the
+    identity cannot write is the cwd and HOME all the same, its ownership untouched."""
+    box.path("/srv/app").mkdir(parents=True)
+    run = box.run(NEWER, args=("--workdir", "/srv/app"))
+    assert run.proc.returncode == 0, run.stderr
+    assert (box.probe().cwd, box.probe().env["HOME"]) == ("/srv/app", "/srv/app")
+    assert box.owner("/srv/app") == (0, 0)
 
 
 # ------------------------------------------------------------------ the environment

@@ -114,6 +114,26 @@ def check_gpus(dirs: list[str], inventory: cdi.Inventory, wsl2: bool = False) ->
     return ok("gpus", finding)
 
 
+def check_userns_requests(allow_userns: bool, allow_driver_config: bool, userns: str, rootless: bool) -> Check:
+    """What a sandbox's driver_config.userns_mode may ask for here (usernamespace.requested)."""
+    name, base = "userns requests", userns.partition(":")[0]
+    if not allow_userns:
+        return ok(name, f"off: every sandbox gets userns={base}; driver_config.userns_mode is refused")
+    if not allow_driver_config:
+        return warn(
+            name,
+            "allow_userns is on but allow_driver_config is off: every driver_config, userns_mode too, is refused",
+            "enable allow_driver_config (--allow-driver-config / PODMAND_ALLOW_DRIVER_CONFIG) as well, or turn "
+            "allow_userns off",
+        )
+    refused = {m: why for m in usernamespace.MODES if (why := usernamespace.refusal(m, base, rootless))}
+    modes = ", ".join(m for m in usernamespace.MODES if m not in refused)
+    finding = f"on: a sandbox may ask for {modes}" + "".join(f"; {why}" for why in refused.values())
+    if not refused and rootless:
+        finding += "; while a keep-id or nomap sandbox exists, Podman refuses userns=auto ones"
+    return ok(name, finding)
+
+
 def check_subids(
     user: str, rootless: bool, subuids: int, subgids: int, userns: str, podman_mapped: int | None = None
 ) -> Check:

@@ -27,7 +27,7 @@ from ...errors import ConfigError
 from ...host import autostart, capacity, discovery, hostgateway, limits, sharedpaths, storageguard, wsl
 from ...host.capacity import parse_subids
 from ...host.discovery import podman_socket_in
-from ...libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
+from ...libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable, versions
 from ...sandbox import cdi, selinux
 from ...sandbox import settings as sandbox_settings
 from . import eventchecks, tracechecks
@@ -46,6 +46,7 @@ from .hostchecks import (
     check_state_dir,
     check_subids,
     check_tun,
+    check_userns_requests,
     not_checked,
 )
 from .servicechecks import check_new_store, check_quadlet, check_runtime_dir, check_socket, check_storage, check_version
@@ -74,12 +75,7 @@ def user_name(uid: int) -> str:
 
 def mapped_subids(info: Info) -> int | None:
     """Subordinate IDs Podman maps for a rootless user (entries past container id 0); None when unknown."""
-    maps = info.host.idMappings
-    if not info.host.security.rootless or maps is None or maps.uidmap is None or maps.gidmap is None:
-        return None
-    uids = sum(m.size for m in maps.uidmap if m.container_id >= 1)
-    gids = sum(m.size for m in maps.gidmap if m.container_id >= 1)
-    return min(uids, gids)
+    return versions.of(info).subordinate_ids
 
 
 def capacity_facts(settings: config.Settings, rootless: bool, subids: int) -> CapacityFacts:
@@ -264,6 +260,8 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             subgids = parse_subids(read_text("/etc/subgid"), user, None)
         mapped = mapped_subids(info) if info else None
         checks.append(check_subids(user, rootless, subuids, subgids, settings.userns, mapped))
+        checks.append(check_userns_requests(settings.allow_userns, settings.allow_driver_config, settings.userns,
+                                            rootless))
         subids = mapped if mapped is not None else min(subuids, subgids)
         checks.extend(check_capacity(capacity_facts(settings, rootless, subids)))
         tun_exists, tun_usable = tun_facts()

@@ -33,7 +33,10 @@
  *   STANDIN_POLICY_RUN_AS_USER=x    process.run_as_user (unset: omitted)
  *   STANDIN_POLICY_RUN_AS_GROUP=x   process.run_as_group (unset: omitted)
  *   STANDIN_SUPERVISOR_NEWER=1      stand in for a supervisor newer than 2f7fb65: accept
- *                                   --upstream-proxy-ca-bundle (2f7fb65 refuses it, clap style)
+ *                                   --upstream-proxy-ca-bundle (2f7fb65 refuses it, clap style);
+ *                                   check an image --workdir's structure at start, in every
+ *                                   identity mode, and no longer as the final identity, and
+ *                                   refuse workdirs over the system roots too (PR #2715)
  *
  * Errors look like the real ones: "Error:   × <message>" and exit 1 (miette),
  * "error: ..." and exit 2 (clap). Lines starting "openshell-sandbox: " are the
@@ -1857,12 +1860,34 @@ static void prepare_managed_workspace(const struct fs_identity *fs)
     if ((st.st_mode & 0300) != 0300 && chmod(WORKSPACE, (st.st_mode & 07777) | 0300) != 0) die("%s", os_err(errno));
 }
 
-/* resolve_oci_workspace_root and the non-fallback rule; NULL, or the text.
- * (Upstream also refuses workdirs overlapping /proc, /sys, /dev and its own
- * control roots; that is not mirrored.) */
+/* Roots an image workdir must not overlap either way (driver_mounts.rs, container_paths.rs):
+ * the OCI runtime's kernel mounts, OpenShell's control roots and, newer, the system's
+ * executable and library roots (PR #2715 renames the first list "forbidden workspace root"). */
+static const char *const RUNTIME_ROOTS[] = { "/proc", "/sys", "/dev", NULL };
+static const char *const SYSTEM_ROOTS[] = { "/bin", "/sbin", "/lib", "/lib64", "/usr/bin", "/usr/sbin",
+                                            "/usr/lib", "/usr/lib64", NULL };
+static const char *const CONTROL_ROOTS[] = { "/opt/openshell", "/etc/openshell", "/etc/openshell-tls",
+                                             "/run/openshell", "/run/openshell-sidecar", "/run/netns",
+                                             "/var/run/netns", NULL };
+
+static bool is_or_under(const char *path, const char *root)
+{
+    size_t n = strlen(root);
+    return strncmp(path, root, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+static char *overlap_problem(const char *root, const char *const *roots, const char *what)
+{
+    for (; *roots; roots++)
+        if (is_or_under(root, *roots) || is_or_under(*roots, root))
+            return fmt("OCI WorkingDir '%s' conflicts with %s '%s'", root, what, *roots);
+    return NULL;
+}
+
+/* resolve_oci_workspace_root and the non-fallback rule; NULL, or the text. */
 static char *workdir_problem(const char *root)
 {
-    char *fallback = fmt("workspace path '%s' must be a normalized absolute non-fallback path", root), *trimmed;
+    char *fallback = fmt("workspace path '%s' must be a normalized absolute non-fallback path", root), *trimmed, *why;
     if (!*root || streq(root, "/")) return fallback;
     if (strcmp(rust_trim(root), root) != 0) return "OCI WorkingDir must not contain surrounding whitespace";
     for (const char *p = root; *p;)
@@ -1878,7 +1903,33 @@ static char *workdir_problem(const char *root)
     }
     trimmed = xstrndup(root, strlen(root));
     while (strlen(trimmed) > 1 && trimmed[strlen(trimmed) - 1] == '/') trimmed[strlen(trimmed) - 1] = '\0';
+    if (newer_supervisor()) {
+        if ((why = overlap_problem(trimmed, RUNTIME_ROOTS, "forbidden workspace root"))
+            || (why = overlap_problem(trimmed, SYSTEM_ROOTS, "forbidden workspace root")))
+            return why;
+    } else if ((why = overlap_problem(trimmed, RUNTIME_ROOTS, "OCI runtime mount"))) {
+        return why;
+    }
+    if ((why = overlap_problem(trimmed, CONTROL_ROOTS, "OpenShell control path"))) return why;
     return streq(trimmed, WORKSPACE) ? fallback : NULL;
+}
+
+/* Newer (PR #2715): at start, before the policy and in every identity mode, an image
+ * workdir other than /sandbox must exist as real directories all the way down; who may
+ * write it is the image's business. Exit 1 with the first problem. */
+static void check_workdir_structure(const char *root)
+{
+    char *problem, *path = "", *component, *rest;
+    struct stat st;
+    if (!root || streq(root, WORKSPACE)) return;
+    if ((problem = workdir_problem(root))) die("%s", problem);
+    for (rest = xstrndup(root + 1, strlen(root) - 1); (component = strsep(&rest, "/")) && *component;) {
+        path = fmt("%s/%s", path, component);
+        if (lstat(path, &st) != 0 && errno == ENOENT) die("image workspace path component '%s' does not exist", path);
+        if (lstat(path, &st) != 0) die("failed to inspect image workspace path component '%s': %s", path, os_err(errno));
+        if (S_ISLNK(st.st_mode)) die("workspace path component '%s' is a symlink " EMDASH " refusing to follow it", path);
+        if (!S_ISDIR(st.st_mode)) die("workspace path component '%s' is not a directory", path);
+    }
 }
 
 /* An image workdir other than /sandbox is checked as the final identity,
@@ -1950,7 +2001,7 @@ static void prepare_filesystem(const struct identity *id, const struct policy *p
         if (!root) die("local container driver did not supply a workspace workdir");
         while (strlen(root) > 1 && root[strlen(root) - 1] == '/') root[strlen(root) - 1] = '\0';
         if (streq(root, WORKSPACE)) prepare_managed_workspace(&fs);
-        else validate_image_workspace(workdir, &fs);
+        else if (!newer_supervisor()) validate_image_workspace(workdir, &fs);  /* newer: checked at start */
     }
     /* upstream also creates missing policy read_write paths; none here */
     if (given(env_var("OPENSHELL_SANDBOX_UID")) && access(WORKSPACE, F_OK) == 0) chown_sandbox_home(&fs);
@@ -2571,6 +2622,7 @@ int main(int argc, char **argv)
     bool sidecar_nftables, full, have_netns;
     parse_argv(argc, argv, &o);                               /* clap, exit 2 */
     if (o.network_init) die("the openshell-sandbox test stand-in does not implement --mode=network-init");
+    if (newer_supervisor()) check_workdir_structure(o.workdir);  /* before logging and the policy */
     resolve_command(&o, &m);                                  /* before any gateway contact */
     sidecar_nftables = env_is("OPENSHELL_NETWORK_ENFORCEMENT_MODE", "sidecar-nftables");
     full = !env_is("OPENSHELL_SUPERVISOR_TOPOLOGY", "sidecar");

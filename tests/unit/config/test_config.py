@@ -396,6 +396,7 @@ BAD: dict[str, tuple[str | int, str]] = {
     "gc_grace": ("inf", "expected a number of seconds, got inf"),
     "watch_buffer": ("big", "expected a whole number, got 'big'"),
     "allow_host_userns": ("maybe", "expected true or false, got 'maybe'"),
+    "allow_userns": ("maybe", "expected true or false, got 'maybe'"),
     "allowed_peer_uids": ("1000,root", "expected a whole number, got 'root'"),
     "registry_auth_file": ("auth.json", "must be an absolute path"),
     "pull_inactivity_timeout": ("-5", "must be 0 or more (0: never)"),

@@ -875,3 +875,17 @@ def test_bundle_token_is_the_token_when_the_spec_has_none() -> None:
     assert spec.gateway_token(sandbox.spec) == json.loads(bundle)["supervisor"]["gateway_token"]
     with pytest.raises(InvalidArgument, match=r"^sandbox\.spec\.launch_authentication\.supervisor\.gateway_token: "):
         spec.validate(make_sandbox(launch_authentication=make_launch("other", "g0000000000000001")), Settings())
+
+
+def test_workspace_volume_and_workdir_follow_the_image() -> None:
+    """The volume goes where provisioning chose (the image's WorkingDir), the supervisor gets it as
+    --workdir and starts at / itself."""
+    plan = spec.validate(make_sandbox(), Settings())
+    prov = Provision(image_id="sha256:feed", image_user="", image_env=(), network="openshell-ws",
+                     supervisor_path="/cache/openshell-sandbox", secrets_dir=SECRETS_DIR, instance="inst1",
+                     identity=IDENTITY, workspace="/workspace/project")
+    built = spec.container_spec(plan, Settings(), prov)
+    assert built["volumes"][0] == {"Name": plan.volume_name, "Dest": "/workspace/project", "Options": ["rw"]}
+    assert built["command"][:2] == ["--workdir", "/workspace/project"]
+    assert built["work_dir"] == "/"
+    assert build(plan, Settings())["command"][:2] == ["--workdir", "/sandbox"]

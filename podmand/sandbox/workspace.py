@@ -1,0 +1,91 @@
+"""Where a sandbox's workspace lives: the path its volume is mounted at and the
+supervisor's ``--workdir``, chosen from the image's ``WorkingDir``, and the workdirs
+refused, with the reason.
+
+Upstream's Podman driver (NVIDIA/OpenShell PR #2715) and its Docker driver (at
+2f7fb65) make the image's working directory the workspace: an image built with
+``WORKDIR /app`` finds its files and its persistent volume there. An empty
+``WorkingDir``, ``/`` and ``/sandbox`` keep the managed ``/sandbox``. A workdir must be
+a normalised absolute path, clear both ways of the kernel's ``/proc``, ``/sys`` and
+``/dev`` (the volume would replace them under the root supervisor), of the system's
+executable and library roots (the supervisor's helpers run from them), of OpenShell's
+control paths (the supervisor binary, its secrets, the SSH socket) and of the caller's
+mounts (one at the workdir or above it would hide the volume). Pure: the driver reads
+``WorkingDir`` from the pinned image and calls :func:`root`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from .. import names
+from ..errors import FailedPrecondition
+from .driverconfig import WHERE, Mount
+
+IMAGE_WHERE = "sandbox.spec.template.image"
+DEFAULT = names.WORKSPACE_PATH
+KERNEL_ROOTS = ("/proc", "/sys", "/dev")
+SYSTEM_ROOTS = ("/bin", "/sbin", "/lib", "/lib64", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib64")
+CONTROL_ROOTS = tuple(r for r in names.RESERVED_ROOTS if r not in (*KERNEL_ROOTS, DEFAULT))
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _overlap(a: str, b: str) -> bool:
+    return _under(a, b) or _under(b, a)
+
+
+def normalized(working_dir: str) -> str:
+    """The workspace path ``working_dir`` asks for, or raise FailedPrecondition with why
+    it cannot be one; the overlaps are :func:`refusal`'s."""
+    shown = repr(working_dir[:256])
+    if working_dir != working_dir.strip() or _CONTROL.search(working_dir):
+        raise FailedPrecondition(f"WorkingDir {shown} has surrounding whitespace or control characters")
+    if not working_dir.startswith("/"):
+        raise FailedPrecondition(f"WorkingDir {shown} is not an absolute path")
+    parts = working_dir.rstrip("/").split("/")[1:]
+    if any(p in ("", ".", "..") for p in parts) or len(working_dir) > 4096:
+        raise FailedPrecondition(f"WorkingDir {shown} is not a normalised path (empty, '.' or '..' segments)")
+    return "/" + "/".join(parts)
+
+
+def refusal(path: str, control_paths: Iterable[str] = ()) -> str | None:
+    """Why the normalised ``path`` cannot be the workspace, or None."""
+    for what, roots in (
+        ("the kernel's", KERNEL_ROOTS),
+        ("the system root", SYSTEM_ROOTS),
+        ("OpenShell's control path", (*CONTROL_ROOTS, *control_paths)),
+    ):
+        for reserved in roots:
+            if _overlap(path, reserved):
+                return f"WorkingDir {path!r} conflicts with {what} {reserved!r}"
+    return None
+
+
+def root(
+    image: str, working_dir: str, control_paths: Iterable[str] = (), mounts: tuple[Mount, ...] = ()
+) -> str:
+    """The workspace path for ``image``, whose ``WorkingDir`` is ``working_dir``;
+    FailedPrecondition naming the image's WorkingDir (or the caller's mount) when refused.
+    ``control_paths``: the sandbox's own (the SSH socket); ``mounts``: the caller's."""
+    if working_dir in ("", "/"):
+        return DEFAULT
+    try:
+        path = normalized(working_dir)
+        if why := refusal(path, control_paths):
+            raise FailedPrecondition(why)
+    except FailedPrecondition as exc:
+        raise FailedPrecondition(f"{IMAGE_WHERE}: {image}: {exc.message}") from None
+    if path == DEFAULT:
+        return DEFAULT
+    for i, mount in enumerate(mounts):
+        if _under(path, mount.target):
+            raise FailedPrecondition(
+                f"{WHERE}.mounts[{i}].target: {mount.target!r} would hide the workspace at the image's "
+                f"WorkingDir {path!r}"
+            )
+    return path
