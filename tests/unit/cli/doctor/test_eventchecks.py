@@ -136,8 +136,10 @@ def test_health_timers_warn_with_the_drop_in_for_a_socket_activated_service() ->
 def test_the_service_behind_a_socket_is_read_from_its_process(tmp_path: Path) -> None:
     """The socket's peer is the process that listens; its environment says whether timers are off."""
     sock = tmp_path / "p.sock"
-    listener = ("import socket, sys, time\n"
-                "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); time.sleep(600)\n")
+    # bound under another name and renamed once listening: the socket's path appears only then
+    listener = ("import os, socket, sys, time\n"
+                "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1] + '.tmp'); s.listen()\n"
+                "os.rename(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(600)\n")
     env = {"PATH": os.defpath, "DISABLE_HC_SYSTEMD": "true"}
     with subprocess.Popen([sys.executable, "-c", listener, str(sock)], env=env) as proc:
         try:
