@@ -38,7 +38,7 @@ from .config import Settings, invalid, rundir, startup_warnings
 from .decoding import DecodeRequests
 from .driver import Driver
 from .errors import DriverError, StartupError
-from .host import enforcement, eventproof
+from .host import enforcement, eventproof, netfacts
 from .host.autostart import podman_api
 from .host.limits import raise_nofile_limit
 from .host.notify import Notifier
@@ -189,6 +189,9 @@ class Server:
         found = await info
         hub.subscriber.event_logger = found.host.eventLogger
         rootless = found.host.security.rootless
+        unreached = netfacts.startup_warning(settings, found)
+        if unreached:
+            log.warning("%s", unreached)
         if settings.userns_base == "keep-id" and not rootless:
             raise invalid("userns", "keep-id needs rootless Podman")
         enforced = enforcement.from_info(found)

@@ -4,6 +4,8 @@
   runs: ``podmanservice`` supervises it, ``storageguard`` picks overlay for a new
   store), ``eventproof`` (its event stream delivers), ``enforcement`` (it applies
   limits), ``hostgateway`` (the address sandboxes reach the gateway by),
+  ``netfacts`` and ``gatewayreach`` (whether they reach the gateway there: the
+  host's addresses and listeners, and the decision with its fix),
   ``sharedpaths`` (it sees podmand's state directory at the same path).
 - podmand's own footing: ``statedir`` (one podmand per state directory),
   ``socketpath`` (the driver socket's path), ``limits`` (the descriptor limit),
@@ -20,8 +22,10 @@ __all__ = [
     "discovery",
     "enforcement",
     "eventproof",
+    "gatewayreach",
     "hostgateway",
     "limits",
+    "netfacts",
     "notify",
     "podmanservice",
     "sharedpaths",

@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import podman
 
@@ -22,7 +23,8 @@ from tests.e2e.conftest import USER, Podmand, containers_of, ready, run_in, sand
 from tests.wait import wait_until
 
 SECRET = "corp-user:Pr0xy-S3cret-e2e"
-PEM = "-----BEGIN CERTIFICATE-----\nMIIBe2e\n-----END CERTIFICATE-----\n"
+TLS = Path(__file__).resolve().parents[1] / "data" / "proxytls"  # a test CA and a proxy certificate it signed
+PEM = (TLS / "ca.pem").read_text()
 PROXY_URL = "http://proxy.corp.example:3128"
 AUTH_PATH = "/etc/openshell/auth/upstream-proxy"
 CA_PATH = "/etc/openshell/tls/proxy/ca-bundle.pem"
