@@ -17,7 +17,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
 from tests.e2e.conftest import ROOT, USER, Podmand, containers_of, ready, run_in, sandbox, volumes_of
+from tests.e2e.test_reach import serving
 from tests.e2e.test_sidecar import BASE
 from tests.wait import wait_until
 
@@ -189,17 +189,8 @@ def tls_connect_proxy() -> Iterator[tuple[int, int, list[str]]]:
     proxy_server, target = socket.create_server(("0.0.0.0", 0)), socket.create_server(("0.0.0.0", 0))
     seen: list[str] = []
 
-    def greet() -> None:
-        while True:
-            try:
-                conn, _ = target.accept()
-            except OSError:
-                return
-            with conn:
-                conn.sendall(b"target-reached\n")
-
     def tunnel(raw: socket.socket) -> None:
-        with contextlib.suppress(OSError, ssl.SSLError), raw, ctx.wrap_socket(raw, server_side=True) as tls:
+        with contextlib.suppress(OSError, ssl.SSLError), ctx.wrap_socket(raw, server_side=True) as tls:
             head = b""
             while b"\r\n\r\n" not in head:
                 chunk = tls.recv(4096)
@@ -212,17 +203,7 @@ def tls_connect_proxy() -> Iterator[tuple[int, int, list[str]]]:
                 tls.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 tls.sendall(upstream.recv(4096))
 
-    def serve() -> None:
-        while True:
-            try:
-                raw, _ = proxy_server.accept()
-            except OSError:
-                return
-            threading.Thread(target=tunnel, args=(raw,), daemon=True).start()
-
-    threads = [threading.Thread(target=f, daemon=True) for f in (greet, serve)]
-    for t in threads:
-        t.start()
+    threads = [serving(target, lambda conn: conn.sendall(b"target-reached\n")), serving(proxy_server, tunnel)]
     try:
         yield proxy_server.getsockname()[1], target.getsockname()[1], seen
     finally:

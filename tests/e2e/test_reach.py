@@ -27,6 +27,24 @@ GREETING = "podmand-test-gateway\n"
 BIND_FIX = "start the gateway with --bind-address 0.0.0.0 (OPENSHELL_BIND_ADDRESS)"
 
 
+def serving(server: socket.socket, handle: Callable[[socket.socket], None]) -> threading.Thread:
+    """A thread handing each connection ``server`` accepts to ``handle`` (closing it after),
+    until the socket is shut down."""
+
+    def loop() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                handle(conn)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
 @contextlib.contextmanager
 def listening(address: str) -> Iterator[int]:
     """A TCP listener on ``address`` (a free port) greeting each connection; "" binds nothing
@@ -40,18 +58,7 @@ def listening(address: str) -> Iterator[int]:
         yield port
         return
     server.listen()
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                conn.sendall(GREETING.encode())
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    thread = serving(server, lambda conn: conn.sendall(GREETING.encode()))
     try:
         yield port
     finally:
