@@ -189,7 +189,7 @@ class Server:
         found = await info
         hub.subscriber.event_logger = found.host.eventLogger
         rootless = found.host.security.rootless
-        unreached = netfacts.startup_warning(settings, found)
+        unreached = await asyncio.to_thread(netfacts.startup_warning, settings, found)  # may resolve a name
         if unreached:
             log.warning("%s", unreached)
         if settings.userns_base == "keep-id" and not rootless:

@@ -219,8 +219,8 @@ def proxy_handshake(url: str, ca_bundle: str) -> str:
             if not proxy.secure(url):
                 return ""
             ctx = ssl.create_default_context()
-            if ca_bundle:
-                ctx.load_verify_locations(cadata=proxy.read_ca_bundle(ca_bundle).decode("ascii", "replace"))
+            for der in proxy.trust_anchors(proxy.read_ca_bundle(ca_bundle)) if ca_bundle else []:
+                ctx.load_verify_locations(cadata=der)
             with ctx.wrap_socket(raw, server_hostname=host.strip("[]")):
                 return ""
     except ssl.SSLCertVerificationError as exc:

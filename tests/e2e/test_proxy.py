@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import json
 import shutil
 import socket
 import ssl
 import subprocess
+import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -172,11 +174,25 @@ def test_credential_is_read_again_for_each_sandbox(
 
 # ---------------------------------------------------------------- an https:// proxy, for real
 
+PYTHON_IP = "localhost/podmand-test/python-ip:3.11"
+
+
 @pytest.fixture(scope="module")
-def python_image() -> str:
-    """A local Python image (tests/images/pybase.sh), for a TLS client inside the sandbox."""
+def python_image(podman_client: podman.PodmanClient) -> str:
+    """A local Python image (tests/images/pybase.sh) for a TLS client inside the sandbox, with
+    busybox as /usr/sbin/ip: the supervisor (and its stand-in) refuses an image without ip."""
     subprocess.run(["bash", str(ROOT / "tests" / "images" / "pybase.sh")], check=True, capture_output=True)
-    return BASE
+    if not podman_client.images.exists(PYTHON_IP):
+        layer = io.BytesIO()
+        with tarfile.open(fileobj=layer, mode="w") as tar:
+            tar.add("/bin/busybox", arcname="usr/sbin/ip")
+        base = podman_client.containers.create(BASE, command=["true"])
+        try:
+            base.put_archive("/", layer.getvalue())
+            base.commit(repository=PYTHON_IP.rsplit(":", 1)[0], tag="3.11")
+        finally:
+            base.remove(force=True)
+    return PYTHON_IP
 
 
 @contextlib.contextmanager
@@ -250,7 +266,9 @@ def test_https_proxy_is_reached_over_tls_from_inside_a_sandbox(
                          OPENSHELL_SANDBOX_PROXY_AUTH_ALLOW_INSECURE="", OPENSHELL_SANDBOX_PROXY_CONNECT_BY_HOSTNAME="")
         daemon.start()
         watch = daemon.watch()
-        box = sandbox(environment=NEWER, image=python_image)
+        daemon_user = {"STANDIN_POLICY_RUN_AS_USER": "daemon", "STANDIN_POLICY_RUN_AS_GROUP": "daemon"}
+        box = sandbox(environment={**NEWER, **daemon_user}, image=python_image,  # the image has no USER
+                      workload_identity=pb.WorkloadIdentityRequest(user="daemon", group="daemon"))
         cleanup.append(box.id)
         daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
         watch.wait_reason(box.id, "ContainerRunning")

@@ -47,9 +47,12 @@ def tls_port() -> Iterator[int]:
     thread.join(5)
 
 
-def test_https_proxy_verified_with_the_bundle(tls_port: int) -> None:
+def test_https_proxy_verified_with_the_bundle(tls_port: int, tmp_path: Path) -> None:
     url = f"https://127.0.0.1:{tls_port}"
     assert netfacts.proxy_handshake(url, str(TLS / "ca.pem")) == ""
+    mixed = tmp_path / "mixed.pem"  # a block that is no certificate is skipped, as at start
+    mixed.write_bytes(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n" + (TLS / "ca.pem").read_bytes())
+    assert netfacts.proxy_handshake(url, str(mixed)) == ""
     ok = check_proxy(url, str(TLS / "ca.pem"), True, "")
     assert ok.status == "OK" and "verified against the system roots and proxy_ca_bundle" in ok.finding
     assert "credential travels inside that TLS session" in ok.finding
