@@ -247,7 +247,7 @@ try:
             if not chunk:
                 break
             reply += chunk
-        print(reply.decode().replace("\\r\\n", "|"))
+        print(reply.decode().replace("\\r\\n", "|").strip())
 except ssl.SSLCertVerificationError as exc:
     print("verify failed:", exc.verify_message)
 """
