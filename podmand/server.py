@@ -39,7 +39,7 @@ from .config import Settings, invalid, rundir, startup_warnings
 from .decoding import DecodeRequests
 from .driver import Driver
 from .errors import DriverError, StartupError
-from .host import enforcement, eventproof, hostgateway
+from .host import enforcement, eventproof, hostgateway, netfacts
 from .host.autostart import podman_api
 from .host.limits import raise_nofile_limit
 from .host.notify import Notifier
@@ -201,6 +201,9 @@ class Server:
         found = await info
         hub.subscriber.event_logger = found.host.eventLogger
         rootless = found.host.security.rootless
+        unreached = await asyncio.to_thread(netfacts.startup_warning, settings, found)  # may resolve a name
+        if unreached:
+            log.warning("%s", unreached)
         if settings.userns_base == "keep-id" and not rootless:
             raise invalid("userns", "keep-id needs rootless Podman")
         enforced = enforcement.from_info(found)

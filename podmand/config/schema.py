@@ -323,7 +323,7 @@ class _Network(_Sandboxes):
     )] = "10.128.0.0/9"
     https_proxy: Annotated[str | None, S(
         "OPENSHELL_SANDBOX_HTTPS_PROXY", "--sandbox-https-proxy",
-        "corporate forward proxy http://host:port, on each supervisor's command line",
+        "corporate forward proxy http(s)://host:port, on each supervisor's command line",
         default="unset", see="hosts.md",
     )] = None
     no_proxy: Annotated[str | None, S(
@@ -333,7 +333,7 @@ class _Network(_Sandboxes):
     )] = None
     proxy_auth_file: Annotated[str | None, S(
         "OPENSHELL_SANDBOX_PROXY_AUTH_FILE", "--sandbox-proxy-auth-file",
-        "file holding the proxy's user:pass, copied root-only into each sandbox (needs "
+        "file holding the proxy's user:pass, copied root-only into each sandbox (an http:// proxy needs "
         "proxy_auth_allow_insecure)",
         default="unset",
     )] = None
@@ -347,7 +347,7 @@ class _Network(_Sandboxes):
     )] = False
     proxy_ca_bundle: Annotated[str | None, S(
         "OPENSHELL_SANDBOX_PROXY_CA_BUNDLE", "--sandbox-proxy-ca-bundle",
-        "PEM CA bundle of a TLS-intercepting proxy, copied into each sandbox",
+        "PEM CA bundle (X.509) trusted for an https:// or TLS-intercepting proxy, copied into each sandbox",
         default="unset",
     )] = None
 

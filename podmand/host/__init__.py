@@ -4,6 +4,8 @@
   runs: ``podmanservice`` supervises it, ``storageguard`` picks overlay for a new
   store), ``eventproof`` (its event stream delivers), ``enforcement`` (it applies
   limits), ``hostgateway`` (the address sandboxes reach the gateway by),
+  ``netfacts`` and ``gatewayreach`` (whether they reach the gateway there: the
+  host's addresses and listeners, and the decision with its fix),
   ``sharedpaths`` (it sees podmand's state directory at the same path); where its
   connections are (``connections``, ``podmanconfig``: Podman's own configuration).
 - the host's kind: ``wsl`` (WSL2 shares its GPU as nvidia.com/gpu=all).
@@ -23,8 +25,10 @@ __all__ = [
     "discovery",
     "enforcement",
     "eventproof",
+    "gatewayreach",
     "hostgateway",
     "limits",
+    "netfacts",
     "notify",
     "podmanconfig",
     "podmanservice",

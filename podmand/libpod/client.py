@@ -194,6 +194,10 @@ class PodmanClient:
     async def start_container(self, name: str) -> None:
         await self.call("POST", f"/containers/{quote(name)}/start", timeout=self.timeouts.start)
 
+    async def init_container(self, name: str) -> None:
+        """Set a container up (network, /etc/hosts) without running its process."""
+        await self.call("POST", f"/containers/{quote(name)}/init", timeout=self.timeouts.start)
+
     async def stop_container(self, name: str, timeout: int) -> None:
         """Stop, with ``timeout`` seconds from SIGTERM to SIGKILL."""
         await self.call(

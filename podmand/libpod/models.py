@@ -86,6 +86,7 @@ class ContainerInspect(msgspec.Struct, rename="pascal"):
     host_config: HostConfig = msgspec.field(default_factory=HostConfig)
     mounts: list[MountPoint] | None = None
     network_settings: NetworkSettings = msgspec.field(default_factory=NetworkSettings)
+    hosts_path: str = ""  # the /etc/hosts Podman writes for it (set once initialised)
 
     @property
     def labels(self) -> dict[str, str]:

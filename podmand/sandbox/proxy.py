@@ -10,9 +10,12 @@ sandbox's state directory, never in env, labels or argv; the CA bundle as a
 read-only copy beside it. Both are read from the operator's paths again for each
 container, so a rotated credential applies to the next sandbox.
 
-Rules and messages are upstream's (V1 driver and supervisor): only ``http://``
-proxies, scheme and port explicit, no inline credentials, the credential's
-cleartext Basic auth acknowledged, no auxiliary setting without a proxy.
+Rules and messages are upstream's (V1 driver and supervisor, with PR #2512):
+``http://`` or ``https://`` proxies, scheme and port explicit, no inline credentials,
+the credential's cleartext Basic auth acknowledged for an ``http://`` proxy only (to
+an ``https://`` one it travels inside TLS), no auxiliary setting without a proxy, and
+a CA bundle whose PEM blocks hold at least one certificate that parses as X.509.
+OpenSSL parses them (the stdlib ``ssl`` module), so no dependency is added.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import ssl
 import stat
 
 from ..config import Settings, invalid
@@ -40,6 +44,8 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 _FORBIDDEN_HOST = re.compile(r"[\x00-\x20#%/:<>?@\[\\\]^|\x7f]")
 _PEM_CERT = b"-----BEGIN CERTIFICATE-----"
+_PEM_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n.*?-----END CERTIFICATE-----", re.DOTALL)
+SCHEMES = ("http", "https")
 
 
 class ProxyFileError(Exception):
@@ -78,10 +84,10 @@ def url_problem(raw: str) -> str | None:
     problem = _host_problem(host) or _port_problem(port)
     if problem:
         return f"not a valid proxy URL: {problem}"
-    if scheme.lower() != "http":
+    if scheme.lower() not in SCHEMES:
         return (
-            f"unsupported proxy scheme '{scheme.lower()}': only http:// forward proxies are supported by the "
-            "sandbox supervisor"
+            f"unsupported proxy scheme '{scheme.lower()}': only http:// and https:// forward proxies are "
+            "supported by the sandbox supervisor"
         )
     if userinfo:
         return "proxy URL must not embed credentials; supply them via the proxy auth file"
@@ -181,8 +187,28 @@ def read_credential(path: str) -> bytes:
     return trim(text).encode() + b"\n"
 
 
+def secure(url: str) -> bool:
+    """The (valid) proxy URL is ``https://``: the supervisor wraps its connection to the proxy in TLS."""
+    return trim(url).lower().startswith("https://")
+
+
+def trust_anchors(pem: bytes) -> list[bytes]:
+    """The DER of each PEM certificate block that OpenSSL parses as X.509; the rest are
+    skipped, as upstream's rustls store skips unparsable ones."""
+    anchors = []
+    for block in _PEM_BLOCK.findall(pem):
+        try:
+            der = ssl.PEM_cert_to_DER_cert(block.decode("ascii"))
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=der)
+        except (ValueError, UnicodeDecodeError, ssl.SSLError):
+            continue
+        anchors.append(der)
+    return anchors
+
+
 def read_ca_bundle(path: str) -> bytes:
-    """The PEM bundle, refused when empty or without a certificate (the supervisor would refuse it)."""
+    """The PEM bundle, refused when empty, without a certificate block, or when no block parses
+    as an X.509 certificate (the supervisor would refuse each)."""
     data = _read_bounded(
         path, MAX_CA_BUNDLE_BYTES, "proxy_ca_bundle", f"proxy_ca_bundle '{path}' could not be read: {{err}}"
     )
@@ -190,6 +216,11 @@ def read_ca_bundle(path: str) -> bytes:
         raise ProxyFileError(f"proxy_ca_bundle '{path}' is empty")
     if _PEM_CERT not in data:
         raise ProxyFileError(f"proxy_ca_bundle '{path}' contains no PEM certificate blocks")
+    if not trust_anchors(data):
+        raise ProxyFileError(
+            f"proxy_ca_bundle '{path}' contains no usable trust anchors (PEM blocks were found but none "
+            "contain valid X.509 DER)"
+        )
     return data
 
 
@@ -244,7 +275,7 @@ def validate(s: Settings) -> None:
             raise invalid("proxy_auth_file", "proxy_auth_file must not be empty when set")
         if proxy is None:
             raise invalid("proxy_auth_file", "proxy_auth_file is set but no https_proxy is configured")
-        if not s.proxy_auth_allow_insecure:
+        if not s.proxy_auth_allow_insecure and not secure(proxy):
             raise invalid(
                 "proxy_auth_file",
                 "proxy_auth_file sends the credential as cleartext Basic auth over the plain-TCP connection to "

@@ -420,7 +420,7 @@ def test_podmands_own_paths_are_never_bind_sources(
 
 
 BINDS = {**DRIVER_CONFIG, "OPENSHELL_ENABLE_BIND_MOUNTS": "true", "PODMAND_RESOURCE_ADMISSION": "false"}
-PROXY_PEM = "-----BEGIN CERTIFICATE-----\nMIIBe2e\n-----END CERTIFICATE-----\n"
+PROXY_PEM = (Path(__file__).resolve().parents[1] / "data" / "proxytls" / "ca.pem").read_text()  # real X.509
 
 
 def owned_file(path: Path, text: str) -> Path:

@@ -10,19 +10,30 @@ the sandbox's environment has NEWER.
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import io
 import json
 import shutil
+import socket
+import ssl
 import subprocess
-from collections.abc import Callable
+import tarfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import podman
+import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
-from tests.e2e.conftest import USER, Podmand, containers_of, ready, run_in, sandbox, volumes_of
+from tests.e2e.conftest import ROOT, USER, Podmand, containers_of, ready, run_in, sandbox, volumes_of
+from tests.e2e.test_reach import serving
+from tests.e2e.test_sidecar import BASE
 from tests.wait import wait_until
 
 SECRET = "corp-user:Pr0xy-S3cret-e2e"
-PEM = "-----BEGIN CERTIFICATE-----\nMIIBe2e\n-----END CERTIFICATE-----\n"
+TLS = Path(__file__).resolve().parents[1] / "data" / "proxytls"  # a test CA and a proxy certificate it signed
+PEM = (TLS / "ca.pem").read_text()
 PROXY_URL = "http://proxy.corp.example:3128"
 AUTH_PATH = "/etc/openshell/auth/upstream-proxy"
 CA_PATH = "/etc/openshell/tls/proxy/ca-bundle.pem"
@@ -159,3 +170,136 @@ def test_credential_is_read_again_for_each_sandbox(
     assert "Br0ken" not in daemon.logs()
     for box in (rotated, broken):
         assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+
+
+# ---------------------------------------------------------------- an https:// proxy, for real
+
+PYTHON_IP = "localhost/podmand-test/python-ip:3.11"
+
+
+@pytest.fixture(scope="module")
+def python_image(podman_client: podman.PodmanClient) -> str:
+    """A local Python image (tests/images/pybase.sh) for a TLS client inside the sandbox, with
+    busybox as /usr/sbin/ip: the supervisor (and its stand-in) refuses an image without ip."""
+    subprocess.run(["bash", str(ROOT / "tests" / "images" / "pybase.sh")], check=True, capture_output=True)
+    if not podman_client.images.exists(PYTHON_IP):
+        layer = io.BytesIO()
+        with tarfile.open(fileobj=layer, mode="w") as tar:
+            tar.add("/bin/busybox", arcname="usr/sbin/ip")
+        base = podman_client.containers.create(BASE, command=["true"])
+        try:
+            base.put_archive("/", layer.getvalue())
+            base.commit(repository=PYTHON_IP.rsplit(":", 1)[0], tag="3.11")
+        finally:
+            base.remove(force=True)
+    return PYTHON_IP
+
+
+@contextlib.contextmanager
+def tls_connect_proxy() -> Iterator[tuple[int, int, list[str]]]:
+    """(proxy port, target port, requests seen): a CONNECT proxy over TLS on 0.0.0.0 presenting
+    the certificate the test CA signed (tests/data/proxytls), tunnelling to a target on this
+    host that greets each connection. Each request's head is recorded as the proxy saw it."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(TLS / "proxy.pem", TLS / "proxy.key")
+    proxy_server, target = socket.create_server(("0.0.0.0", 0)), socket.create_server(("0.0.0.0", 0))
+    seen: list[str] = []
+
+    def tunnel(raw: socket.socket) -> None:
+        with contextlib.suppress(OSError, ssl.SSLError), ctx.wrap_socket(raw, server_side=True) as tls:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = tls.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            seen.append(head.decode(errors="replace"))
+            port = int(head.split(b" ", 2)[1].rsplit(b":", 1)[1])
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as upstream:
+                tls.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                tls.sendall(upstream.recv(4096))
+
+    threads = [serving(target, lambda conn: conn.sendall(b"target-reached\n")), serving(proxy_server, tunnel)]
+    try:
+        yield proxy_server.getsockname()[1], target.getsockname()[1], seen
+    finally:
+        for s in (proxy_server, target):
+            s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        for t in threads:
+            t.join(5)
+
+
+# Run in the sandbox: TLS to the proxy verified with the bundle podmand copied in (or the
+# system roots alone), CONNECT with the credential file's Basic auth, then the target's greeting.
+CLIENT = """
+import base64, socket, ssl, sys
+host, port, target, cafile = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] or None
+ctx = ssl.create_default_context(cafile=cafile)
+cred = base64.b64encode(open("/etc/openshell/auth/upstream-proxy", "rb").read().strip()).decode()
+try:
+    with ctx.wrap_socket(socket.create_connection((host, port), timeout=10), server_hostname=host) as tls:
+        tls.sendall(f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\nProxy-Authorization: Basic {cred}\\r\\n\\r\\n"
+                    .encode())
+        reply = b""
+        while b"target-reached" not in reply:
+            chunk = tls.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+        print(reply.decode().replace("\\r\\n", "|").strip())
+except ssl.SSLCertVerificationError as exc:
+    print("verify failed:", exc.verify_message)
+"""
+
+
+def test_https_proxy_is_reached_over_tls_from_inside_a_sandbox(
+        make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str],
+        python_image: str) -> None:
+    """Upstream PR #2512 through the pex: an https:// proxy with an auth file and no insecure
+    acknowledgement starts a newer supervisor; from inside the sandbox the CA bundle podmand
+    copied in verifies the real proxy (the system roots alone do not), and the credential reaches
+    it inside TLS. doctor verifies the same proxy with the bundle and FAILs with another CA."""
+    with tls_connect_proxy() as (proxy_port, target_port, seen):
+        url = f"https://host.containers.internal:{proxy_port}"
+        daemon = proxied(make_podmand, OPENSHELL_SANDBOX_HTTPS_PROXY=url, OPENSHELL_SANDBOX_NO_PROXY="",
+                         OPENSHELL_SANDBOX_PROXY_AUTH_ALLOW_INSECURE="", OPENSHELL_SANDBOX_PROXY_CONNECT_BY_HOSTNAME="")
+        daemon.start()
+        watch = daemon.watch()
+        daemon_user = {"STANDIN_POLICY_RUN_AS_USER": "daemon", "STANDIN_POLICY_RUN_AS_GROUP": "daemon"}
+        box = sandbox(environment={**NEWER, **daemon_user}, image=python_image,  # the image has no USER
+                      workload_identity=pb.WorkloadIdentityRequest(user="daemon", group="daemon"))
+        cleanup.append(box.id)
+        daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+        watch.wait_reason(box.id, "ContainerRunning")
+        [container] = containers_of(podman_client, box.id)
+        assert container.attrs["Config"]["Cmd"] == [
+            "--workdir", "/sandbox", f"--upstream-proxy={url}", f"--upstream-proxy-auth-file={AUTH_PATH}",
+            f"--upstream-proxy-ca-bundle={CA_PATH}"]
+
+        def logs() -> str:
+            return b"".join(container.logs(stdout=True, stderr=True)).decode(errors="replace")
+
+        wait_until(lambda: "openshell-sandbox: ready" in logs(), 30, "the stand-in's ready line", logs)
+        assert f"upstream proxy host.containers.internal:{proxy_port} is dialled over TLS" in logs()
+        client = ["python3", "-c", CLIENT, "host.containers.internal", str(proxy_port), f"127.0.0.1:{target_port}"]
+        code, out, err = run_in(container, [*client, CA_PATH], user="0")
+        assert code == 0 and out == "HTTP/1.1 200 Connection established||target-reached\n", (code, out, err)
+        assert len(seen) == 1 and f"Proxy-Authorization: Basic {base64.b64encode(SECRET.encode()).decode()}" in seen[0]
+        code, out, err = run_in(container, [*client, ""], user="0")
+        assert out.startswith("verify failed: unable to get local issuer certificate"), (code, out, err)
+        assert len(seen) == 1  # nothing was sent to a proxy that was not verified
+        assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+
+        local = f"https://127.0.0.1:{proxy_port}"  # the same proxy as this host reaches it
+        for bundle, status in ((TLS / "ca.pem", "OK"), (TLS / "other-ca.pem", "FAIL")):
+            copy = daemon.workdir / bundle.name
+            shutil.copy(bundle, copy)
+            shutil.chown(copy, USER, USER)
+            daemon.env.update(OPENSHELL_SANDBOX_HTTPS_PROXY=local, OPENSHELL_SANDBOX_PROXY_CA_BUNDLE=str(copy))
+            proc = subprocess.run(daemon.command("doctor", "--json"), capture_output=True, text=True, timeout=120)
+            [check] = [c for c in json.loads(proc.stdout) if c["name"] == "corporate proxy"]
+            assert check["status"] == status, check
+        assert check["finding"].startswith(f"{local}: TLS handshake with 127.0.0.1:{proxy_port} failed: unable to get "
+                                           "local issuer certificate")
+        assert check["fix"].startswith("set proxy_ca_bundle (--sandbox-proxy-ca-bundle")

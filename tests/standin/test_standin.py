@@ -935,6 +935,25 @@ def test_ca_bundle_flag_needs_a_supervisor_newer_than_2f7fb65(box: Box) -> None:
     assert f"ca_bundle={PROXY_CA}" in new.stderr and box.path("/tmp/probe.status").exists()
 
 
+def test_https_proxy_needs_a_supervisor_newer_than_2f7fb65(box: Box) -> None:
+    """2f7fb65 refuses an https:// proxy; a newer one (upstream PR #2512) dials it over TLS and
+    takes an auth file without --upstream-proxy-auth-allow-insecure (the credential is inside TLS)."""
+    write(PROXY_AUTH, f"{PROXY_SECRET}\n")(box)
+    https = ("--workdir", "/sandbox", "--upstream-proxy=https://proxy.corp:3130", f"--upstream-proxy-auth-file={PROXY_AUTH}")
+    old = box.run(args=https)
+    assert old.proc.returncode == 1, old.stderr
+    assert ("--upstream-proxy is invalid: unsupported proxy scheme 'https': only http:// forward proxies are "
+            "supported by the sandbox supervisor") in old.stderr
+    new = box.run(NEWER, https)
+    assert new.proc.returncode == 0, new.stderr
+    assert "upstream proxy proxy.corp:3130 is dialled over TLS" in new.stderr
+    socks = box.run(NEWER, ("--workdir", "/sandbox", "--upstream-proxy=socks5://proxy.corp:1080"))
+    assert ("unsupported proxy scheme 'socks5': only http:// and https:// forward proxies are supported by the "
+            "sandbox supervisor") in socks.stderr
+    plain = box.run(NEWER, (*PROXY_ARGS, f"--upstream-proxy-auth-file={PROXY_AUTH}"))
+    assert CLEARTEXT in plain.stderr
+
+
 def test_process_only_mode_needs_no_network_caps(box: Box) -> None:
     run = box.run(args=("--mode", "process", "--workdir", "/sandbox"), drop=("net_admin", "sys_admin"))
     assert run.proc.returncode == 0, run.stderr

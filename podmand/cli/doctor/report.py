@@ -30,7 +30,7 @@ from ...host.discovery import podman_socket_in
 from ...libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable, versions
 from ...sandbox import cdi, selinux
 from ...sandbox import settings as sandbox_settings
-from . import eventchecks, tracechecks
+from . import eventchecks, netchecks, tracechecks
 from .capacitychecks import CapacityFacts, check_capacity
 from .hostchecks import (
     TUN,
@@ -274,7 +274,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             checks.append(not_checked("storage", why))
         podman_says = info.host.security.selinuxEnabled if info is not None else None
         checks.append(check_selinux(settings.selinux, *selinux.detect(podman_says)))
-        probe_image = ""
+        probe_image = sandbox_image = ""
         if client is not None and info is not None:
             roles = [("supervisor", settings.supervisor_image), ("sandbox", settings.sandbox_image)]
             if settings.sandbox_image == settings.supervisor_image:
@@ -282,8 +282,10 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             images = await image_facts(client, roles)
             checks.append(check_images(images))
             probe_image = next((i.ref for i in images if i.present), "")
+            sandbox_image = next((i.ref for i in images if i.present and i.role == "sandbox"), "")
         else:
             checks.append(not_checked("images", why))
+        checks.extend(await netchecks.checks(client if info is not None else None, info, settings, sandbox_image, why))
         usable = client if info is not None else None
         checks.append(check_state_dir(await state_dir_facts(usable, state_path, probe_image)))
         path = answering.path if answering else ""
@@ -322,7 +324,8 @@ def add_parser(sub: Any) -> None:
         "doctor",
         help="check this host for what podmand needs, and say how to fix what is missing",
         description="Check the Podman socket, runtime directory, version, Quadlet support, cgroups, the known "
-        "bugs of this Podman release, its event logger and OCI runtime, the gateway address sandboxes dial, "
+        "bugs of this Podman release, its event logger and OCI runtime, whether sandboxes reach the gateway and the "
+        "corporate proxy, "
         "subordinate IDs, the host's sandbox capacity, GPUs (CDI), /dev/net/tun, storage driver, SELinux, "
         "images, state directory, driver socket and the OTLP collector traces go to. "
         "Takes serve's settings. Exit 1 when a check FAILs.",

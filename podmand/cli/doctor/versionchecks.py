@@ -1,6 +1,6 @@
 """The decisions of ``podmand doctor`` that depend on which Podman it is: the releases
-known to misbehave for podmand, the event logger, the OCI runtime, and whether
-sandboxes can reach the gateway at the address they are given.
+known to misbehave for podmand, the event logger and the OCI runtime (whether
+sandboxes reach the gateway is host/gatewayreach.py's).
 
 Pure, like doctorchecks.py: each check takes facts from Podman's ``/info`` (and the
 settings), and the version facts themselves are versions.py's, declared once with
@@ -9,17 +9,16 @@ their sources. doctor.py calls :func:`version_checks`.
 
 from __future__ import annotations
 
-import ipaddress
 import urllib.parse
 from dataclasses import dataclass
 
 from ... import config
+from ...host import netfacts
 from ...libpod import Info, versions
 from ...libpod.versions import Version, parse_version, shown, within
 from .hostchecks import Check, ok, warn
 
 RUNTIMES = ("crun", "runc")  # what podmand is tested with
-OWN_NAMES = ("host.containers.internal", "host.openshell.internal")  # the names host_gateway_ip sets
 
 
 @dataclass(frozen=True)
@@ -41,18 +40,6 @@ class PodmanFacts:
         return bool(self.machine) and self.machine != "wsl"
 
 
-def network_cmd(info: Info) -> str:
-    """The rootless network command: /info says since 5.1; before, pasta is 5.0's default
-    and slirp4netns 4.x's (containers/common pkg/config/default.go, vendored at v4.9.3 and v5.0.0)."""
-    host = info.host
-    if not host.security.rootless:
-        return ""
-    if host.rootlessNetworkCmd:
-        return host.rootlessNetworkCmd
-    parsed = parse_version(info.version.version)
-    return "pasta" if parsed is not None and parsed >= (5, 0, 0) else "slirp4netns"
-
-
 def podman_facts(info: Info, machine: str) -> PodmanFacts:
     runtime = info.host.ociRuntime
     return PodmanFacts(
@@ -61,7 +48,7 @@ def podman_facts(info: Info, machine: str) -> PodmanFacts:
         event_logger=info.host.eventLogger,
         runtime=runtime.name if runtime else "",
         runtime_version=runtime.version.splitlines()[0] if runtime and runtime.version else "",
-        network_cmd=network_cmd(info),
+        network_cmd=netfacts.network_cmd(info),
         machine=machine,
     )
 
@@ -71,15 +58,6 @@ def _endpoint_host(endpoint: str) -> str:
         return urllib.parse.urlsplit(endpoint).hostname or ""
     except ValueError:
         return ""
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 # ---------------------------------------------------------------- releases
@@ -178,50 +156,6 @@ def check_runtime(runtime: str, version: str) -> Check:
     )
 
 
-# ---------------------------------------------------------------- reaching the gateway
-
-
-def check_gateway_reach(endpoint: str, host_gateway_ip: str, facts: PodmanFacts) -> Check:
-    """Sandboxes dial ``endpoint`` from their own network namespace: a loopback address there
-    is the sandbox itself. Rootless with pasta, host.containers.internal is 169.254.1.2 from
-    5.3, which pasta maps to the host's default-interface address, never to its loopback
-    (containers/podman#28718)."""
-    name = "gateway address"
-    host = _endpoint_host(endpoint)
-    pasta = facts.network_cmd == "pasta"
-    mapped = pasta and facts.parsed is not None and facts.parsed >= versions.MAP_GUEST_ADDR
-    why = (
-        "; with pasta the host's loopback is never reachable from a sandbox: host.containers.internal is "
-        "169.254.1.2, which pasta maps to this host's default-interface address (containers/podman#28718)"
-        if pasta else ""
-    )
-    listen = (
-        "make the gateway listen on this host's default-interface address (or 0.0.0.0) as well as loopback"
-    )
-    if _loopback(host):
-        return warn(
-            name,
-            f"{config.describe('grpc_endpoint')} {endpoint} names a loopback address: sandboxes dial it from "
-            f"their own network namespace, where it is the sandbox itself{why}",
-            f"{listen}, and leave grpc_endpoint unset (http(s)://host.containers.internal:<gateway_port>)",
-        )
-    if host in OWN_NAMES and host_gateway_ip and _loopback(host_gateway_ip):
-        return warn(
-            name,
-            f"{config.describe('host_gateway_ip')} {host_gateway_ip} is a loopback address: {host} is then "
-            f"the sandbox itself{why}",
-            f"{listen}, and unset host_gateway_ip or set it to that address",
-        )
-    if host == "host.containers.internal" and not host_gateway_ip and mapped:
-        return ok(
-            name,
-            f"sandboxes dial {endpoint}; host.containers.internal is 169.254.1.2 there, which pasta maps to "
-            "this host's default-interface address, not to 127.0.0.1: the gateway must listen on that address "
-            "(or 0.0.0.0), not on loopback only (containers/podman#28718)",
-        )
-    return ok(name, f"sandboxes dial {endpoint}")
-
-
 def version_checks(info: Info, settings: config.Settings, machine: str) -> list[Check]:
     """Every check of this module, in order, for the Podman whose ``/info`` this is."""
     facts = podman_facts(info, machine)
@@ -229,5 +163,4 @@ def version_checks(info: Info, settings: config.Settings, machine: str) -> list[
         *check_releases(facts, settings.host_gateway_ip, settings.endpoint),
         check_event_logger(facts.event_logger),
         check_runtime(facts.runtime, facts.runtime_version),
-        check_gateway_reach(settings.endpoint, settings.host_gateway_ip, facts),
     ]

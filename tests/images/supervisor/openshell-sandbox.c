@@ -33,7 +33,9 @@
  *   STANDIN_POLICY_RUN_AS_USER=x    process.run_as_user (unset: omitted)
  *   STANDIN_POLICY_RUN_AS_GROUP=x   process.run_as_group (unset: omitted)
  *   STANDIN_SUPERVISOR_NEWER=1      stand in for a supervisor newer than 2f7fb65: accept
- *                                   --upstream-proxy-ca-bundle (2f7fb65 refuses it, clap style);
+ *                                   --upstream-proxy-ca-bundle (2f7fb65 refuses it, clap style)
+ *                                   and https:// proxies, whose auth file needs no
+ *                                   --upstream-proxy-auth-allow-insecure (PR #2512);
  *                                   check an image --workdir's structure at start, in every
  *                                   identity mode, and no longer as the final identity, and
  *                                   refuse workdirs over the system roots too (PR #2715)
@@ -2453,7 +2455,10 @@ static const char *proxy_url_problem(const char *raw, char **host_out, char **po
     if (*port && (strspn(port, "0123456789") != strlen(port) || strlen(port) > 5 || atol(port) > 65535))
         return "not a valid proxy URL: invalid port number";
     for (i = 0; url + i < sep; i++) url[i] = (char)tolower((unsigned char)url[i]);
-    if (strncmp(url, "http://", 7) != 0)
+    if (newer_supervisor() && strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
+        return fmt("unsupported proxy scheme '%.*s': only http:// and https:// forward proxies are supported by "
+                   "the sandbox supervisor", (int)(sep - url), url);
+    if (!newer_supervisor() && strncmp(url, "http://", 7) != 0)
         return fmt("unsupported proxy scheme '%.*s': only http:// forward proxies are supported by the sandbox "
                    "supervisor", (int)(sep - url), url);
     if (at && at != authority) return "proxy URL must not embed credentials; supply them via the proxy auth file";
@@ -2536,6 +2541,7 @@ static void proxy_stage(const struct opts *o)
     const char *problem;
     char *host = NULL, *port = NULL;
     size_t i;
+    bool secure;
     if (o->proxy && !*rust_trim(o->proxy)) proxy_invalid("--upstream-proxy must not be empty when set");
     if (o->proxy && (problem = proxy_url_problem(o->proxy, &host, &port)))
         proxy_invalid("--upstream-proxy is invalid: %s", problem);
@@ -2548,7 +2554,8 @@ static void proxy_stage(const struct opts *o)
     }
     if (o->proxy_auth_allow_insecure && !o->proxy_auth_file)
         proxy_invalid("--upstream-proxy-auth-allow-insecure is set but no --upstream-proxy-auth-file is configured");
-    if (o->proxy_auth_file && !o->proxy_auth_allow_insecure)
+    secure = strncasecmp(rust_trim(o->proxy), "https://", 8) == 0;
+    if (o->proxy_auth_file && !o->proxy_auth_allow_insecure && !secure)
         proxy_invalid("--upstream-proxy-auth-file sends the credential as cleartext Basic auth over the plain-TCP "
                       "proxy connection; refusing without --upstream-proxy-auth-allow-insecure");
     if (o->proxy_auth_file) check_auth_file(o->proxy_auth_file);
@@ -2557,6 +2564,7 @@ static void proxy_stage(const struct opts *o)
         host, port, o->no_proxy ? o->no_proxy : "-", o->proxy_auth_file ? o->proxy_auth_file : "-",
         o->proxy_auth_allow_insecure ? "true" : "false", o->proxy_connect_by_hostname ? "hostname" : "validated-ip",
         o->proxy_ca_bundle ? o->proxy_ca_bundle : "-");
+    if (secure) say("upstream proxy %s:%s is dialled over TLS", host, port);
 }
 
 /* ========================================================== startup */

@@ -33,7 +33,9 @@ INSECURE = "OPENSHELL_SANDBOX_PROXY_AUTH_ALLOW_INSECURE"
 BY_HOSTNAME = "OPENSHELL_SANDBOX_PROXY_CONNECT_BY_HOSTNAME"
 CA = "OPENSHELL_SANDBOX_PROXY_CA_BUNDLE"
 SECRET = "alice:s3cr3t-pass"
-PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+TLS = Path(__file__).resolve().parents[2] / "data" / "proxytls"
+PEM = (TLS / "ca.pem").read_bytes()  # a real X.509 CA certificate (tests/data/proxytls)
+FAKE_PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 CLEARTEXT = ("proxy_auth_file sends the credential as cleartext Basic auth over the plain-TCP connection to the "
              "http:// proxy; set proxy_auth_allow_insecure = true to accept that exposure, or remove proxy_auth_file")
 
@@ -62,9 +64,10 @@ def refusal(env: dict[str, str], args: argparse.Namespace | None = None) -> str:
 
 @pytest.mark.parametrize(("url", "why"), [
     ("proxy.corp:3128", "proxy URL must include an explicit scheme, e.g. http://proxy.corp.com:3128"),
-    ("socks5://proxy.corp:1080", "unsupported proxy scheme 'socks5': only http:// forward proxies are supported "
-                                 "by the sandbox supervisor"),
-    ("HTTPS://proxy.corp:3128", "unsupported proxy scheme 'https'"),
+    ("socks5://proxy.corp:1080", "unsupported proxy scheme 'socks5': only http:// and https:// forward proxies "
+                                 "are supported by the sandbox supervisor"),
+    ("FTP://proxy.corp:21", "unsupported proxy scheme 'ftp'"),
+    ("https://proxy.corp", "proxy URL must include an explicit proxy port, e.g. http://proxy.corp.com:3128"),
     ("http://proxy.corp", "proxy URL must include an explicit proxy port, e.g. http://proxy.corp.com:3128"),
     ("http://proxy.corp:", "proxy URL must include an explicit proxy port"),
     ("http://proxy.corp:0", "proxy URL port must not be 0"),
@@ -84,7 +87,7 @@ def test_bad_proxy_url_is_refused_with_upstreams_message(url: str, why: str) -> 
 
 
 @pytest.mark.parametrize("url", ["http://proxy.corp:3128", "http://proxy.corp:3128/", " HTTP://10.0.0.1:80 ",
-                                 "http://[::1]:3128"])
+                                 "http://[::1]:3128", "https://proxy.corp:3130", "HTTPS://proxy.corp:443"])
 def test_good_proxy_urls(url: str) -> None:
     """A bare trailing slash is accepted, the scheme any case, IPv6 in brackets, the default port if written."""
     assert load_all(args=None, environ={PROXY: url}).https_proxy == url
@@ -107,6 +110,15 @@ def test_empty_when_set_is_refused(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- pairing rules
+
+def test_https_proxy_needs_no_insecure_acknowledgement(auth_file: str) -> None:
+    """Upstream PR #2512: to an https:// proxy the credential travels inside TLS."""
+    s = load_all(args=None, environ={PROXY: "https://proxy.corp:3130", AUTH: auth_file})
+    assert proxy.secure(s.https_proxy or "") and not s.proxy_auth_allow_insecure
+    assert proxy.supervisor_args(s) == ["--upstream-proxy=https://proxy.corp:3130",
+                                        f"--upstream-proxy-auth-file={proxy.AUTH_PATH}"]
+    assert refusal({PROXY: "http://proxy.corp:3128", AUTH: auth_file}).endswith(CLEARTEXT)
+
 
 @pytest.mark.parametrize(("env", "field", "why"), [
     ({NO_PROXY: "internal.corp"}, "no_proxy", "no_proxy is set but no https_proxy is configured"),
@@ -169,6 +181,19 @@ def test_ca_bundle_must_hold_a_certificate(tmp_path: Path) -> None:
     assert refusal({**env, CA: str(tmp_path / "nope")}).endswith(
         f"proxy_ca_bundle '{tmp_path / 'nope'}' could not be read: No such file or directory (os error 2)")
     assert refusal({**env, CA: str(tmp_path)}).endswith("is not a regular file")
+
+
+def test_ca_bundle_must_parse_as_x509(tmp_path: Path) -> None:
+    """PEM armour around bytes that are no certificate is refused (upstream PR #2512's words);
+    one good certificate among bad blocks is enough, as upstream's rustls store skips the rest."""
+    fake, mixed = tmp_path / "fake.pem", tmp_path / "mixed.pem"
+    fake.write_bytes(FAKE_PEM + FAKE_PEM.replace(b"MIIB", b"bm90IGEgY2VydGlmaWNhdGU="))
+    mixed.write_bytes(FAKE_PEM + PEM)
+    assert refusal({PROXY: "https://p:3130", CA: str(fake)}).endswith(
+        f"proxy_ca_bundle '{fake}' contains no usable trust anchors (PEM blocks were found but none contain "
+        "valid X.509 DER)")
+    assert load_all(args=None, environ={PROXY: "https://p:3130", CA: str(mixed)}).proxy_ca_bundle == str(mixed)
+    assert proxy.trust_anchors(mixed.read_bytes()) == proxy.trust_anchors(PEM) != []
 
 
 def test_read_files_trims_the_credential(auth_file: str, ca_file: str) -> None:
