@@ -106,8 +106,12 @@ def interface_ipv4(name: str) -> str:
     return socket.inet_ntoa(packed[20:24])
 
 
-def host_addresses() -> tuple[list[str], list[str]]:
-    """(every local address, the default interface's) of this network namespace."""
+Addresses = tuple[list[str], list[str]]  # (every local address, the default interface's)
+
+
+def host_addresses() -> Addresses:
+    """(every local address, the default interface's) of this network namespace: read once
+    per decision and handed to both :func:`guess` and :func:`facts`."""
     every = parse_fib_trie(_text(PROC_NET / "fib_trie")) + parse_if_inet6(_text(PROC_NET / "if_inet6"))
     iface = default_interface(_text(PROC_NET / "route"))
     primary = interface_ipv4(iface) if iface else ""
@@ -166,7 +170,7 @@ def network_cmd(info: Info) -> str:
     return "pasta" if parsed is not None and parsed >= (5, 0, 0) else "slirp4netns"
 
 
-def guess(settings: config.Settings, info: Info, name: str) -> str:
+def guess(settings: config.Settings, info: Info, name: str, addresses: Addresses) -> str:
     """What ``name`` is in a sandbox without asking Podman (serve's start-up): the setting,
     else Podman's rule for rootless networks (containers/common libnetwork/etchosts/ip.go):
     with pasta from 5.3 its mapped 169.254.1.2, else an address of this host (with pasta
@@ -181,15 +185,15 @@ def guess(settings: config.Settings, info: Info, name: str) -> str:
     pasta = network_cmd(info) == "pasta"
     if pasta and parsed is not None and parsed >= versions.MAP_GUEST_ADDR:
         return gatewayreach.MAP_GUEST_ADDR
-    every, primary = host_addresses()
+    every, primary = addresses
     if primary and not pasta:
         return primary[0]
     others = [a for a in every if not ipaddress.ip_address(a).is_loopback and a not in primary]
     return next(iter(others), "")
 
 
-def facts(settings: config.Settings, info: Info, sandbox_address: str, asked: bool) -> Facts:
-    every, primary = host_addresses()
+def facts(settings: config.Settings, info: Info, sandbox_address: str, asked: bool, addresses: Addresses) -> Facts:
+    every, primary = addresses
     found = listeners()
     return Facts(
         endpoint=settings.endpoint, host_gateway_ip=settings.host_gateway_ip, network_cmd=network_cmd(info),
@@ -203,7 +207,8 @@ def startup_warning(settings: config.Settings, info: Info) -> str:
     """serve's one line when sandboxes may not reach the gateway (from podmand's guess of
     what the endpoint's host is in a sandbox, and this host's listeners now), else ""."""
     host, _ = gatewayreach.host_port(settings.endpoint)
-    found = gatewayreach.decide(facts(settings, info, guess(settings, info, host), asked=False))
+    addresses = host_addresses()
+    found = gatewayreach.decide(facts(settings, info, guess(settings, info, host, addresses), False, addresses))
     if found.status == "OK":
         return ""
     return f"sandboxes may not reach the gateway: {found.finding}; fix: {found.fix} ('podmand doctor' checks it again)"

@@ -64,7 +64,8 @@ async def _reach(client: PodmanClient | None, info: Info | None, settings: confi
     if client is not None and image and host in gatewayreach.OWN_NAMES:
         address = await netfacts.ask_podman(client, settings, image, host)
     asked = bool(address)
+    addresses = netfacts.host_addresses()
     if not asked:
-        address = netfacts.guess(settings, info, host)
-    finding = gatewayreach.decide(netfacts.facts(settings, info, address, asked))
+        address = netfacts.guess(settings, info, host, addresses)
+    finding = gatewayreach.decide(netfacts.facts(settings, info, address, asked, addresses))
     return Check(REACH, finding.status, finding.finding, finding.fix)

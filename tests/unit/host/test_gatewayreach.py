@@ -156,14 +156,14 @@ def test_network_cmd_from_info_or_the_releases_default(recorded: dict[str, Any],
     assert netfacts.network_cmd(msgspec.convert(recorded, Info)) == expected
 
 
-def test_guess_follows_podmans_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(netfacts, "host_addresses", lambda: (["127.0.0.1", HOST, "10.1.0.1"], [HOST]))
+def test_guess_follows_podmans_rule() -> None:
+    addresses = (["127.0.0.1", HOST, "10.1.0.1"], [HOST])
     name = "host.containers.internal"
     pasta = msgspec.convert(infos.info("5.4.2", rootlessNetworkCmd="pasta"), Info)
     old_pasta = msgspec.convert(infos.ARCH_ROOTLESS_5_1, Info)
     slirp = msgspec.convert(infos.DEBIAN12_ROOTLESS_V1, Info)
-    assert netfacts.guess(Settings(), pasta, name) == "169.254.1.2"
-    assert netfacts.guess(Settings(), old_pasta, name) == "10.1.0.1"  # not the address pasta copies
-    assert netfacts.guess(Settings(), slirp, name) == HOST
-    assert netfacts.guess(Settings(), msgspec.convert(infos.ROOTFUL_V1, Info), name) == ""
-    assert netfacts.guess(Settings(host_gateway_ip="10.1.0.1"), pasta, name) == "10.1.0.1"
+    assert netfacts.guess(Settings(), pasta, name, addresses) == "169.254.1.2"
+    assert netfacts.guess(Settings(), old_pasta, name, addresses) == "10.1.0.1"  # not the address pasta copies
+    assert netfacts.guess(Settings(), slirp, name, addresses) == HOST
+    assert netfacts.guess(Settings(), msgspec.convert(infos.ROOTFUL_V1, Info), name, addresses) == ""
+    assert netfacts.guess(Settings(host_gateway_ip="10.1.0.1"), pasta, name, addresses) == "10.1.0.1"
