@@ -3,8 +3,9 @@
 Two ways to look at a container.  :meth:`Observer.read` (GetSandbox) only reads:
 inspect plus the facts cached so far.  :meth:`Observer.observe` is the event
 path (the hub's Podman events, refreshes, its lists): it caches what inspect
-knows and the list endpoint does not, keeps the index of sandbox containers,
-and announces each abnormal end once.
+knows and the list endpoint does not (the fence evidence on disk too, so that a
+restarted podmand's list-built first snapshots carry it), keeps the index of
+sandbox containers, and announces each abnormal end once.
 
 Exit detection is all here, and none of it polls Podman.  Podman's event stream
 says ``died`` (the hub observes it); on the same host conmon's exit files say so
