@@ -31,8 +31,8 @@ class Measured:
     idle: tuple[int, float, float]  # sandboxes, Podman CPU (cores) with podmand, without
     exits: tuple[list[float], list[float], list[float]]  # after FinishedAt: podmand, raw /wait, raw event
     started: tuple[float, float]  # warm start to accepting, to SERVING: medians
-    restarted: tuple[int, float] = (0, 0.0)  # restart with that many sandboxes: exec to SERVING
     rss: tuple[float, float]  # podmand's RSS at 0 and at N sandboxes
+    restarted: tuple[int, float] = (0, 0.0)  # restart with that many sandboxes: exec to SERVING
 
 
 def rows(m: Measured) -> list[tuple[str, str, str, str, str]]:
