@@ -9,7 +9,6 @@ answers at once where ``/version`` may take over half a second (Podman 4.3.1);
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import os
 import platform
@@ -84,6 +83,8 @@ async def _podman() -> str:
 
 
 def podman_line(budget: float = PODMAN_BUDGET) -> str:
+    import asyncio  # here: every command's parser carries this module, only --version runs Podman's part
+
     try:
         return asyncio.run(asyncio.wait_for(_podman(), budget))
     except TimeoutError:
