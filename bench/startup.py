@@ -9,7 +9,8 @@ answered, "SERVING" the first health check saying so (both polled every 5 ms fro
 the start of the process); the idle RSS is read once it has served for a second with
 nothing to do. Then ``ctl list`` (no sandboxes) and ``ctl get`` (of an id it does not
 have: NOT_FOUND, exit 1) run against it, each a whole process of the pex with its venv
-already unpacked (warm in both columns). The process is then stopped with SIGTERM. Runs
+already unpacked (in the cold column the first use of ctl's own modules, which serve did
+not import, still compiles them). The process is then stopped with SIGTERM. Runs
 the pex with an empty environment, as an operator would.
 """
 
