@@ -1,5 +1,5 @@
 """Cold and warm start of the pex: ``--version``, time until ``serve`` accepts and until
-it is SERVING, and its idle RSS.
+it is SERVING, its idle RSS, and the operator's ``ctl list`` and ``ctl get`` against it.
 
     python3 bench/startup.py [--pex dist/podmand.pex] [--podman /run/podman/podman.sock] [-n 5]
 
@@ -7,8 +7,11 @@ Cold: an empty PEX_ROOT (the pex unpacks its venv first). Warm: the same PEX_ROO
 again. ``serve`` runs against a live Podman; "accepting" is the first GetCapabilities
 answered, "SERVING" the first health check saying so (both polled every 5 ms from
 the start of the process); the idle RSS is read once it has served for a second with
-nothing to do. The process is then stopped with SIGTERM. Runs the pex with an empty
-environment, as an operator would.
+nothing to do. Then ``ctl list`` (no sandboxes) and ``ctl get`` (of an id it does not
+have: NOT_FOUND, exit 1) run against it, each a whole process of the pex with its venv
+already unpacked (in the cold column the first use of ctl's own modules, which serve did
+not import, still compiles them). The process is then stopped with SIGTERM. Runs
+the pex with an empty environment, as an operator would.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,8 +83,18 @@ def serving(channel: grpc.Channel) -> bool:
     return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
 
 
-def serve(pex: str, pex_root: str, podman: str) -> tuple[float, float, float]:
-    """Seconds to accepting, to SERVING, and the idle RSS in MB."""
+def ctl(pex: str, pex_root: str, sock: str, *args: str) -> float:
+    """Seconds one ``podmand ctl`` takes; exit 0, or 1 with the driver's NOT_FOUND for ``get``."""
+    start = time.perf_counter()
+    done = subprocess.run([pex, "ctl", "--socket", sock, *args], env=env(pex_root), capture_output=True, text=True)
+    took = time.perf_counter() - start
+    if done.returncode != 0 and not (args[0] == "get" and "not found" in done.stderr.lower()):
+        raise SystemExit(f"ctl {' '.join(args)}: exit {done.returncode}: {done.stderr}")
+    return took
+
+
+def serve(pex: str, pex_root: str, podman: str) -> tuple[float, float, float, float, float]:
+    """Seconds to accepting, to SERVING, the idle RSS in MB, then seconds of ctl list and ctl get."""
     work = tempfile.mkdtemp(prefix="podmand-bench-")
     sock = f"{work}/d.sock"
     start = time.perf_counter()
@@ -99,7 +113,10 @@ def serve(pex: str, pex_root: str, podman: str) -> tuple[float, float, float]:
                 time.sleep(0.005)
             times.append(time.perf_counter() - start)
         time.sleep(IDLE)
-        return times[0], times[1], rss_mb(proc.pid)
+        rss = rss_mb(proc.pid)
+        listed = ctl(pex, pex_root, sock, "list")
+        got = ctl(pex, pex_root, sock, "get", str(uuid.uuid4()))
+        return times[0], times[1], rss, listed, got
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
@@ -127,6 +144,8 @@ def main() -> None:
     for i, name in enumerate(("--version", "serve → accepting", "serve → SERVING")):
         print(f"{name:18s} cold {med['cold'][i] * 1000:7.0f} ms   warm {med['warm'][i] * 1000:7.0f} ms")
     print(f"{'idle RSS':18s} cold {med['cold'][3]:7.1f} MB   warm {med['warm'][3]:7.1f} MB")
+    for i, name in ((4, "ctl list"), (5, "ctl get")):
+        print(f"{name:18s} cold {med['cold'][i] * 1000:7.0f} ms   warm {med['warm'][i] * 1000:7.0f} ms")
 
 
 if __name__ == "__main__":

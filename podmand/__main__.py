@@ -6,16 +6,17 @@ starts the standalone driver: configured by its environment, no arguments.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import importlib.util
-import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from . import config, logs
 from .cli.parser import TOOLS, parser, with_default_command
 from .errors import ConfigError, StartupError
+
+if TYPE_CHECKING:
+    from . import config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,19 +26,26 @@ def main(argv: list[str] | None = None) -> int:
 
         if coverage.Coverage.current() is None:
             coverage.process_startup()
-    args = parser().parse_args(with_default_command(sys.argv[1:] if argv is None else argv))
+    words = with_default_command(sys.argv[1:] if argv is None else argv)
+    args = parser(words[0]).parse_args(words)
     command = args.__dict__.pop("command")
     if command in TOOLS:
         result: int = importlib.import_module(TOOLS[command]).run(args)
         return result
     try:
-        from .sandbox.settings import CHECKS  # serving only: the tools start without the features' modules
+        # Serving only, imported here: the tools start without the settings' and features' modules.
+        from . import config
+        from .sandbox.settings import CHECKS
 
         return serve_main(config.load(args, checks=CHECKS))
     except StartupError as exc:
         print(f"podmand: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
     except Exception as exc:  # a bug: keep its traceback (through the redacting log handler)
+        import logging
+
+        from . import logs
+
         logging.getLogger("podmand").critical("unexpected error", exc_info=exc)
         print(f"podmand: unexpected error: {type(exc).__name__}: {logs.redact(str(exc))}", file=sys.stderr)
         return 1
@@ -47,6 +55,8 @@ def serve_main(settings: config.Settings) -> int:
     """Run the server (imported here: the tools need none of it). Every expected start-up
     failure is a StartupError (errors.py says which layer raises what): one
     ``podmand: <message>`` line, exit 1 (a setting: 2), never a traceback."""
+    import asyncio
+
     from .server import serve
 
     return asyncio.run(serve(settings))

@@ -8,7 +8,8 @@ sockets behind the peer gate (socketpath.py, peers.py), the gRPC servers, the he
 status and systemd's readiness (notify.py). The socket accepts before the slow probes
 have answered (Podman's ``/info``, whether Podman sees the state directory, the event
 stream): health says NOT_SERVING and each RPC waits for what it needs (servicer.py's
-``Readiness``) until they have; then SERVING, the ready line and READY=1. Shutdown is
+``Readiness``) until they have; then SERVING, the ready line and READY=1, and only
+then the check of whether sandboxes reach the gateway (its warning). Shutdown is
 that stack unwinding: release RPCs still waiting for start-up, report NOT_SERVING,
 end watch streams, stop accepting, finish in-flight RPCs within a grace, stop the
 hub, bound background work, remove the sockets, stop an autostarted Podman, release
@@ -201,9 +202,6 @@ class Server:
         found = await info
         hub.subscriber.event_logger = found.host.eventLogger
         rootless = found.host.security.rootless
-        unreached = await asyncio.to_thread(netfacts.startup_warning, settings, found)  # may resolve a name
-        if unreached:
-            log.warning("%s", unreached)
         if settings.userns_base == "keep-id" and not rootless:
             raise invalid("userns", "keep-id needs rootless Podman")
         enforced = enforcement.from_info(found)
@@ -236,10 +234,12 @@ class Server:
         notifier.send("READY=1", f"STATUS=serving unix://{socket_path}")
         stack.callback(notifier.send, "STOPPING=1", "STATUS=shutting down")
         self.ready = True
+        self._meanwhile(stack, warn_unreached(settings, found))  # after SERVING: it may resolve a name
 
     def _meanwhile(self, stack: contextlib.AsyncExitStack, probe: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """A start-up probe running while the socket already accepts; ended with start-up if
-        that ends first (its failure is then moot: marked retrieved)."""
+        """A probe running while the socket already accepts (or, the gateway-reach check,
+        while serving); cancelled with the stack if still running (its failure is then moot:
+        marked retrieved)."""
         task = asyncio.ensure_future(probe)
         task.add_done_callback(lambda done: done.cancelled() or done.exception())
         stack.push_async_callback(cancel_and_wait, task)
@@ -315,6 +315,21 @@ class Server:
         intent plus garbage collection finish what is cut short."""
         if not await self.stop.unless_forced(driver.close(), SHUTDOWN_DEADLINE) and not self.stop.forced.is_set():
             log.warning("background work did not end within %ss; leaving it to the next start", SHUTDOWN_DEADLINE)
+
+
+async def warn_unreached(settings: Settings, found: Info) -> None:
+    """serve's one warning when sandboxes may not reach the gateway (netfacts.startup_warning),
+    checked once serving: it reads this host's listeners and may resolve the endpoint's name,
+    which nothing served waits for. Its end is logged at debug level either way."""
+    try:
+        unreached = await asyncio.to_thread(netfacts.startup_warning, settings, found)
+    except Exception:  # a bug in the check must not end serving
+        log.exception("gateway reach check failed")
+        return
+    if unreached:
+        log.warning("%s", unreached)
+    else:
+        log.debug("gateway reach checked: sandboxes reach it")
 
 
 async def end_serving(health_servicer: Any, hub: Hub) -> None:

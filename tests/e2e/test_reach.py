@@ -22,6 +22,7 @@ import podman
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.host import netfacts
 from tests.e2e.conftest import Podmand, containers_of, podman_version, run_in, sandbox
+from tests.wait import wait_until
 
 GREETING = "podmand-test-gateway\n"
 BIND_FIX = "start the gateway with --bind-address 0.0.0.0 (OPENSHELL_BIND_ADDRESS)"
@@ -108,13 +109,22 @@ def test_doctor_finds_each_listener_and_says_the_fix(
     assert podman_client.containers.list(all=True, filters={"name": "podmand-read-reach-"}) == []
 
 
+def reach_verdict(daemon: Podmand) -> str:
+    """serve's gateway-reach line, logged once it serves (a warning, or at debug level that
+    there is none)."""
+    def verdict() -> str:
+        return next((x for x in daemon.logs().splitlines()
+                     if "sandboxes may not reach the gateway" in x or "gateway reach checked" in x), "")
+    return str(wait_until(verdict, what="serve's gateway-reach check", detail=daemon.logs))
+
+
 def test_the_verdicts_hold_inside_a_real_sandbox(
         make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
     """The 0.0.0.0 listener doctor calls reachable answers a sandbox; the 127.0.0.1 one it warns
     about refuses it; serve warns at start-up for the second and not for the first."""
     with listening("0.0.0.0") as open_port, listening("127.0.0.1") as loop_port:
         daemon = make_podmand({"OPENSHELL_GATEWAY_PORT": str(open_port)})
-        assert "sandboxes may not reach the gateway" not in daemon.logs()
+        assert "sandboxes may not reach the gateway" not in reach_verdict(daemon)
         watch = daemon.watch()
         box = sandbox()
         cleanup.append(box.id)
@@ -129,5 +139,6 @@ def test_the_verdicts_hold_inside_a_real_sandbox(
         assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
         warned = make_podmand({"OPENSHELL_GATEWAY_PORT": str(loop_port)})
+        reach_verdict(warned)
         [line] = [x for x in warned.logs().splitlines() if "sandboxes may not reach the gateway" in x]
         assert f"the gateway listens on 127.0.0.1:{loop_port} only" in line and BIND_FIX in line, line

@@ -18,6 +18,11 @@ VERSION = {"Version": "4.3.1", "ApiVersion": "1.41",
 
 
 class Libpod(socketserver.StreamRequestHandler):
+    """Podman without ``API-Version`` on its answers: --version falls back to ``/version``."""
+
+    ping_headers = b"Libpod-Api-Version: 4.3.1\r\n"
+    version_body = json.dumps(VERSION).encode()
+
     def handle(self) -> None:
         while True:
             request = self.rfile.readline()
@@ -25,19 +30,44 @@ class Libpod(socketserver.StreamRequestHandler):
                 return
             while self.rfile.readline() not in (b"\r\n", b""):
                 pass
-            body = b"OK" if b"/_ping" in request else json.dumps(VERSION).encode()
-            self.wfile.write(b"HTTP/1.1 200 OK\r\nLibpod-Api-Version: 4.3.1\r\n"
+            ping = b"/_ping" in request
+            body = b"OK" if ping else self.version_body
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n" + (self.ping_headers if ping else b"")
                              + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+
+class PingingLibpod(Libpod):
+    """Podman's API as it answers: ``/_ping``'s headers name both versions; a ``/version``
+    that does not decode shows whether --version asked it."""
+
+    ping_headers = b"Libpod-Api-Version: 5.4.2\r\nApi-Version: 1.41\r\nServer: Libpod/5.4.2 (linux)\r\n"
+    version_body = b"not json"
+
+
+def serve(path: str, handler: type[Libpod]) -> socketserver.ThreadingUnixStreamServer:
+    server = socketserver.ThreadingUnixStreamServer(path, handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 @pytest.fixture
 def libpod(tmp_path: Path) -> Iterator[str]:
     path = str(tmp_path / "podman.sock")
-    server = socketserver.ThreadingUnixStreamServer(path, Libpod)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(path, Libpod)
     yield path
     server.shutdown()
     server.server_close()
+
+
+def test_version_reads_podman_from_the_ping_headers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(tmp_path / "podman.sock")
+    server = serve(path, PingingLibpod)
+    try:
+        monkeypatch.setenv("OPENSHELL_PODMAN_SOCKET", path)
+        assert versions.text().splitlines()[3] == f"Podman 5.4.2 (libpod API 5.4.2, Docker API 1.41) at {path}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_version_names_everything(libpod: str, monkeypatch: pytest.MonkeyPatch) -> None:
