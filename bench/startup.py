@@ -12,6 +12,11 @@ have: NOT_FOUND, exit 1) run against it, each a whole process of the pex with it
 already unpacked (in the cold column the first use of ctl's own modules, which serve did
 not import, still compiles them). The process is then stopped with SIGTERM. Runs
 the pex with an empty environment, as an operator would.
+
+Anchors, measured in the same rounds: for ``--version``, an interpreter that does nothing
+(``python3 -I -c pass``); for SERVING, the libpod calls ``serve`` waits on made raw from a
+process that has started already (``_startup_raw.py``), so the ratio is what podmand's
+process adds to Podman's own answers.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the generated protos, for GetCapabilities
 
+from bench._startup_raw import startup_calls  # noqa: E402
 from podmand._proto import compute_driver_pb2 as pb  # noqa: E402
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc  # noqa: E402
 from podmand._proto import extension_pb2 as ext  # noqa: E402
@@ -53,6 +59,12 @@ def env(pex_root: str, **extra: str) -> dict[str, str]:
 def version(pex: str, pex_root: str) -> float:
     start = time.perf_counter()
     subprocess.run([pex, "--version"], env=env(pex_root), check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def nothing() -> float:
+    start = time.perf_counter()
+    subprocess.run(["python3", "-I", "-c", "pass"], env=env(""), check=True)
     return time.perf_counter() - start
 
 
@@ -130,7 +142,10 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=5)
     args = parser.parse_args()
     runs: dict[str, list[tuple[float, ...]]] = {"cold": [], "warm": []}
+    anchors: dict[str, list[float]] = {"python3 -I -c pass": [], "raw libpod calls": []}
     for _ in range(args.n):
+        anchors["python3 -I -c pass"].append(nothing())
+        anchors["raw libpod calls"].append(startup_calls(args.podman))
         root = tempfile.mkdtemp(prefix="pexroot-")
         for kind in ("cold", "warm"):
             runs[kind].append((version(args.pex, root),))
@@ -146,6 +161,9 @@ def main() -> None:
     print(f"{'idle RSS':18s} cold {med['cold'][3]:7.1f} MB   warm {med['warm'][3]:7.1f} MB")
     for i, name in ((4, "ctl list"), (5, "ctl get")):
         print(f"{name:18s} cold {med['cold'][i] * 1000:7.0f} ms   warm {med['warm'][i] * 1000:7.0f} ms")
+    idle, raw = (statistics.median(v) for v in anchors.values())
+    print(f"anchor: python3 -I -c pass {idle * 1000:.0f} ms (--version warm {med['warm'][0] / idle:.1f}x); "
+          f"serve's libpod calls made raw {raw * 1000:.0f} ms (SERVING warm {med['warm'][2] / raw:.2f}x)")
 
 
 if __name__ == "__main__":
