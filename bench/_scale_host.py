@@ -169,14 +169,21 @@ def setup_service_pids(socket: str, uid: int) -> list[int]:
 def service_pids(socket: str, uid: int) -> list[int]:
     """The Podman API service serving ``socket``, found afresh (setup-podman.sh may restart
     it): every process of it, as rootless Podman re-executes itself inside its user
-    namespace when it creates one (after a migrate), and the child does the work."""
+    namespace when it creates one (after a migrate), and the child does the work.  Only
+    processes whose root is ours: tests/setup-podman5.sh's tree shares the host's pids, and
+    its service has the host's user and socket path (run from the tree, the host's 4.3.1
+    service must not be counted, nor the other way round)."""
     want = f"unix://{socket}".encode()
+    here = os.stat("/")
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             if entry.stat().st_uid != uid:
+                continue
+            root = (entry / "root").stat()
+            if (root.st_dev, root.st_ino) != (here.st_dev, here.st_ino):
                 continue
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:

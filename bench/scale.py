@@ -6,6 +6,20 @@
 Run as root, against the rootless Podman of tests/setup-podman.sh and the images of
 tests/images/build.sh.  Raises the host limits N sandboxes need (sub-ids, key quota,
 inotify instances) and restores them at the end, as it removes everything it made.
+The header names the Podman measured (the socket's /version).  One command line per
+Podman of the matrix (build ./dist first: PYTHON=$V ./build_pex.sh --all):
+
+    Podman 4.3.1 (the host):
+    flock -o /tmp/podmand-e2e.lock /var/lib/podmand-test/venv/bin/python bench/scale.py --pex dist/podmand.pex -n N
+    Podman 5.4.2 (the Debian 13 tree of tests/setup-podman5.sh, its CPython 3.13 virtualenv):
+    flock -o /tmp/podmand-e2e.lock bash tests/setup-podman5.sh run \
+        /var/lib/podmand-test/venv/bin/python bench/scale.py --pex dist/podmand.pex -n N
+
+Inside the tree everything is the tree's: /etc/subuid and /etc/subgid, the rootless
+service tests/setup-podman.sh started there and recorded (restarted, when sub-ids are
+added, with the same script, inside), the socket /run/user/UID/podman/podman.sock.  Only
+the kernel's key quota and inotify limit are shared with the host; both are restored
+exactly.
 
 Phases: podmand's warm start (no sandboxes); raw (podmand stopped): build N, time
 inspect/stop/start, delete N; podmand: build N (at --idle sandboxes: Podman's CPU over
@@ -31,6 +45,7 @@ from pathlib import Path
 from statistics import median as med
 
 import grpc
+import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -80,6 +95,7 @@ class Bench:
         self.stub: pb_grpc.ComputeDriverStub | None = None
         self.channel: grpc.aio.Channel | None = None
         self.sids: list[str] = []
+        self.version = "unknown"
         self.raw_networks = [f"podmand-scale-raw-{i}" for i in range(-(-self.n // PER_NETWORK))]
         self.workspaces = [f"{PREFIX}w{i}" for i in range(-(-(self.n + 1) // PER_NETWORK))]
 
@@ -310,9 +326,16 @@ class Bench:
 
     async def delete_all(self) -> float:
         """Every sandbox deleted (8 RPCs in flight) until the watch has all the deleted events.
-        A delete Podman did not answer in time (UNAVAILABLE) is retried, and counted."""
+        A delete Podman did not answer in time (UNAVAILABLE) is retried, and counted; so is
+        Podman 5.4.2's netavark error on parallel removals ("failed to get bridge interface",
+        INTERNAL: the container's network teardown failed, the container is still there)."""
         assert self.stub is not None
         stub, failed = self.stub, []
+
+        def retried(exc: grpc.aio.AioRpcError) -> bool:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                return True
+            return exc.code() == grpc.StatusCode.INTERNAL and "netavark" in (exc.details() or "")
 
         async def delete(sid: str) -> None:
             for _ in range(5):
@@ -320,17 +343,17 @@ class Bench:
                     await stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=sid))
                     return
                 except grpc.aio.AioRpcError as exc:
-                    if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    if not retried(exc):
                         raise
-                    failed.append(exc.details() or "")
-            raise SystemExit(f"DeleteSandbox {sid} UNAVAILABLE 5 times: {failed[-1]}")
+                    failed.append(f"{exc.code().name}: {exc.details() or ''}")
+            raise SystemExit(f"DeleteSandbox {sid} failed 5 times: {failed[-1]}")
 
         begin = time.perf_counter()
         await raw.bounded([delete(s) for s in self.sids], WIDTH)
         await self.watch.until(lambda: all(s in self.watch.deleted for s in self.sids), 600, "every deleted event")
         took = time.perf_counter() - begin
         if failed:
-            self.notes.append(f"DeleteSandbox answered UNAVAILABLE {len(failed)} times (retried): {failed[0]}")
+            self.notes.append(f"DeleteSandbox failed {len(failed)} times (retried): {failed[0]}")
         return took
 
     async def podmand_phase(self) -> dict[str, float]:
@@ -348,7 +371,15 @@ class Bench:
         await self.watch.close()
         return {"create": med(single), "rate": med(rates) if rates else 0.0, "cpu": cpu, "delete": deleted}
 
+    async def podman_version(self) -> str:
+        """The version the socket's service reports (libpod's /version), for the header."""
+        data = msgspec.json.decode((await self.podman.call("GET", "/version")).body)
+        version = data.get("Version") if isinstance(data, dict) else None
+        return str(version or "unknown")
+
     async def run(self) -> Measured:
+        self.version = await self.podman_version()
+        print(f"Podman {self.version} on {self.args.podman}", flush=True)
         self.startup()
         image_id = (await self.podman.inspect_image(SANDBOX_IMAGE)).id
         r = await self.raw_phase(image_id)
@@ -424,7 +455,7 @@ def main() -> None:
     print()
     print(
         f"{args.n} sandboxes, {'source ' + args.source if args.source else Path(args.pex).name}, "
-        f"Podman service pid found by its socket {args.podman}; whole run {total:.0f} s"
+        f"Podman {bench.version}, service pid found by its socket {args.podman}; whole run {total:.0f} s"
     )
     for note in [*limits.notes, *bench.notes, *details(bench)]:
         print(f"- {note}")
