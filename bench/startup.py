@@ -3,7 +3,7 @@ it is SERVING, its idle RSS, and the operator's ``ctl list`` and ``ctl get`` aga
 
     python3 bench/startup.py [--pex dist/podmand.pex] [--podman /run/podman/podman.sock] [-n 5]
 
-Cold: an empty PEX_ROOT (the pex unpacks its venv first). Warm: the same PEX_ROOT
+Cold: an empty PEX_ROOT (the pex unpacks its wheels first). Warm: the same PEX_ROOT
 again. ``serve`` runs against a live Podman; "accepting" is the first GetCapabilities
 answered, "SERVING" the first health check saying so (both polled every 5 ms from
 the start of the process); the idle RSS is read once it has served for a second with
