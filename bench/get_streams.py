@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -62,17 +63,32 @@ async def read_snapshot(call: grpc.aio.UnaryStreamCall, n: int, sids: set[str] |
 
 
 async def streams_rss(stub: pb_grpc.ComputeDriverStub, pid: int, n: int, count: int) -> tuple[float, float, float]:
-    calls = [stub.WatchSandboxes(pb.WatchSandboxesRequest()) for _ in range(count)]
-    warm = calls.pop()  # one stream first: what every stream shares is then allocated
+    warm = stub.WatchSandboxes(pb.WatchSandboxesRequest())  # first: what every stream shares is allocated
     await asyncio.wait_for(read_snapshot(warm, n), 120)
     await asyncio.sleep(1)  # let the allocator settle (measurement only, not a wait for state)
     before = rss_mb(pid)
+    calls = [stub.WatchSandboxes(pb.WatchSandboxesRequest()) for _ in range(count - 1)]  # a call starts at once
     await asyncio.wait_for(asyncio.gather(*(read_snapshot(c, n) for c in calls)), 300)
     await asyncio.sleep(1)
     after = rss_mb(pid)
     for c in [warm, *calls]:
         c.cancel()
     return before, after, (after - before) / len(calls)
+
+
+async def spied(stub: pb_grpc.ComputeDriverStub, pid: int, sids: list[str], args: argparse.Namespace) -> None:
+    """podmand sampled by py-spy (its stacks, idle ones included) while it answers only GetSandbox."""
+    spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    proc = subprocess.Popen([spy, "record", "-p", str(pid), "-r", "1000", "-f", "raw", "-o", args.spy, "--idle"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await asyncio.sleep(1)  # py-spy attaching (measurement only)
+        for i in range(args.spy_gets):
+            await stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=sids[i % len(sids)]))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+    print(f"py-spy: {args.spy}", flush=True)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -88,7 +104,8 @@ async def run(args: argparse.Namespace) -> None:
         watch = stub.WatchSandboxes(pb.WatchSandboxesRequest())
         begin = time.perf_counter()
         for lo in range(0, args.n, 8):
-            await asyncio.gather(*(stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box(s))) for s in sids[lo:lo + 8]))
+            batch = sids[lo : lo + 8]
+            await asyncio.gather(*(stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box(s))) for s in batch))
         await asyncio.wait_for(read_snapshot(watch, args.n, set(sids)), 600)
         watch.cancel()
         print(f"built {args.n} in {time.perf_counter() - begin:.1f} s", flush=True)
@@ -106,6 +123,8 @@ async def run(args: argparse.Namespace) -> None:
                 inspects.append(r)
         get, ins = med(gets) * 1000, med(inspects) * 1000
         print(f"GetSandbox at N={args.n}: {get:.2f} ms; raw inspect {ins:.2f} ms; ratio {get / ins:.2f}", flush=True)
+        if args.spy:
+            await spied(stub, daemon.pid, sids, args)
         before, after, per = await streams_rss(stub, daemon.pid, args.n, args.streams + 1)
         print(
             f"RSS {before:.1f} -> {after:.1f} MB with {args.streams} more streams: {per:.3f} MB/stream",
@@ -194,6 +213,8 @@ def main() -> None:
     parser.add_argument("--podman", default="/run/user/1001/podman/podman.sock")
     parser.add_argument("--pex", default="")
     parser.add_argument("--source", default="")
+    parser.add_argument("--spy", default="", help="py-spy (raw/collapsed) of podmand over --spy-gets GetSandbox calls")
+    parser.add_argument("--spy-gets", type=int, default=400)
     parser.add_argument("--floor", action="store_true")
     parser.add_argument("--floor-serve", default="")
     args = parser.parse_args()
