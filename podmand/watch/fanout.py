@@ -5,6 +5,8 @@ Podman's events, looks and lists reach it only as an event to send.
 The hub decides what is true; this module tells it, to the streams being served and,
 once the first list after connecting is back, to those that subscribed meanwhile. A
 new stream gets the last snapshot of every sandbox at once, with no Podman call.
+Every stream is put the same event objects and deduplication keys (kept with ``told``):
+an extra stream costs references, not a copy of every snapshot.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import grpc
 
 from .._proto import compute_driver_pb2 as pb
 from ..driver.events import sandbox_event
-from .streams import Stream
+from .streams import Stream, key
 
 
 class Fanout:
@@ -28,13 +30,17 @@ class Fanout:
         self.streams: set[Stream] = set()
         self.waiting: list[Stream] = []  # subscribed while the first list was still out
         self.told: dict[str, pb.DriverSandbox] = {}  # sandbox id -> the last snapshot streams were sent
+        # sandbox id -> the event that told it and its key, put as they are on every new stream
+        self.said: dict[str, tuple[pb.WatchSandboxesEvent, tuple[str, bytes]]] = {}
 
     def add(self, stream: Stream) -> None:
         """Everything the hub last told, and what is still provisioning: no Podman call."""
         if not self.connected.is_set():  # (re)connecting: served once the first list is back
             self.waiting.append(stream)
             return
-        for snap in [*self.told.values(), *self._pending(set(self.told))]:
+        for event, said in self.said.values():
+            stream.put(event, said)
+        for snap in self._pending(set(self.told)):
             stream.put(sandbox_event(snap))
         self.streams.add(stream)
 
@@ -47,14 +53,22 @@ class Fanout:
 
     def emit(self, event: pb.WatchSandboxesEvent) -> None:
         kind = event.WhichOneof("payload")
+        said = key(event)
         if kind == "sandbox":
-            self.told[event.sandbox.sandbox.id] = event.sandbox.sandbox
+            self.told[said[0]] = event.sandbox.sandbox
+            self.said[said[0]] = (event, said)
         elif kind == "deleted":
-            self.told.pop(event.deleted.sandbox_id, None)
+            self.told.pop(said[0], None)
+            self.said.pop(said[0], None)
         for stream in list(self.streams):
-            stream.put(event)
+            stream.put(event, said)
             if stream.end is not None:
                 self.streams.discard(stream)
+
+    def forget(self) -> None:
+        """Nothing is told any more (the subscription ended): the next tells everything."""
+        self.told.clear()
+        self.said.clear()
 
     def end_all(self, code: grpc.StatusCode, message: str) -> None:
         for stream in [*self.streams, *self.waiting]:

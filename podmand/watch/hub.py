@@ -143,7 +143,7 @@ class Hub:
         self._subscription += 1
         tasks = [*self.looks.cancel(), *self.lists.cancel()]
         await asyncio.gather(*tasks, return_exceptions=True)
-        self.fanout.told.clear()  # the next subscription tells everything afresh
+        self.fanout.forget()  # the next subscription tells everything afresh
 
     async def _process(self) -> None:
         while True:

@@ -2,7 +2,9 @@
 
 The hub puts events on it; the servicer takes them off for its client.  What a
 client was last told of each sandbox is remembered here, per stream, so that a
-repeat is dropped without hiding a change from a stream that never saw it.
+repeat is dropped without hiding a change from a stream that never saw it. What a
+stream holds is references: the fanout hands every stream the same event object and
+the same key bytes (computed once per event, not once per stream).
 """
 
 from __future__ import annotations
@@ -45,10 +47,12 @@ class Stream:
         self.seen: dict[str, bytes] = {}
         self.end: End | None = None
 
-    def put(self, event: pb.WatchSandboxesEvent) -> None:
+    def put(self, event: pb.WatchSandboxesEvent, said: tuple[str, bytes] | None = None) -> None:
+        """Queue ``event`` unless it repeats what this client was last told; ``said`` is
+        its ``key`` when the caller has it already (shared by every stream it is put on)."""
         if self.end is not None:
             return
-        sandbox_id, value = key(event)
+        sandbox_id, value = key(event) if said is None else said
         if sandbox_id:
             if self.seen.get(sandbox_id) == value:
                 return
