@@ -217,7 +217,7 @@ class Bench:
         print(f"  raw + a container-event subscriber (podmand's filter): {sub_c * ms:.1f} (+{(sub_c - r) * ms:.1f})")
         print(f"  raw + an image-event subscriber: {sub_i * ms:.1f} (+{(sub_i - r) * ms:.1f})")
         print(f"  podmand: {p * ms:.1f}  ratio {p / r:.2f}x  (+{(p - r) * ms:.1f})")
-        print("unit costs (ms of service CPU per call, median-free mean of %d):" % UNIT)
+        print(f"unit costs (ms of service CPU per call, mean of {UNIT}):")
         for route, c in units.items():
             print(f"  {route}: {c * ms:.2f}")
         print(f"libpod calls per create through podmand (over {self.n}):")
