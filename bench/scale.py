@@ -201,6 +201,7 @@ class Bench:
         stopped = (cpu_seconds(pids) - cpu0) / window
         accepting, serving = self.daemon.start()
         self.notes.append(f"podmand restarted with {count} sandboxes: accepting {ms(accepting)}, SERVING {ms(serving)}")
+        self.restarted = (count, serving)
         stub = await self.connect()
         watch = Watch(stub).start()
         await watch.until(lambda: all(s in watch.ready for s in self.sids), 300, "the restarted podmand's snapshot")
@@ -358,6 +359,7 @@ class Bench:
             exits=([x[0] for x in self.natural], [x[1] for x in self.natural], [x[2] for x in self.natural]),
             started=(med([a for a, _ in self.startup_runs]), med([b for _, b in self.startup_runs])),
             rss=(self.rss_0, self.rss_n),
+            restarted=self.restarted,
         )
 
     async def sweep(self) -> None:

@@ -126,6 +126,12 @@ class Driver:
         self.index.loaded()
         return entries
 
+    def first_snapshot(self, entry: ContainerListEntry) -> pb.DriverSandbox | None:
+        """What streams are told of a listed container before anything inspected it
+        (observer.py's ``from_list`` says what that may lack); None: not a sandbox's."""
+        sandbox_id = (entry.labels or {}).get(names.SANDBOX_ID, "")
+        return self.observer.from_list(entry, sandbox_id) if sandbox_id else None
+
     def unwatched(self) -> None:
         """The hub lost Podman's event stream: the index may miss what happens meanwhile."""
         self.index.unload()

@@ -3,8 +3,9 @@
 Two ways to look at a container.  :meth:`Observer.read` (GetSandbox) only reads:
 inspect plus the facts cached so far.  :meth:`Observer.observe` is the event
 path (the hub's Podman events, refreshes, its lists): it caches what inspect
-knows and the list endpoint does not, keeps the index of sandbox containers,
-and announces each abnormal end once.
+knows and the list endpoint does not (the fence evidence on disk too, so that a
+restarted podmand's list-built first snapshots carry it), keeps the index of
+sandbox containers, and announces each abnormal end once.
 
 Exit detection is all here, and none of it polls Podman.  Podman's event stream
 says ``died`` (the hub observes it); on the same host conmon's exit files say so
@@ -22,6 +23,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+from google.protobuf.message import DecodeError
+
 from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
@@ -37,7 +40,7 @@ from ..libpod import (
     times,
 )
 from ..sandbox import snapshots
-from ..sandbox.files import SandboxFiles
+from ..sandbox.files import SandboxFiles, StateDirUnwritable
 from ..security import fence
 from . import exitfiles
 from .events import EventSink, platform_event
@@ -133,16 +136,42 @@ class Observer:
         return None if info is None else self._snapshot(info, self._facts_of(info))
 
     def from_list(self, entry: ContainerListEntry, sandbox_id: str) -> pb.DriverSandbox:
-        """A snapshot from a list entry and what earlier inspects cached."""
+        """A snapshot from a list entry and what earlier inspects cached. A container not
+        inspected by this podmand yet (just after a restart) has its health from the list's
+        ``Status``, its fence evidence as kept on disk when last observed, and no OOM flag:
+        an OOM-killed one reads as the exit (code) it was until an inspect says otherwise."""
         facts = self._facts.get(entry.id)
         return snapshots.from_list_entry(
             entry,
-            health=facts.health if facts else "",
+            health=facts.health if facts else snapshots.listed_health(entry.status),
             oom=facts.oom if facts else False,
             stopped=self._stopped(sandbox_id, entry.id),
             unwatched=facts.unwatched if facts else listed_before(entry.exited_at, self.watching_since),
-            fence=facts.fence if facts else None,
+            fence=facts.fence if facts else self._kept_fence(sandbox_id, entry.id),
         )
+
+    def _kept_fence(self, sandbox_id: str, container_id: str) -> pb.DriverFenceEvidence | None:
+        """The fence evidence kept for this very container and the sandbox's generation, if any."""
+        data = self.files.kept_fence(sandbox_id)
+        if not data:
+            return None
+        try:
+            kept = pb.DriverFenceEvidence.FromString(data)
+        except DecodeError:
+            return None
+        if kept.resource_claims.get("podman.container_id") != container_id:
+            return None
+        return kept if kept.generation == self.files.generation(sandbox_id) else None
+
+    def _keep_fence(self, sandbox_id: str, evidence: pb.DriverFenceEvidence) -> None:
+        """Kept on disk for the next podmand's first snapshot; written only when it changed."""
+        data = evidence.SerializeToString(deterministic=True)
+        if self.files.kept_fence(sandbox_id) == data:
+            return
+        try:
+            self.files.keep_fence(sandbox_id, data)
+        except (StateDirUnwritable, ValueError) as exc:  # a cache: the next inspect tells it anyway
+            log.debug("sandbox %s: fence evidence not kept: %s", sandbox_id, exc)
 
     def _facts_of(self, info: ContainerInspect) -> Facts:
         sandbox_id = info.labels.get(names.SANDBOX_ID, "")
@@ -183,6 +212,8 @@ class Observer:
         facts = self._facts[info.id] = dataclasses.replace(
             self._facts_of(info), announced=before.announced if before else ""
         )
+        if known is not None and (before is None or before.fence != facts.fence):
+            self._keep_fence(sandbox_id, facts.fence)
         if info.state.running:
             self._watch_exit_files(info)
             if self.settings.exit_watch == "wait":

@@ -94,6 +94,10 @@ class ContainerInspect(msgspec.Struct, rename="pascal"):
 
 
 class ContainerListEntry(msgspec.Struct, rename="pascal"):
+    """One entry of libpod's ``GET /containers/json``: times in whole seconds, no
+    OOM flag, no configuration. ``status`` is libpod's ``Status``: the healthcheck's
+    status ("" without one; libpod's list, unlike Docker's, fills it with nothing else)."""
+
     id: str
     names: list[str] | None = None
     state: str = ""
@@ -103,6 +107,7 @@ class ContainerListEntry(msgspec.Struct, rename="pascal"):
     exited_at: int = 0
     started_at: int = 0
     created: str = ""
+    status: str = ""
 
 
 class ContainerCreated(msgspec.Struct, rename="pascal"):

@@ -66,7 +66,7 @@ def write_atomic(path: Path, data: bytes, mode: int) -> None:
 
 
 class SandboxFiles:
-    """``<state>/sandboxes/<id>/``: token, TLS copies and the stop marker. A failed
+    """``<state>/sandboxes/<id>/``: token, TLS copies, the stop marker and the last fence evidence. A failed
     write raises :class:`StateDirUnwritable`, a FAILED_PRECONDITION naming the directory."""
 
     def __init__(self, state_dir: Path) -> None:
@@ -163,6 +163,18 @@ class SandboxFiles:
             return str(doc["reason"]), str(doc["message"])
         except (ValueError, KeyError, TypeError):
             return None
+
+    def keep_fence(self, sandbox_id: str, evidence: bytes) -> None:
+        """The fence evidence last observed (a serialised DriverFenceEvidence): after a
+        restart, the first snapshots, built from a list, carry it before any inspect."""
+        self._put(sandbox_id, "fence", evidence)
+
+    def kept_fence(self, sandbox_id: str) -> bytes:
+        """What :meth:`keep_fence` kept, or b''."""
+        try:
+            return (self.dir(sandbox_id) / "fence").read_bytes()
+        except (OSError, ValueError):
+            return b""
 
     def sandbox_ids(self) -> list[str]:
         try:

@@ -203,6 +203,15 @@ def from_inspect(
     )
 
 
+# Health statuses libpod's list reports in ``Status`` (anything else is not one).
+LISTED_HEALTH = ("healthy", "unhealthy", "starting")
+
+
+def listed_health(status: str) -> str:
+    """The healthcheck status of a list entry's ``Status``; "" when it is none."""
+    return status if status in LISTED_HEALTH else ""
+
+
 def from_list_entry(
     entry: ContainerListEntry,
     *,
@@ -212,8 +221,9 @@ def from_list_entry(
     unwatched: bool = False,
     fence: pb.DriverFenceEvidence | None = None,
 ) -> pb.DriverSandbox:
-    """``health``, ``oom`` and ``unwatched`` come from the observer: the list
-    endpoint lacks the first two (and has exit times in whole seconds only)."""
+    """``health``, ``oom``, ``unwatched`` and ``fence`` come from the observer: the list
+    endpoint has no OOM flag and no configuration (so no fence), exit times in whole
+    seconds only, and a health status only in ``Status`` (:func:`listed_health`)."""
     stopped = stopped and entry.state in STOPPED_STATES
     ready = ready_from_state(
         entry.state,

@@ -3,7 +3,7 @@ in. Its own module because telling does not depend on how the hub learns anythin
 Podman's events, looks and lists reach it only as an event to send.
 
 The hub decides what is true; this module tells it, to the streams being served and,
-once the first looks after connecting are back, to those that subscribed meanwhile. A
+once the first list after connecting is back, to those that subscribed meanwhile. A
 new stream gets the last snapshot of every sandbox at once, with no Podman call.
 """
 
@@ -26,12 +26,12 @@ class Fanout:
         self.connected = connected
         self._pending = pending  # snapshots of sandboxes with no container (yet), but those given
         self.streams: set[Stream] = set()
-        self.waiting: list[Stream] = []  # subscribed while the first looks were still out
+        self.waiting: list[Stream] = []  # subscribed while the first list was still out
         self.told: dict[str, pb.DriverSandbox] = {}  # sandbox id -> the last snapshot streams were sent
 
     def add(self, stream: Stream) -> None:
         """Everything the hub last told, and what is still provisioning: no Podman call."""
-        if not self.connected.is_set():  # reconnected meanwhile: served once every container was looked at
+        if not self.connected.is_set():  # (re)connecting: served once the first list is back
             self.waiting.append(stream)
             return
         for snap in [*self.told.values(), *self._pending(set(self.told))]:
@@ -39,7 +39,7 @@ class Fanout:
         self.streams.add(stream)
 
     def serve(self) -> None:
-        """The first looks are back: streams are served, those waiting first."""
+        """The first list is back: streams are served, those waiting first."""
         self.connected.set()
         waiting, self.waiting = self.waiting, []
         for stream in waiting:

@@ -7,8 +7,8 @@ the inbox, and the hub composes their owners:
 
 - ``subscription``: Podman's event stream, proved to deliver, and the resync ticker;
 - ``looks``: the inspects in flight, one per container, ordered against the driver's word;
-- ``lists``: the list on connecting (streams are served when its looks are back) and
-  each resync's, which finds what events missed;
+- ``lists``: the list on connecting (streams are served from it at once, and the looks
+  it starts refine what they were told) and each resync's, which finds what events missed;
 - ``fanout``: the streams, and what each sandbox was last told in (a new stream gets
   that at once, with no Podman call).
 
@@ -26,6 +26,7 @@ from typing import Protocol
 import grpc
 
 from .. import names
+from .._proto import compute_driver_pb2 as pb
 from ..driver.observer import changes_state
 from ..errors import Unavailable
 from ..libpod import BadEvent, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
@@ -62,7 +63,7 @@ class Hub:
         self.sandboxes = sandboxes
         self.inbox = inbox
         self.buffer = buffer
-        self.connected = asyncio.Event()  # streams are served (the first looks after connecting are back)
+        self.connected = asyncio.Event()  # streams are served (the first list after connecting is back)
         self.subscriber = Subscriber(podman, inbox, resync=resync, prove=prove, silent_resync=silent_resync)
         self.fanout = Fanout(self.connected, sandboxes.pending)
         self.looks = Looks(sandboxes, inbox)
@@ -170,7 +171,7 @@ class Hub:
                 said = key(event)[0]
                 if said:
                     self.looks.said(said, self._count)
-                self.fanout.emit(event)
+                self._emit(event)
             case Refresh(container_id, sandbox_id):
                 self._look(container_id, sandbox_id)
             case Observed():
@@ -199,8 +200,14 @@ class Hub:
             return  # a look of an ended subscription (a Deleted stays true: it is sent)
         event = self.looks.answered(message, self._count, self._subscription)
         if event is not None:
-            self.fanout.emit(event)
-        self.lists.looked(message.container_id)
+            self._emit(event)
+
+    def _emit(self, event: pb.WatchSandboxesEvent) -> None:
+        """Tell the streams; a first list out since before this is not to roll it back."""
+        said = key(event)[0]
+        if said:
+            self.lists.heard(said)
+        self.fanout.emit(event)
 
     def _unreadable_event(self, bad: BadEvent) -> None:
         """A skipped event still meant a change: a resync finds it (one bad

@@ -3,10 +3,17 @@ work they start. Its own module because this is the hub's reconciliation with Po
 would be needed, and work the same, if Podman's event stream said nothing.
 
 Each time the event subscription opens, one list teaches the driver's index every
-container and each is looked at once; streams are served when those looks are back
-(or ``FIRST_LOOKS`` seconds have passed). Every resync one more list finds what
-events missed: a state the hub did not see (looked at again), a sandbox gone out of
-band (forgotten, and Deleted sent), garbage (collected). One list at a time, in a task.
+container and tells streams a first snapshot of each, built from its list entry
+(``Listing.first_snapshot``); streams are served as soon as that list is back, with
+no inspect waited for: at N sandboxes serving waits on one list, not on N inspects.
+Every listed container is then looked at (inspected) in the background, at most
+``looks.LOOKS`` at once, and the look refines what was told: streams hear of it only
+when the refined snapshot differs (each stream drops a repeat). What a list entry
+cannot say (an OOM kill, a health status Podman's list omits, fence evidence not kept
+from an earlier run) is thus right once that container's look is back: after about
+N / LOOKS inspects. Every resync one more list finds what events missed: a state
+the hub did not see (looked at again), a sandbox gone out of band (forgotten, and
+Deleted sent), garbage (collected). One list at a time, in a task.
 """
 
 from __future__ import annotations
@@ -18,17 +25,13 @@ from typing import Any, Protocol
 
 from .. import names
 from .._proto import compute_driver_pb2 as pb
+from ..driver.events import sandbox_event
 from ..libpod import ContainerListEntry, PodmanError, PodmanUnavailable, PodmanUnreadable
 from .fanout import Fanout
 from .inbox import Inbox, Listed, Lost, Observed
 from .looks import Looks, Observing
 
 log = logging.getLogger("podmand.watch.hub")
-
-# Seconds new streams wait for the first looks after connecting: a container whose
-# inspect hangs (Podman holds its lock) must not keep every stream, and start-up, waiting.
-FIRST_LOOKS = 5.0
-
 
 class Listing(Observing, Protocol):
     """What the lists need of the driver (besides what a look needs)."""
@@ -41,6 +44,8 @@ class Listing(Observing, Protocol):
 
     def changed(self, entry: ContainerListEntry) -> bool: ...
 
+    def first_snapshot(self, entry: ContainerListEntry) -> pb.DriverSandbox | None: ...
+
 
 class Lists:
     def __init__(self, sandboxes: Listing, inbox: Inbox, looks: Looks, fanout: Fanout) -> None:
@@ -50,8 +55,9 @@ class Lists:
         self.fanout = fanout
         self._work: set[asyncio.Task[None]] = set()  # lists and what they start (forgets, garbage collection)
         self._listing = False
-        self._first: set[str] | None = None  # first looks still out after connecting
-        self._first_due: asyncio.TimerHandle | None = None
+        # Sandboxes streams were told of since the first list was asked for (None: no
+        # first list out): its entries are older than that word and must not roll it back.
+        self._heard: set[str] | None = None
 
     def ask(self, *, first: bool, subscription: int) -> None:
         """One list of every managed container, in a task (at most one at a time), for
@@ -60,6 +66,8 @@ class Lists:
             return
         self._listing = True
         told = frozenset(self.fanout.told)
+        if first:
+            self._heard = set()
 
         async def lister() -> None:
             try:
@@ -75,33 +83,45 @@ class Lists:
 
         self._keep(lister())
 
+    def heard(self, sandbox_id: str) -> None:
+        """Streams were told something of ``sandbox_id`` (a snapshot or Deleted)."""
+        if self._heard is not None:
+            self._heard.add(sandbox_id)
+
     def listed(self, message: Listed, count: int) -> None:
         """A list came back (handled as message ``count``, of the open subscription)."""
         self._listing = False
+        if message.first:
+            self._first_listed(message, count)
+            return
         present: set[str] = set()
         for entry in message.entries:
             sandbox_id = (entry.labels or {}).get(names.SANDBOX_ID, "")
             if not sandbox_id:
                 continue
             present.add(sandbox_id)
-            if message.first or self.sandboxes.changed(entry):
+            if self.sandboxes.changed(entry):
                 self.looks.look(entry.id, sandbox_id, count, message.subscription)
-        if message.first:
-            self._first = self.looks.in_flight()
-            self._first_due = asyncio.get_running_loop().call_later(FIRST_LOOKS, self._serve_anyway)
-            self._served_if_ready()
-            return
         pending = {s.id for s in self.sandboxes.pending(besides=set())}
         for sandbox_id in sorted(message.told - present - pending):
             if sandbox_id in self.fanout.told:  # not deleted since: gone out of band, or missed
                 self._keep(self._forget(sandbox_id, count))
         self._keep(self._collect())
 
-    def looked(self, container_id: str) -> None:
-        """A look came back: streams are served once the first ones all are."""
-        if self._first is not None:
-            self._first.discard(container_id)
-            self._served_if_ready()
+    def _first_listed(self, message: Listed, count: int) -> None:
+        """Tell each listed sandbox's first snapshot, serve streams, then look at every container."""
+        heard, self._heard = self._heard or set(), None
+        for entry in message.entries:
+            sandbox_id = (entry.labels or {}).get(names.SANDBOX_ID, "")
+            if not sandbox_id:
+                continue
+            if sandbox_id not in heard:
+                snap = self.sandboxes.first_snapshot(entry)
+                if snap is not None:
+                    self.fanout.emit(sandbox_event(snap))
+                    heard.add(sandbox_id)  # a sandbox's first container listed speaks for it
+            self.looks.look(entry.id, sandbox_id, count, message.subscription)
+        self.fanout.serve()
 
     def cancel(self) -> list[asyncio.Task[None]]:
         """Cancel the lists and what they started (their event subscription ended); the tasks, to wait for."""
@@ -110,31 +130,13 @@ class Lists:
             task.cancel()
         self._work.clear()
         self._listing = False
-        self._first = None
-        if self._first_due is not None:
-            self._first_due.cancel()
-            self._first_due = None
+        self._heard = None
         return tasks
 
     def _keep(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._work.add(task)
         task.add_done_callback(self._work.discard)
-
-    def _serve_anyway(self) -> None:
-        if self._first:
-            log.warning("watch: %d container(s) not looked at after %.0f s; serving streams without them",
-                        len(self._first), FIRST_LOOKS)
-            self._first = set()
-            self._served_if_ready()
-
-    def _served_if_ready(self) -> None:
-        if not self._first:
-            self._first = None
-            if self._first_due is not None:
-                self._first_due.cancel()
-                self._first_due = None
-            self.fanout.serve()
 
     async def _forget(self, sandbox_id: str, asked: int) -> None:
         try:

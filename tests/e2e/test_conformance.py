@@ -20,6 +20,8 @@ from tests.wait import wait_until
 
 from .conftest import Podmand, containers_of, gateway_metadata, ready, run_in, sandbox
 
+DEADLINE_SNAP = 60.0
+
 IMAGES = "localhost/podmand-test"
 # The main process reports who it runs as and what it sees, then idles. (The supervisor
 # keeps the main process's output from the container log, so the report is a file.)
@@ -279,3 +281,41 @@ def test_restart_reports_instead_of_provisioning_again(make_podmand: Callable[..
     assert containers_of(podman_client, removed.id) == []
     for box in (failed, removed):
         assert second.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+
+
+def test_a_restarted_podmand_tells_each_sandbox_right_from_its_first_snapshot(
+        make_podmand: Callable[..., Podmand], cleanup: list[str]) -> None:
+    """A restarted podmand serves a new stream from one list (the looks refine it in the
+    background): the first snapshot of a running, an exited (code 3) and a stopped sandbox
+    already says what GetSandbox (an inspect) says, fence evidence included."""
+    first = make_podmand()
+    watch = first.watch()
+    running, stopped = sandbox(token=True), sandbox(token=True)
+    exited = sandbox(token=True, command=["sh", "-c", "exit 3"])
+    cleanup += [running.id, exited.id, stopped.id]
+    for box in (running, exited, stopped):
+        first.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    watch.wait_reason(running.id, "ContainerRunning")
+    watch.wait_reason(exited.id, "ContainerExited")
+    watch.wait_reason(stopped.id, "ContainerRunning")
+    first.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=stopped.id))
+    watch.wait_reason(stopped.id, "ContainerStopped")
+    watch.cancel()
+    first.stop()
+
+    second = make_podmand(start=False)
+    second.state_dir, second.env["PODMAND_STATE_DIR"] = first.state_dir, str(first.state_dir)
+    second.start()
+    fresh = second.watch()
+    expected = {running.id: ("True", "ContainerRunning"), exited.id: ("False", "ContainerExited"),
+                stopped.id: ("False", "ContainerStopped")}
+    for sandbox_id, (status, reason) in expected.items():
+        got = second.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=sandbox_id)).sandbox
+        cond = ready(got)
+        assert cond is not None and (cond.status, cond.reason) == (status, reason)
+        snap = wait_until(lambda sid=sandbox_id: fresh.snapshots(sid), DEADLINE_SNAP, f"a snapshot of {sandbox_id}")[0]
+        told = ready(snap)
+        assert told is not None and (told.status, told.reason, told.message) == (status, reason, cond.message)
+        assert snap.status.fence_evidence == got.status.fence_evidence and got.status.fence_evidence.evidence_digest
+    assert "code 3" in (ready(fresh.snapshots(exited.id)[0]) or pb.DriverCondition()).message
+    fresh.cancel()

@@ -123,8 +123,10 @@ class Containers:
             if all(labels.get(k) == v for k, _, v in (w.partition("=") for w in wanted)):
                 state = box["State"]
                 exited_at = max(0, int(times.epoch(state["FinishedAt"]) or 0))  # whole seconds, as Podman
+                started_at = max(0, int(times.epoch(state["StartedAt"]) or 0))
                 out.append({"Id": box["Id"], "Names": [box["Name"]], "State": state["Status"], "Labels": labels,
-                            "ExitCode": state["ExitCode"], "ExitedAt": exited_at, "Created": box["Created"]})
+                            "ExitCode": state["ExitCode"], "ExitedAt": exited_at, "StartedAt": started_at,
+                            "Created": box["Created"]})
         return 200, {}, out
 
     def _inspect(self, req: Request) -> Reply:

@@ -65,16 +65,16 @@ def test_wheels_for_every_target_and_nothing_else(arch: str) -> None:
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_interpreter_selection_admits_311_to_313(arch: str) -> None:
-    """No interpreter constraint excludes a target, and the /bin/sh boot looks for 3.11-3.13 first."""
+    """No interpreter constraint excludes a target, pex's runtime (the fallback) lays out a venv,
+    and the /bin/sh boot (pexboot.sh) looks for 3.11-3.13 first."""
     path = pex_path(arch)
     info = pex_info(path)
     assert info["interpreter_constraints"] == []  # the platforms alone decide; all three are targets
     assert info["venv"] is True
-    with open(path, "rb") as fh:
-        head = fh.read(8192).decode("latin-1")
-    assert head.startswith("#!/bin/sh")
-    candidates = re.findall(r'^"(python3\.\d+t?)" \\$', head, re.MULTILINE)
-    assert candidates[:3] == ["python3.11", "python3.12", "python3.13"], candidates
+    head = boot_header(path)
+    assert head.startswith("#!/bin/sh\n")
+    candidates = re.findall(r"^for python in (.*); do$", head, re.MULTILINE)
+    assert candidates and candidates[0].split()[:3] == ["python3.11", "python3.12", "python3.13"], candidates
 
 
 def test_sizes_and_checksums() -> None:
@@ -124,44 +124,49 @@ def boot_header(path: Path) -> str:
     return data[: data.index(b"PK\x03\x04")].decode()
 
 
-def venv_key(python: str) -> str:
-    """pex's name for the venv it lays out for an interpreter (pex.variables.venv_dir, unconstrained)."""
-    contents: dict[str, object] = {"PEX_PYTHON_PATH": None, "interpreter": python, "pex_path": {}}
-    return hashlib.sha1(json.dumps(contents, sort_keys=True).encode()).hexdigest()
-
-
 @pytest.mark.parametrize("arch", ARCHES)
-def test_boot_header_names_no_builder(arch: str) -> None:
-    """The header's fast path is keyed to Debian's /usr/bin/python3.11, never to the interpreter
-    that built the file (pex would write the builder's path's key; the build rewrites it)."""
-    head = boot_header(pex_path(arch))
-    found = re.findall(r'^INSTALLED_PEX="\$\{PEX_ROOT\}/venvs/\d+/[0-9a-f]{40}/([0-9a-f]{40})"$', head, re.M)
-    assert found == [venv_key("/usr/bin/python3.11")]
+def test_boot_header_is_pexboot_and_names_no_builder(arch: str) -> None:
+    """The file starts with pexboot.sh, keyed to the file's own pex hash, padded to the length of
+    pex's header (the zip's offsets count from the start of the file), and naming no path of the
+    builder's."""
+    path = pex_path(arch)
+    head = boot_header(path)
+    key = pex_info(path)["pex_hash"]
+    template = (ROOT / "pexboot.sh").read_text()
+    text = template.replace("@KEY@", str(key)).replace("@VERSION@", __version__)
+    assert head.startswith(text) and set(head[len(text):]) <= {"#", "\n"}, head[len(text):][:200]
     assert not re.search(r"/(root|home|tmp|opt|var)/|\.pyenv|/usr/local/", head), head
+    with zipfile.ZipFile(path) as z:
+        assert z.testzip() is None
 
 
-def test_second_start_takes_the_fast_path() -> None:
-    """On a Debian 12 host (PATH=/usr/bin:/bin, /usr/bin/python3.11 picked first) the first start
-    lays the pex out in PEX_ROOT and the second one execs that venv straight from /bin/sh: the
-    header's key is the one pex itself computes for the interpreter it runs under. Where the
-    header picks another interpreter (Debian 13's tree: python3.13 only) every start goes
-    through the /bin/sh selection, and still starts."""
-    fast = os.path.exists("/usr/bin/python3.11")
+def test_first_start_unpacks_one_python_second_starts_from_it() -> None:
+    """The first start unpacks the running CPython's wheels (one grpcio, not three) into
+    PEX_ROOT/podmand/<pex hash>/cp3XY; the second one runs from there without unpacking; with a
+    knob of pex's own set (PEX_PYTHON) the file still runs, through pex's runtime."""
     cache = Path(tempfile.mkdtemp(prefix="podmand-pexroot-"))
     try:
         shutil.chown(cache, USER, USER)
         # A copy the user can reach: the checkout may sit in a directory only root enters.
         pex = shutil.copy(pex_path(os.uname().machine), cache / "podmand.pex")
-        picked = []
-        for _ in range(2):
+        key = pex_info(Path(pex))["pex_hash"]
+        said = []
+        for extra in ([], [], ["PEX_PYTHON=/usr/bin/python3"]):
             result = subprocess.run(
                 ["runuser", "-u", USER, "--", "env", "-i", "PATH=/usr/bin:/bin", f"PEX_ROOT={cache}", "PEX_VERBOSE=1",
-                 str(pex), "--version"],
+                 *extra, str(pex), "serve", "--help"],
                 capture_output=True, text=True, timeout=120, check=False,
             )
             assert result.returncode == 0, result.stderr[-2000:]
-            picked.append("used /bin/sh boot to select python" in result.stderr)
-        assert picked == [True, not fast]
+            assert result.stdout.startswith("usage: podmand serve"), result.stdout
+            said.append(("unpacking" in result.stderr, "for pex's runtime" in result.stderr))
+        assert said == [(True, False), (False, False), (False, True)]
+        minor = subprocess.run(["/usr/bin/python3", "-c", "import sys; print('%d%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        unpacked = list((cache / "podmand" / str(key)).iterdir())
+        assert [p.name for p in unpacked] == [f"cp{minor}"]
+        native = sorted(p.name for p in unpacked[0].glob("grpc/_cython/cygrpc.*.so"))
+        assert len(native) == 1 and f"cpython-{minor}-" in native[0], native
     finally:
         shutil.rmtree(cache)
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
+from podmand.driver import Driver
 from podmand.driver.observer import changes_state
 from podmand.libpod import Event, EventActor
 from podmand.watch.hub import Hub
@@ -229,5 +231,58 @@ def test_forgetting_a_removed_container_drops_its_facts_and_a_second_deleted_is_
         calls = len(rig.fake.requests)
         assert await rig.driver.forget("sb-1", cid) is False  # found nothing of it: no second Deleted
         assert len(rig.fake.requests) > calls  # it did look (the index could not say)
+
+    run(body)
+
+
+def test_a_restarted_hub_serves_from_one_list_and_a_look_that_agrees_tells_nothing() -> None:
+    """A second driver and hub on the same state directory (a restart): connected after one
+    list with every inspect held; the stream's first snapshots come from the list (the exit
+    code, the fence evidence kept by the first run); once the inspects answer, only the
+    OOM kill the list could not show is told again."""
+
+    async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
+        rig.boxes.add("sb-run")
+        rig.boxes.add("sb-exit", "exited", exit_code=3, finished_at="2026-11-29T17:05:00Z")
+        oom = rig.boxes.add("sb-oom", "exited", exit_code=137, finished_at="2026-11-29T17:05:00Z")
+        await connect(hub, inbox)  # the first run looks at each (and keeps its fence evidence)
+        before = {s: hub.fanout.told[s] for s in ("sb-run", "sb-exit")}
+        rig.boxes.boxes[oom]["State"]["OOMKilled"] = True  # what only an inspect shows
+
+        held = asyncio.Event()
+
+        async def slow(req: Any) -> Any:
+            await held.wait()
+            return rig.boxes._inspect(req)
+
+        rig.fake.route("GET", "/containers/(?P<c>[^/]+)/json", slow)
+        inbox2 = Inbox()
+        driver2 = Driver(rig.driver.settings, rig.driver.podman, rig.driver.state_dir, inbox2)
+        hub2 = Hub(rig.driver.podman, driver2, inbox2, resync=0)
+        hub2._list(first=True)
+        listed = await eventually(inbox2.get_nowait, "the list's answer")
+        hub2._handle(listed)
+        assert hub2.connected.is_set() and len(hub2.looks.in_flight()) == 3  # no inspect answered
+        stream = await hub2.subscribe()
+        hub2._handle(inbox2.get_nowait())  # type: ignore[arg-type]
+        first = {}
+        for _ in range(3):
+            item = await stream.get()
+            assert not isinstance(item, End)
+            first[item.sandbox.sandbox.id] = item.sandbox.sandbox
+        assert first["sb-run"] == before["sb-run"] and first["sb-exit"] == before["sb-exit"]
+        assert first["sb-exit"].status.conditions[0].message == "Container exited with code 3"
+        assert first["sb-run"].status.fence_evidence.evidence_digest
+        assert first["sb-oom"].status.conditions[0].reason == "ContainerRuntimeRestart"
+        held.set()
+        await settle(hub2, inbox2)
+        inbox2.put(Publish(pb.WatchSandboxesEvent(deleted=pb.WatchSandboxesDeletedEvent(sandbox_id="marker"))))
+        await settle(hub2, inbox2)
+        after: list[tuple[str, ...]] = []
+        while not after or after[-1] != ("deleted", "marker"):
+            after += await take(stream, 1)
+        # the looks announce the abnormal ends (as every start does); of the snapshots, only the OOM kill is new
+        assert [d for d in after if d[0] != "platform"] == [("sandbox", "sb-oom", "OOMKilled"), ("deleted", "marker")]
+        await driver2.close()
 
     run(body)

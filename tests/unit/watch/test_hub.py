@@ -43,6 +43,7 @@ class StubDriver:
         self.list_error: Exception | None = None
         self.hold: asyncio.Event | None = None  # observe() waits on it (Podman is slow)
         self.provisioning: list[pb.DriverSandbox] = []
+        self.list_reasons: dict[str, str] = {}  # container id -> the reason its list entry reads as, if not the look's
 
     def put(self, sandbox_id: str, state: str = "running", reason: str = "ContainerRunning") -> str:
         cid = f"cid-{sandbox_id}"
@@ -85,6 +86,14 @@ class StubDriver:
 
     def changed(self, entry: ContainerListEntry) -> bool:
         return self.seen.get(entry.id) != entry.state
+
+    def first_snapshot(self, entry: ContainerListEntry) -> pb.DriverSandbox | None:
+        """As the list shows it: ``list_reasons`` says what an entry shows other than a look would."""
+        box = self.boxes.get(entry.id)
+        if box is None:
+            return None
+        reason = self.list_reasons.get(entry.id, box[2])
+        return snap(box[0], reason, "True" if reason == "ContainerRunning" else "False")
 
     def unwatched(self) -> None:
         pass
@@ -498,40 +507,70 @@ def test_a_removed_container_is_not_inspected_and_its_sandbox_forgotten() -> Non
 # ---------------------------------------------------------------- connecting
 
 
-def test_streams_are_served_only_once_every_listed_container_was_looked_at() -> None:
-    """On (re)connecting, a stream that subscribes before the first looks are back
-    waits for them, then gets every sandbox; a first list that fails ends the
-    subscription (Lost) so that the hub connects again."""
+def test_streams_are_served_from_one_list_and_looks_refine_only_what_differs() -> None:
+    """On (re)connecting, a stream that subscribes before the first list is back waits for
+    it alone: with every look held (Podman slow to inspect), it is served each sandbox's
+    snapshot from the list; once the looks answer, only the sandbox whose look says other
+    than its list entry (an OOM kill the list cannot show) is told again. A first list
+    that fails ends the subscription (Lost) so that the hub connects again."""
 
-    async def main() -> tuple[bool, list[tuple[str, ...]], Any]:
+    async def main() -> tuple[bool, bool, list[tuple[str, ...]], list[str], list[tuple[str, ...]], Any]:
         driver = StubDriver()
         driver.put("s1")
-        driver.put("s2", "exited", "ContainerExited")
+        cid2 = driver.put("s2", "exited", "OOMKilled")
+        driver.list_reasons[cid2] = "ContainerRuntimeRestart"  # exit code 137, no OOM flag in a list
         hub = Hub(None, driver, Inbox(), resync=0)  # type: ignore[arg-type]
-        driver.hold = asyncio.Event()
+        driver.hold = asyncio.Event()  # no inspect answers
         hub._list(first=True)
-        early = hub.inbox.get_nowait()
-        while early is None:
-            await asyncio.sleep(0)
-            early = hub.inbox.get_nowait()
-        hub._handle(early)  # the list came back; the looks are out
         waiting = Stream(16)
         hub.inbox.put(Subscribe(waiting))
         hub._handle(hub.inbox.get_nowait())  # type: ignore[arg-type]
-        served_early = hub.connected.is_set() or waiting in hub.fanout.streams
+        served_before_list = hub.connected.is_set() or waiting in hub.fanout.streams
+        while (listed := hub.inbox.get_nowait()) is None:
+            await asyncio.sleep(0)
+        hub._handle(listed)  # the list came back; the looks are out and held
+        connected = hub.connected.is_set() and waiting in hub.fanout.streams
+        first = [describe(await waiting.get()) for _ in range(2)]
+        held = sorted(hub.looks.in_flight())
         driver.hold.set()
         await settle(hub, hub.inbox)
-        got = [describe(await waiting.get()) for _ in range(2)]
+        hub.inbox.publish(marker("M"))
+        await settle(hub, hub.inbox)
+        refined = [describe(await waiting.get()) for _ in range(2)]
         failing = Hub(None, StubDriver(), Inbox(), resync=0)  # type: ignore[arg-type]
         failing.sandboxes.list_error = PodmanUnavailable("gone")  # type: ignore[attr-defined]
         failing._list(first=True)
         await asyncio.wait(failing.lists._work)
-        return served_early, got, failing.inbox.get_nowait()
+        return served_before_list, connected, first, held, refined, failing.inbox.get_nowait()
 
-    served_early, got, lost = asyncio.run(main())
-    assert served_early is False
-    assert sorted(got) == [("sandbox", "s1", "ContainerRunning"), ("sandbox", "s2", "ContainerExited")]
+    served_before_list, connected, first, held, refined, lost = asyncio.run(main())
+    assert served_before_list is False
+    assert connected is True
+    assert held == ["cid-s1", "cid-s2"]  # served while both looks were still out
+    assert sorted(first) == [("sandbox", "s1", "ContainerRunning"), ("sandbox", "s2", "ContainerRuntimeRestart")]
+    assert refined == [("sandbox", "s2", "OOMKilled"), ("platform", "M")]  # nothing again for s1
     assert isinstance(lost, Lost) and isinstance(lost.error, PodmanUnavailable)
+
+
+def test_a_first_list_does_not_roll_back_what_streams_were_told_meanwhile() -> None:
+    """The driver's word while the first list is out is newer than the list's entries."""
+
+    async def main() -> list[tuple[str, ...]]:
+        driver = StubDriver()
+        cid = driver.put("s1")
+        driver.list_reasons[cid] = "ContainerCreated"  # the list saw it before it started
+        hub = Hub(None, driver, Inbox(), resync=0)  # type: ignore[arg-type]
+        driver.hold = asyncio.Event()
+        hub._list(first=True)
+        hub.inbox.publish(sandbox_event(snap("s1", "ContainerRunning")))
+        while (message := hub.inbox.get_nowait()) is not None or not hub.connected.is_set():
+            if message is not None:
+                hub._handle(message)
+            else:
+                await asyncio.sleep(0)
+        return [("told", hub.fanout.told["s1"].status.conditions[0].reason)]
+
+    assert asyncio.run(main()) == [("told", "ContainerRunning")]
 
 
 # ---------------------------------------------------------------- unreadable events (issue 9, finding 4)
@@ -576,37 +615,6 @@ def test_unreadable_event_resyncs_instead_of_ending_streams() -> None:
         assert stream.end is None and stream in hub.fanout.streams
 
     run(body, boxes=("a",))
-
-
-def test_a_container_whose_first_look_hangs_does_not_keep_streams_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Podman can hold a container's lock for a long time: after FIRST_LOOKS seconds the
-    hub serves streams with what it has looked at, and the late look still arrives."""
-    import podmand.watch.lists
-
-    monkeypatch.setattr(podmand.watch.lists, "FIRST_LOOKS", 0.05)
-
-    async def main() -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
-        driver = StubDriver()
-        driver.put("s1")
-        driver.hold = asyncio.Event()  # every look hangs
-        hub = Hub(None, driver, Inbox(), resync=0)  # type: ignore[arg-type]
-        hub._list(first=True)
-        while (message := hub.inbox.get_nowait()) is None:
-            await asyncio.sleep(0)
-        hub._handle(message)
-        await asyncio.wait_for(hub.connected.wait(), DEADLINE)
-        stream = await hub.subscribe()
-        hub._handle(hub.inbox.get_nowait())  # type: ignore[arg-type]
-        hub.inbox.publish(marker("M"))
-        hub._handle(hub.inbox.get_nowait())  # type: ignore[arg-type]
-        early = [describe(await stream.get())]
-        driver.hold.set()
-        await settle(hub, hub.inbox)
-        return early, [describe(await stream.get())]
-
-    early, late = asyncio.run(main())
-    assert early == [("platform", "M")]
-    assert late == [("sandbox", "s1", "ContainerRunning")]
 
 
 def test_answers_to_an_ended_event_subscription_are_ignored() -> None:
