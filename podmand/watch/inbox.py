@@ -3,6 +3,8 @@
 The inbox is made before the driver and the hub: it is the driver's event sink
 (``publish``, ``refresh``) and the hub's input.  The hub's own tasks (the Podman
 event pump, lists, looks) answer through it too, so the hub task sees one order.
+It also stamps when the driver asked its look after a start it made (``refresh(started=True)``),
+at the moment it asks, so the hub can tell Podman's events that look already covers.
 """
 
 from __future__ import annotations
