@@ -16,8 +16,10 @@ class EventSink(Protocol):
     def publish(self, event: pb.WatchSandboxesEvent) -> None:
         """Send ``event`` to every watch stream, in order with everything else."""
 
-    def refresh(self, container_id: str, sandbox_id: str) -> None:
-        """Ask for a fresh look at a container (its change reaches the streams)."""
+    def refresh(self, container_id: str, sandbox_id: str, *, started: bool = False) -> None:
+        """Ask for a fresh look at a container (its change reaches the streams); ``started``:
+        the driver has just started it, so Podman's create, init and start events of that
+        start are older than what this look reads (the hub skips their looks)."""
 
 
 def platform_event(

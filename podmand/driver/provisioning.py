@@ -250,4 +250,6 @@ class Provisioner:
                 },
             )
         )
-        self.ctx.sink.refresh(container_id, plan.sandbox_id)
+        # The one look at the started container: Podman's events of this create and start
+        # (create, init, start) happened before it and cost no look of their own (hub.py).
+        self.ctx.sink.refresh(container_id, plan.sandbox_id, started=True)

@@ -51,6 +51,8 @@ class Puller:
                     why = registryauth.failure_message(ref, cred, auth_file, exc.message)
                     raise ProvisionFailed(reason, why) from None
                 raise ProvisionFailed(reason, f"pulling image {ref!r} failed: {exc.message}") from exc
+        # Inspected after every pull, never cached by the ID the pull's last line names: the
+        # image's tags can change while its ID does not, and imagechecks.rootfs_refusal reads them.
         try:
             info = await self.podman.inspect_image(ref)
         except PodmanError as exc:

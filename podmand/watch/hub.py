@@ -39,6 +39,12 @@ from .subscription import Subscriber
 
 log = logging.getLogger("podmand.watch.hub")
 
+# Podman's events of a create and start podmand made itself: one that happened before the
+# driver asked its look after that start (refresh(started=True), stamped by the inbox) shows
+# a state older than the look reads, so it costs no inspect; an event after it (an
+# out-of-band restart) is looked at as ever.
+MADE = frozenset({"create", "init", "start"})
+
 
 class Sandboxes(Listing, Protocol):
     """What the hub needs of the driver: the event path, never the RPCs."""
@@ -187,6 +193,10 @@ class Hub:
                 sandbox_id = (event.Actor.attributes or {})[names.SANDBOX_ID]
                 if event.Action in ("create", "init") and self.sandboxes.creating(sandbox_id):
                     return  # podmand is making it: provisioning asks for a look once it started
+                if event.Action in MADE and 0 < event.timeNano <= self.inbox.started_at(event.Actor.id):
+                    if event.Action == "start":
+                        self.inbox.seen_start(event.Actor.id)
+                    return  # before provisioning asked its look after the start: that look reads newer
                 self._look(event.Actor.id, sandbox_id, removed=event.Action == "remove")
 
     def _look(self, container_id: str, sandbox_id: str, *, removed: bool = False) -> None:

@@ -3,16 +3,22 @@
 The inbox is made before the driver and the hub: it is the driver's event sink
 (``publish``, ``refresh``) and the hub's input.  The hub's own tasks (the Podman
 event pump, lists, looks) answer through it too, so the hub task sees one order.
+It also stamps when the driver asked its look after a start it made (``refresh(started=True)``),
+at the moment it asks, so the hub can tell Podman's events that look already covers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 from .._proto import compute_driver_pb2 as pb
 from ..libpod import BadEvent, ContainerListEntry, Event
 from .streams import Stream
+
+# Starts the inbox remembers (refresh(started=True)) until their start event comes.
+STARTED_KEPT = 1024
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,8 @@ class Inbox:
 
     def __init__(self) -> None:
         self._queue: asyncio.Queue[Message] = asyncio.Queue()
+        # Container id -> when the driver asked its look after starting it (refresh(started=True)).
+        self._started: dict[str, int] = {}
 
     def put(self, message: Message) -> None:
         self._queue.put_nowait(message)
@@ -110,5 +118,18 @@ class Inbox:
     def publish(self, event: pb.WatchSandboxesEvent) -> None:
         self.put(Publish(event))
 
-    def refresh(self, container_id: str, sandbox_id: str) -> None:
+    def refresh(self, container_id: str, sandbox_id: str, *, started: bool = False) -> None:
+        if started:
+            self._started[container_id] = time.time_ns()
+            while len(self._started) > STARTED_KEPT:
+                del self._started[next(iter(self._started))]
         self.put(Refresh(container_id, sandbox_id))
+
+    def started_at(self, container_id: str) -> int:
+        """When (epoch ns) the driver, having started ``container_id`` itself, asked for
+        its look; 0 if it did not (or that was long ago)."""
+        return self._started.get(container_id, 0)
+
+    def seen_start(self, container_id: str) -> None:
+        """The start event of that start came: nothing more of it is to be skipped."""
+        self._started.pop(container_id, None)

@@ -40,7 +40,7 @@ class Sink:
     def publish(self, event: pb.WatchSandboxesEvent) -> None:
         self.events.append(event)
 
-    def refresh(self, container_id: str, sandbox_id: str) -> None:
+    def refresh(self, container_id: str, sandbox_id: str, *, started: bool = False) -> None:
         self.refreshes.append((container_id, sandbox_id))
 
     def reasons(self) -> list[str]:

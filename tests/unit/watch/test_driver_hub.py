@@ -5,6 +5,7 @@ started: each test hands it the inbox messages the loop would take."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -284,5 +285,30 @@ def test_a_restarted_hub_serves_from_one_list_and_a_look_that_agrees_tells_nothi
         # the looks announce the abnormal ends (as every start does); of the snapshots, only the OOM kill is new
         assert [d for d in after if d[0] != "platform"] == [("sandbox", "sb-oom", "OOMKilled"), ("deleted", "marker")]
         await driver2.close()
+
+    run(body)
+
+
+def test_a_create_makes_one_container_inspect_whenever_podmans_events_of_it_come() -> None:
+    """A create's libpod calls on the container: its create, its start, and one inspect
+    (provisioning's look after the start). Podman's create, init and start events of it,
+    handled after provisioning ended (the event stream is late), cost no look of their own."""
+
+    async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
+        await connect(hub, inbox)
+        before = time.time_ns()
+        sandbox = pb.DriverSandbox(id="sb-1", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(
+            template=pb.DriverSandboxTemplate(image="docker.io/library/alpine:3.20")))
+        await rig.driver.create(sandbox)
+        await eventually(lambda: rig.driver.provisioning.get("sb-1") is None, "the end of provisioning")
+        [cid] = rig.boxes.boxes
+        labels = rig.boxes.boxes[cid]["Config"]["Labels"]
+        for action in ("create", "init", "start"):
+            event = podman_event(action, cid, labels)
+            event.timeNano = before
+            inbox.put(PodmanEvent(event))
+        await drain(hub, inbox)
+        calls = [r.split("?")[0].rsplit("/libpod", 1)[-1] for r in rig.fake.requests if cid in r]
+        assert calls == [f"/containers/{cid}/start", f"/containers/{cid}/json"]
 
     run(body)

@@ -7,6 +7,7 @@ the inbox items the run loop would process, one at a time, with a stub driver.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -687,3 +688,45 @@ def test_a_silent_stream_resyncs_every_silent_resync_seconds_never_slower_than_r
     assert interval(2, 5, True) == 2  # a shorter resync_interval stays
     assert interval(0, 5, True) == 5  # resync off: while silent, the silent one still runs
     assert interval(30, 0, True) == 30  # resync_interval_silent = 0: resync_interval
+
+
+def stamped(action: str, cid: str, sandbox_id: str, time_ns: int) -> PodmanEvent:
+    message = podman_event(action, cid, sandbox_id)
+    message.event.timeNano = time_ns
+    return message
+
+
+def test_events_of_a_start_podmand_made_cost_no_look_beyond_its_own() -> None:
+    """Provisioning's look after its start (refresh(started=True)) reads a state newer than
+    Podman's create, init and start events of that start, wherever they land in the inbox:
+    one inspect per create. A start after it (out of band) is looked at as ever."""
+
+    async def body(hub: Hub, driver: StubDriver) -> tuple[list[str], list[str]]:
+        driver.put("s2")
+        before = time.time_ns()
+        hub.inbox.put(stamped("create", "cid-s2", "s2", before))  # queued before provisioning popped
+        hub.inbox.refresh("cid-s2", "s2", started=True)
+        for action in ("init", "start"):  # delivered late by Podman's event stream
+            hub.inbox.put(stamped(action, "cid-s2", "s2", before + 1))
+        await drain(hub)
+        made = list(driver.looked)
+        hub.inbox.put(stamped("start", "cid-s2", "s2", time.time_ns()))  # e.g. podman restart
+        hub.inbox.put(stamped("start", "cid-s3", "s3", before))  # another container: looked at
+        await drain(hub)
+        return made, driver.looked[len(made):]
+
+    assert run(body) == (["cid-s2"], ["cid-s2", "cid-s3"])
+
+
+def test_an_event_without_a_time_is_looked_at_after_a_start_podmand_made() -> None:
+    """An event Podman did not stamp cannot be placed before the driver's look: looked at."""
+
+    async def body(hub: Hub, driver: StubDriver) -> int:
+        driver.put("s2")
+        hub.inbox.refresh("cid-s2", "s2", started=True)
+        await drain(hub)
+        hub.inbox.put(stamped("start", "cid-s2", "s2", 0))
+        await drain(hub)
+        return driver.looked.count("cid-s2")
+
+    assert run(body) == 2
