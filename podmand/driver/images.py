@@ -5,14 +5,26 @@ inspected a reference, asking again is a call whose answer it already knows, as
 long as nothing moved the tag or removed the image.  Podman's image events say
 when that happens; while podmand is not subscribed to them, nothing is known and
 every reference is looked up as before.
+
+Podman writes a ``pull`` event for every pull that succeeds, even one the ``missing``
+policy made a no-op (seen on 4.3.1, without the image's ID, and on 5.4.2, with it). Read
+as any other pull, podmand's own would forget the pin it was made for, and every create
+would pull and inspect again. So a pull podmand makes is expected (:meth:`own_pull`):
+the first ``pull`` event of that name after it started is taken as its own and forgets
+nothing. A pull that fails is expected no more; an expected event that has not come
+``OWN_PULL_WINDOW`` seconds after the pull returned is expected no more either, so a
+Podman that wrote none cannot hide another pull's event for longer than that.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
+import time
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from ..libpod import BadEvent, Event, ImageInspect, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 from .tasks import Tasks
@@ -25,6 +37,9 @@ KEY = "image-events"  # the subscription's task, in the driver's Tasks
 KEPT = 512
 # Actions that neither move a name nor remove an image.
 _KEEP = frozenset({"mount", "unmount", "push", "save", "exists", "cleanup"})
+# Seconds an own pull's event is still expected after the pull returned (Podman has
+# written it by then: it is read within about a second).
+OWN_PULL_WINDOW = 60.0
 
 
 def name_key(ref: str) -> str:
@@ -44,8 +59,12 @@ def _bare(image_id: str) -> str:
 class Images:
     """reference -> ImageInspect for the references podmand pulled or inspected."""
 
-    def __init__(self, podman: PodmanClient, tasks: Tasks, retry: float = 0.5, kept: int = KEPT) -> None:
+    def __init__(
+        self, podman: PodmanClient, tasks: Tasks, retry: float = 0.5, kept: int = KEPT,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.podman = podman
+        self.clock = clock
         self.tasks = tasks
         self.retry = retry  # seconds before resubscribing, doubled up to 30 while it fails
         self.kept = kept
@@ -55,6 +74,9 @@ class Images:
         # stream), and per name: a lookup that raced one of them is not remembered.
         self._epoch = 0
         self._changes: Counter[str] = Counter()
+        # name key -> the own pulls whose event is still to come, each with a deadline
+        # (monotonic; infinite while the pull runs). At most ``kept`` in all.
+        self._own: dict[str, list[list[float]]] = {}
 
     def __len__(self) -> int:
         return len(self._known)
@@ -84,6 +106,43 @@ class Images:
                 self._known.popitem(last=False)
         return info
 
+    @contextlib.contextmanager
+    def own_pull(self, ref: str) -> Iterator[None]:
+        """Around a pull of ``ref`` podmand makes: its ``pull`` event is expected (see the module)."""
+        key = name_key(ref)
+        expected = [math.inf]
+        waiting = self._own.setdefault(key, [])
+        waiting.append(expected)
+        if sum(len(v) for v in self._own.values()) > self.kept:  # a flood of pulls: forget as before
+            self._own.clear()
+        try:
+            yield
+        except BaseException:
+            self._unexpect(key, expected)
+            raise
+        expected[0] = self.clock() + OWN_PULL_WINDOW
+
+    def _unexpect(self, key: str, expected: list[float]) -> None:
+        waiting = self._own.get(key, [])
+        with contextlib.suppress(ValueError):
+            waiting.remove(expected)
+        if not waiting:
+            self._own.pop(key, None)
+
+    def _own_event(self, key: str) -> bool:
+        """A ``pull`` event of ``key``: podmand's own (expected, now no more)?"""
+        now = self.clock()
+        waiting = [e for e in self._own.get(key, []) if e[0] > now]
+        if not waiting:
+            self._own.pop(key, None)
+            return False
+        waiting.pop(0)
+        if waiting:
+            self._own[key] = waiting
+        else:
+            self._own.pop(key, None)
+        return True
+
     def _mark(self, ref: str) -> tuple[int, int]:
         return self._epoch, self._changes[name_key(ref)]
 
@@ -95,6 +154,8 @@ class Images:
         if event.Type != "image" or event.Action in _KEEP:
             return
         name = (event.Actor.attributes or {}).get("name", "")
+        if event.Action == "pull" and name and self._own_event(name_key(name)):
+            return  # podmand's own pull: what it pinned after that pull is still true
         image_id = _bare(event.Actor.id)
         if not name and not image_id:  # it names nothing: every name may have moved
             self._reset()
@@ -115,6 +176,7 @@ class Images:
     def _reset(self) -> None:
         self._epoch += 1
         self._known.clear()
+        self._own.clear()  # an expected event may be lost with the stream: the next one forgets
 
     async def _watch(self) -> None:
         """Keep the subscription up; while it is down nothing is known."""

@@ -139,6 +139,9 @@ class Preparation:
         async def fetch() -> ImageInspect:
             with tracing.span("podman.pull", {"sandbox.id": sandbox_id, "container.image.name": ref,
                                               "podman.pull_policy": policy}):
-                return await self.puller.pull(ref, policy, reason, sandbox_id)
+                if policy == "never":
+                    return await self.puller.pull(ref, policy, reason, sandbox_id)
+                with self.images.own_pull(ref):  # its pull event is not to forget the pin
+                    return await self.puller.pull(ref, policy, reason, sandbox_id)
 
         return await self.images.pinned(ref, fetch, reuse=policy in ("missing", "never"))

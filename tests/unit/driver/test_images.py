@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from podmand.driver.images import Images, name_key
+from podmand.driver.images import OWN_PULL_WINDOW, Images, name_key
 from podmand.driver.tasks import Tasks
 from podmand.libpod import ImageInspect
 from tests.fakes.harness import eventually, libpod
@@ -188,3 +188,65 @@ def test_references_remembered_are_bounded_least_recently_used_first() -> None:
         assert images.known("img3:1") is None and images.known("img2:1") is not None and len(images) == 3
 
     run(body)
+
+
+# Podman's event of a pull the 'missing' policy made a no-op: 4.3.1 names the reference
+# only, 5.4.2 the image's ID too (both seen on these machines).
+OWN_PULL_EVENTS = [event("pull", REF), event("pull", REF, ID)]
+
+
+async def repinned_by_own_pull(fake: FakeLibpod, images: Images) -> None:
+    """REF learnt, then pulled by podmand (its lookup made under :meth:`Images.own_pull`)."""
+    await learn(fake, images)
+    with images.own_pull(REF):
+        await images.pinned(REF, lambda: fake_inspect(images, REF), reuse=False)
+
+
+async def read(fake: FakeLibpod, images: Images) -> None:
+    """Every event sent so far has been read: one more, about another image, has."""
+    await learn(fake, images, "marker:1")
+    fake.image_events.send(event("untag", "marker:1"))
+    await eventually(lambda: images.known("marker:1") is None, "the events to be read")
+
+
+@pytest.mark.parametrize("own", OWN_PULL_EVENTS)
+def test_the_event_of_podmands_own_pull_keeps_the_pin_and_the_next_pull_forgets(own: dict[str, Any]) -> None:
+    async def body(fake: FakeLibpod, images: Images) -> None:
+        await repinned_by_own_pull(fake, images)
+        fake.image_events.send(own)
+        await read(fake, images)
+        assert images.known(REF) is not None  # no call for the next create
+        fake.image_events.send(own)  # a pull nobody here expected: the tag may have moved
+        await eventually(lambda: images.known(REF) is None, "the other pull to be read")
+
+    run(body)
+
+
+def test_a_failed_own_pull_expects_no_event() -> None:
+    async def body(fake: FakeLibpod, images: Images) -> None:
+        await learn(fake, images)
+        with pytest.raises(RuntimeError), images.own_pull(REF):
+            raise RuntimeError("the pull failed")
+        fake.image_events.send(event("pull", REF))  # so this one is another's
+        await eventually(lambda: images.known(REF) is None, "the pull to be read")
+
+    run(body)
+
+
+def test_an_own_pull_event_that_never_came_is_expected_only_for_a_while() -> None:
+    now = [0.0]
+
+    async def main() -> None:
+        async with libpod() as (fake, client):
+            fake.route("GET", "/images/.+/json", (200, {}, {"Id": ID, "Config": {"User": "app"}}))
+            tasks = Tasks()
+            images = Images(client, tasks, retry=0.01, clock=lambda: now[0])
+            try:
+                await repinned_by_own_pull(fake, images)  # Podman wrote no event for it
+                now[0] = OWN_PULL_WINDOW + 1
+                fake.image_events.send(event("pull", REF))
+                await eventually(lambda: images.known(REF) is None, "the later pull to be read")
+            finally:
+                await tasks.close()
+
+    asyncio.run(asyncio.wait_for(main(), DEADLINE))
