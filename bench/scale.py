@@ -312,9 +312,12 @@ class Bench:
             await self.podman.call("POST", f"/containers/{cid}/kill", query={"signal": "KILL"})
             await self.watch.until(lambda s=sid: s in self.watch.down, 60, f"{sid} killed")  # type: ignore[misc]
             wait_at = await waited
-            await asyncio.wait_for(seen[cid].wait(), 30)
+            try:
+                await asyncio.wait_for(seen[cid].wait(), 30)
+            except TimeoutError:  # seen on 5.4.2 at N = 200: the raw stream never sent this 'died'
+                self.notes.append(f"live exit of {cid[:12]}: no raw 'died' event within 30 s; raw /wait only")
             busy = not all(t.done() for t in streams)
-            live.append((self.watch.down[sid] - min(wait_at, died[cid]), busy))
+            live.append((self.watch.down[sid] - min(wait_at, died.get(cid, wait_at)), busy))
             await asyncio.gather(*streams)
         listener.cancel()
         self.live = live

@@ -284,25 +284,30 @@ def test_restart_reports_instead_of_provisioning_again(make_podmand: Callable[..
 
 
 def test_a_restarted_podmand_tells_each_sandbox_right_from_its_first_snapshot(
-        make_podmand: Callable[..., Podmand], cleanup: list[str]) -> None:
+        make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
     """A restarted podmand serves a new stream from one list (the looks refine it in the
     background): the first snapshot of a running, an exited (code 3) and a stopped sandbox
     already says what GetSandbox (an inspect) says, fence evidence included."""
     first = make_podmand()
     watch = first.watch()
-    # A workspace each: on Podman 5.4.2 (rootless netavark), stopping a container right after
-    # another on its network exited fails in Podman's teardown ("failed to delete container
-    # veth eth0: ... No such device"), and that container cannot be removed either.
-    running, stopped = sandbox(token=True, workspace="ws-run"), sandbox(token=True, workspace="ws-stop")
-    exited = sandbox(token=True, command=["sh", "-c", "exit 3"], workspace="ws-exit")
+    # The stop waits for the supervisor to be up (its socket), and the exit comes after the
+    # stop: on Podman 5.4.2 (rootless netavark) a stop right after Ready, while another
+    # sandbox's container exited, failed in Podman's teardown ("failed to delete container
+    # veth eth0: ... No such device"), and that container could not be removed either.
+    running, stopped = sandbox(token=True), sandbox(token=True)
+    exited = sandbox(token=True, command=["sh", "-c", "exit 3"])
     cleanup += [running.id, exited.id, stopped.id]
-    for box in (running, exited, stopped):
+    for box in (running, stopped):
         first.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     watch.wait_reason(running.id, "ContainerRunning")
-    watch.wait_reason(exited.id, "ContainerExited")
     watch.wait_reason(stopped.id, "ContainerRunning")
+    [container] = containers_of(podman_client, stopped.id)
+    wait_until(lambda: run_in(container, ["test", "-S", "/run/openshell/ssh.sock"])[0] == 0, DEADLINE_SNAP,
+               "the supervisor's socket")
     first.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=stopped.id))
     watch.wait_reason(stopped.id, "ContainerStopped")
+    first.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=exited))
+    watch.wait_reason(exited.id, "ContainerExited")
     watch.cancel()
     first.stop()
 
