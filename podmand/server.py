@@ -26,6 +26,7 @@ import contextlib
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -322,7 +323,7 @@ async def warn_unreached(settings: Settings, found: Info) -> None:
     checked once serving: it reads this host's listeners and may resolve the endpoint's name,
     which nothing served waits for. Its end is logged at debug level either way."""
     try:
-        unreached = await asyncio.to_thread(netfacts.startup_warning, settings, found)
+        unreached = await in_daemon_thread(functools.partial(netfacts.startup_warning, settings, found))
     except Exception as exc:  # a bug in the check must not end serving: one line, no traceback
         log.warning("gateway reach check failed: %s: %s", type(exc).__name__, exc)
         return
@@ -330,6 +331,34 @@ async def warn_unreached(settings: Settings, found: Info) -> None:
         log.warning("%s", unreached)
     else:
         log.debug("gateway reach checked: sandboxes reach it")
+
+
+async def in_daemon_thread(call: Callable[[], T]) -> T:
+    """``call()``'s result, computed in a thread of its own that does not hold up the
+    process's exit: a name lookup may hang for as long as the resolver likes, and the
+    threads of ``asyncio.to_thread`` are waited for when the loop shuts down. Cancelling
+    the wait abandons the thread (its result is dropped)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, exc: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, exc = call(), None
+        except BaseException as failure:  # handed to the waiter, as to_thread would
+            result, exc = None, failure
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=run, name="podmand-reach-check", daemon=True).start()
+    return await done
 
 
 async def end_serving(health_servicer: Any, hub: Hub) -> None:
