@@ -7,10 +7,11 @@ client, the driver, the watch hub, the driver socket's directory and the private
 sockets behind the peer gate (socketpath.py, peers.py), the gRPC servers, the health
 status and systemd's readiness (notify.py). The socket accepts before the slow probes
 have answered (Podman's ``/info``, whether Podman sees the state directory, the event
-stream): health says NOT_SERVING and each RPC waits for what it needs (servicer.py's
-``Readiness``) until they have; then SERVING, the ready line and READY=1, and only
-then the check of whether sandboxes reach the gateway (its warning). Shutdown is
-that stack unwinding: release RPCs still waiting for start-up, report NOT_SERVING,
+stream, the volumes recording creates to resume): health says NOT_SERVING and each RPC
+waits for what it needs (servicer.py's ``Readiness``) until they have; then SERVING,
+the ready line and READY=1, and only then the check of whether sandboxes reach the
+gateway (its warning, from a thread that never holds up the exit). Shutdown is that
+stack unwinding: release RPCs still waiting for start-up, report NOT_SERVING,
 end watch streams, stop accepting, finish in-flight RPCs within a grace, stop the
 hub, bound background work, remove the sockets, stop an autostarted Podman, release
 the lock. A failed start unwinds the same way and leaves nothing behind, not even a
@@ -172,6 +173,7 @@ class Server:
         inbox = Inbox()  # the driver's event sink and the hub's input: made first, given to both
         driver = self._driver(podman, inbox)
         visible = self._meanwhile(stack, state_dir_problem(podman, state_dir))
+        recorded = self._meanwhile(stack, driver.recorded())  # what resume() finishes
         hub = Hub(podman, driver, inbox, buffer=settings.watch_buffer, resync=settings.resync_interval,
                   prove=functools.partial(eventproof.cause, podman, state_dir),
                   silent_resync=settings.resync_interval_silent)
@@ -215,7 +217,7 @@ class Server:
         if problem:
             raise StateDirError(problem)
         await self._connected(hub)
-        resumed = await driver.resume()
+        resumed = await driver.resume(await recorded)
         readiness.finish()
         await publish(True)
         liveness_task = asyncio.create_task(liveness.run(publish))
