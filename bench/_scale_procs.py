@@ -49,6 +49,7 @@ class Podmand:
     source: str = ""
     work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="podmand-scale-")))
     proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)  # more of podmand's settings
 
     def __post_init__(self) -> None:
         pw = pwd.getpwnam(self.user)
@@ -76,6 +77,7 @@ class Podmand:
             "OPENSHELL_STOP_TIMEOUT": "5",
             "PODMAND_STATE_DIR": str(self.work / "state"),
         }
+        env.update(self.env)
         run = [self.pex, "serve"]
         if self.source:
             env["PYTHONPATH"] = self.source

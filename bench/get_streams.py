@@ -2,7 +2,9 @@
 
 N sandboxes (``sleep 3600``) are created through a podmand this bench starts as the
 rootless user (bench/_scale_procs.py); then GetSandbox and a raw inspect of the same
-container on the same Podman socket, interleaved (medians of --samples); then podmand's
+container on the same Podman socket, interleaved (medians of --samples), and where the
+time above the inspect goes (the same call past the peer gate, and GetCapabilities, which
+calls no Podman, both ways); then podmand's
 RSS before and after --streams new streams that each read their whole snapshot and stay
 open. ``--floor`` measures grpc's own cost per open stream: a trivial server-streaming
 RPC, in a process of its own, that sends N small messages and stays open. Everything
@@ -22,13 +24,14 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from statistics import median as med
 
 import grpc
 
 from bench import _scale_raw as raw
 from bench._scale_host import rss_mb
-from bench._scale_procs import SANDBOX_IMAGE, Podmand
+from bench._scale_procs import SANDBOX_IMAGE, Podmand, gateway
 from bench._scale_watch import is_ready
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
@@ -123,6 +126,7 @@ async def run(args: argparse.Namespace) -> None:
                 inspects.append(r)
         get, ins = med(gets) * 1000, med(inspects) * 1000
         print(f"GetSandbox at N={args.n}: {get:.2f} ms; raw inspect {ins:.2f} ms; ratio {get / ins:.2f}", flush=True)
+        await breakdown(stub, daemon, sids, args.samples)
         if args.spy:
             await spied(stub, daemon.pid, sids, args)
         before, after, per = await streams_rss(stub, daemon.pid, args.n, args.streams + 1)
@@ -139,6 +143,29 @@ async def run(args: argparse.Namespace) -> None:
         removed = await raw.sweep(podman, PREFIX, [names.network_name("openshell", WORKSPACE)])
         print(f"clean-up: removed {removed} leftovers", flush=True)
         await podman.close()
+
+
+async def breakdown(stub: pb_grpc.ComputeDriverStub, daemon: Podmand, sids: list[str], samples: int) -> None:
+    """Where a GetSandbox's time above the inspect goes: the same calls straight to the
+    private grpc socket behind the peer gate (root may connect; the gate's splice is
+    skipped), and GetCapabilities (no Podman call: grpc's round trip from this client)
+    both ways."""
+    private = next(Path(daemon.socket).parent.glob(".driver.sock.*/grpc.sock"))
+    async with grpc.aio.insecure_channel(f"unix://{private}") as channel:
+        direct = pb_grpc.ComputeDriverStub(channel)
+        rows: dict[str, list[float]] = {"GetSandbox, no gate": [], "GetCapabilities": [],
+                                        "GetCapabilities, no gate": []}
+        caps = pb.GetCapabilitiesRequest(gateway=gateway())
+        for i in range(samples + 5):
+            timed = [
+                await raw.timed(direct.GetSandbox(pb.GetSandboxRequest(sandbox_id=sids[i % len(sids)]))),
+                await raw.timed(stub.GetCapabilities(caps)),
+                await raw.timed(direct.GetCapabilities(caps)),
+            ]
+            if i >= 5:
+                for row, took in zip(rows.values(), timed, strict=True):
+                    row.append(took)
+    print("; ".join(f"{name} {med(row) * 1000:.2f} ms" for name, row in rows.items()), flush=True)
 
 
 # ---------------------------------------------------------------- grpc's floor

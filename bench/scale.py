@@ -41,8 +41,10 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Coroutine
 from pathlib import Path
 from statistics import median as med
+from typing import Any, TypeVar
 
 import grpc
 import msgspec
@@ -63,6 +65,7 @@ from podmand.libpod.timeouts import Timeouts
 from podmand.libpod.times import epoch
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 PREFIX = f"scale-{uuid.uuid4().hex[:6]}-"  # this run's sandbox ids
 PER_NETWORK = 200  # a workspace network is a /24 on main: stay well below 254
 SEQUENTIAL = 15  # one-at-a-time creates timed, per side
@@ -417,8 +420,13 @@ def interrupt(signum: int, frame: object) -> None:
 
 
 async def measure(bench: Bench) -> Measured:
+    return await measure_with(bench, bench.run())
+
+
+async def measure_with(bench: Bench, work: Coroutine[Any, Any, T]) -> T:
+    """``work``'s result; whatever it leaves, podmand stopped first, is swept."""
     try:
-        return await bench.run()
+        return await work
     finally:
         if bench.channel is not None:
             await bench.channel.close()

@@ -7,10 +7,11 @@ client, the driver, the watch hub, the driver socket's directory and the private
 sockets behind the peer gate (socketpath.py, peers.py), the gRPC servers, the health
 status and systemd's readiness (notify.py). The socket accepts before the slow probes
 have answered (Podman's ``/info``, whether Podman sees the state directory, the event
-stream): health says NOT_SERVING and each RPC waits for what it needs (servicer.py's
-``Readiness``) until they have; then SERVING, the ready line and READY=1, and only
-then the check of whether sandboxes reach the gateway (its warning). Shutdown is
-that stack unwinding: release RPCs still waiting for start-up, report NOT_SERVING,
+stream, the volumes recording creates to resume): health says NOT_SERVING and each RPC
+waits for what it needs (servicer.py's ``Readiness``) until they have; then SERVING,
+the ready line and READY=1, and only then the check of whether sandboxes reach the
+gateway (its warning, from a thread that never holds up the exit). Shutdown is that
+stack unwinding: release RPCs still waiting for start-up, report NOT_SERVING,
 end watch streams, stop accepting, finish in-flight RPCs within a grace, stop the
 hub, bound background work, remove the sockets, stop an autostarted Podman, release
 the lock. A failed start unwinds the same way and leaves nothing behind, not even a
@@ -26,6 +27,7 @@ import contextlib
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -171,6 +173,7 @@ class Server:
         inbox = Inbox()  # the driver's event sink and the hub's input: made first, given to both
         driver = self._driver(podman, inbox)
         visible = self._meanwhile(stack, state_dir_problem(podman, state_dir))
+        recorded = self._meanwhile(stack, driver.recorded())  # what resume() finishes
         hub = Hub(podman, driver, inbox, buffer=settings.watch_buffer, resync=settings.resync_interval,
                   prove=functools.partial(eventproof.cause, podman, state_dir),
                   silent_resync=settings.resync_interval_silent)
@@ -214,7 +217,7 @@ class Server:
         if problem:
             raise StateDirError(problem)
         await self._connected(hub)
-        resumed = await driver.resume()
+        resumed = await driver.resume(await recorded)
         readiness.finish()
         await publish(True)
         liveness_task = asyncio.create_task(liveness.run(publish))
@@ -322,7 +325,7 @@ async def warn_unreached(settings: Settings, found: Info) -> None:
     checked once serving: it reads this host's listeners and may resolve the endpoint's name,
     which nothing served waits for. Its end is logged at debug level either way."""
     try:
-        unreached = await asyncio.to_thread(netfacts.startup_warning, settings, found)
+        unreached = await in_daemon_thread(functools.partial(netfacts.startup_warning, settings, found))
     except Exception as exc:  # a bug in the check must not end serving: one line, no traceback
         log.warning("gateway reach check failed: %s: %s", type(exc).__name__, exc)
         return
@@ -330,6 +333,34 @@ async def warn_unreached(settings: Settings, found: Info) -> None:
         log.warning("%s", unreached)
     else:
         log.debug("gateway reach checked: sandboxes reach it")
+
+
+async def in_daemon_thread(call: Callable[[], T]) -> T:
+    """``call()``'s result, computed in a thread of its own that does not hold up the
+    process's exit: a name lookup may hang for as long as the resolver likes, and the
+    threads of ``asyncio.to_thread`` are waited for when the loop shuts down. Cancelling
+    the wait abandons the thread (its result is dropped)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, exc: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, exc = call(), None
+        except BaseException as failure:  # handed to the waiter, as to_thread would
+            result, exc = None, failure
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=run, name="podmand-reach-check", daemon=True).start()
+    return await done
 
 
 async def end_serving(health_servicer: Any, hub: Hub) -> None:

@@ -19,7 +19,7 @@ from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
 from ..errors import InvalidArgument, NotFound, Unauthenticated
-from ..libpod import ContainerListEntry, PodmanClient
+from ..libpod import ContainerListEntry, PodmanClient, VolumeInspect
 from ..locks import LockTable
 from ..sandbox import imagefiles
 from ..sandbox.cdi import GpuSelector
@@ -55,6 +55,10 @@ class Driver:
         self.locks = LockTable()  # per sandbox id (and "net:<network>"): an entry only while in use
         self.index = Index()  # sandbox -> its containers, kept by the hub (index.py)
         self._next_gc = 0.0  # monotonic time of the next garbage collection
+        # The hub's latest list until resume() takes it (then None for good): start-up
+        # reads what the hub's first list said instead of listing every container again.
+        self._unresumed: list[ContainerListEntry] | None = None
+        self._resumed = False
         self.validator = Validator(podman, settings, state_dir, Images(podman, self.tasks))
         self.networks = Networks(
             podman, settings, self.locks, lambda: self.provisioning.workspaces(),
@@ -124,6 +128,8 @@ class Driver:
         entries = await lookup.containers(self.podman)
         self.index.learn(entries)
         self.index.loaded()
+        if not self._resumed:
+            self._unresumed = entries
         return entries
 
     def first_snapshot(self, entry: ContainerListEntry) -> pb.DriverSandbox | None:
@@ -173,8 +179,17 @@ class Driver:
     async def create(self, sandbox: pb.DriverSandbox | None) -> str:
         return await records.create(self.provisioning, sandbox)
 
-    async def resume(self) -> int:
-        return await records.resume(self.provisioning)
+    async def recorded(self) -> list[VolumeInspect]:
+        """What the volumes record (records.py); serve reads it while its probes run."""
+        return await records.recorded(self.provisioning)
+
+    async def resume(self, recorded: list[VolumeInspect] | None = None) -> int:
+        """Finish what the volumes record (records.py), as read by :meth:`recorded` (here,
+        when not given), and from the hub's list when one is back (serve resumes once the
+        hub is connected: its first list is), else from a list of its own."""
+        listed, self._unresumed, self._resumed = self._unresumed, None, True
+        volumes = recorded if recorded is not None else await self.recorded()
+        return await records.resume(self.provisioning, volumes, listed)
 
     # ------------------------------------------------------------ stop / start
 

@@ -48,7 +48,8 @@ async def remove_stale_readers(
     running container)."""
     removed = []
     if owned is None:
-        owned = await podman.list_containers([f"{names.OWNER}={names.OWNER_VALUE}", f"{names.STATE_DIR}={state_dir}"])
+        owned = await podman.list_containers([f"{names.OWNER}={names.OWNER_VALUE}", f"{names.STATE_DIR}={state_dir}"],
+                                             name=f"^{READER_PREFIX}")
     for entry in owned:
         if (entry.labels or {}).get(names.STATE_DIR) != str(state_dir):
             continue

@@ -7,6 +7,7 @@ finishes what the volumes say was asked when podmand starts again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -17,7 +18,7 @@ from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
 from ..errors import AlreadyExists, DriverError
-from ..libpod import ContainerListEntry, PodmanError, PodmanUnavailable
+from ..libpod import ContainerListEntry, PodmanError, PodmanUnavailable, VolumeInspect
 from ..sandbox import rootfs, snapshots
 from ..sandbox.plan import Plan
 from ..sandbox.snapshots import Condition
@@ -152,17 +153,29 @@ async def _slot_owned(prov: Provisioner, sandbox_id: str, path: str) -> bool:
     return any(rootfs.slot(o, prov.ctx.settings) == want for o in owned if o)
 
 
-async def resume(prov: Provisioner) -> int:
-    """Finish creates that the volumes record but that never reached a running
-    container: none yet, or one created and never started (podmand was killed
-    between the two).
+async def recorded(prov: Provisioner) -> list[VolumeInspect]:
+    """The durable records: every podmand-owned volume. Image readers a predecessor left
+    are removed meanwhile (garbage.py; a cheap list: readers by name)."""
+    podman = prov.ctx.podman
+    volumes, _ = await asyncio.gather(
+        podman.list_volumes([f"{names.OWNER}={names.OWNER_VALUE}"]), remove_stale_readers(podman, prov.ctx.state_dir)
+    )
+    return volumes
+
+
+async def resume(
+    prov: Provisioner, volumes: list[VolumeInspect], listed: list[ContainerListEntry] | None = None
+) -> int:
+    """Finish creates that the volumes (:func:`recorded`) record but that never reached
+    a running container: none yet, or one created and never started (podmand was killed
+    between the two). ``listed``: every managed container, when a list of them was just
+    made (the hub's first); else one is made here.
 
     A create that failed terminally is reported with its failure again, and
     one whose container was removed while podmand was down is reported as
     such: neither is provisioned again behind the gateway's back."""
-    await remove_stale_readers(prov.ctx.podman, prov.ctx.state_dir)
-    volumes = await prov.ctx.podman.list_volumes([f"{names.OWNER}={names.OWNER_VALUE}"])
-    have = {(e.labels or {}).get(names.SANDBOX_ID, ""): e for e in await lookup.containers(prov.ctx.podman)}
+    entries = listed if listed is not None else await lookup.containers(prov.ctx.podman)
+    have = {(e.labels or {}).get(names.SANDBOX_ID, ""): e for e in entries}
     resumed = 0
     for volume in volumes:
         labels = volume.labels or {}

@@ -10,13 +10,16 @@ import socket
 import struct
 import subprocess
 from collections.abc import Callable
+from typing import Any
 
 import podman
 
+from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
+from podmand.sandbox.imagefiles import READER_PREFIX
 from podmand.security import peers
 
-from .conftest import DEADLINE, ROOT, Podmand, containers_of, ready, sandbox, volumes_of, wait_until
+from .conftest import DEADLINE, ROOT, SANDBOX_IMAGE, Podmand, containers_of, ready, sandbox, volumes_of, wait_until
 
 
 def test_ready_line_names_socket(driver: Podmand) -> None:
@@ -171,3 +174,29 @@ def test_systemd_readiness_comes_from_the_main_pid(make_podmand: Callable[..., P
         assert daemon.stop(signal.SIGTERM) == 0
         text, sender = notification(sock)
         assert text.splitlines()[0] == "STOPPING=1" and sender == daemon.proc.pid
+
+
+def test_start_up_removes_the_image_readers_its_predecessor_left_and_nothing_else(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient
+) -> None:
+    """A reader container a killed predecessor left is removed at start-up, in the background
+    (no resync, so no garbage collection, runs here); a container of another name and a reader
+    of another state directory stay."""
+    daemon = make_podmand({"PODMAND_RESYNC_INTERVAL": "0"}, start=False)
+    tag = os.urandom(6).hex()
+
+    def made(name: str, state_dir: str) -> Any:
+        labels = {names.OWNER: names.OWNER_VALUE, names.STATE_DIR: state_dir}
+        return podman_client.containers.create(SANDBOX_IMAGE, ["true"], name=name, labels=labels)
+
+    stale = made(f"{READER_PREFIX}1-{tag}", str(daemon.state_dir))
+    kept = [made(f"podmand-kept-{tag}", str(daemon.state_dir)), made(f"{READER_PREFIX}2-{tag}", f"/elsewhere/{tag}")]
+    try:
+        daemon.start()
+        wait_until(lambda: not podman_client.containers.exists(stale.id), DEADLINE, "the stale reader removed",
+                   detail=daemon.logs)
+        assert all(podman_client.containers.exists(c.id) for c in kept)
+    finally:
+        for c in [stale, *kept]:
+            if podman_client.containers.exists(c.id):
+                c.remove(force=True)

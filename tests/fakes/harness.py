@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -116,10 +117,13 @@ class Containers:
         state.update(Status="exited", Running=False, ExitCode=exit_code, OOMKilled=oom, FinishedAt=now)
 
     def _list(self, req: Request) -> Reply:
-        wanted = json.loads(req.query.get("filters", "{}")).get("label", [])
+        filters = json.loads(req.query.get("filters", "{}"))
+        wanted, named = filters.get("label", []), filters.get("name", [])
         out = []
         for box in self.boxes.values():
             labels = box["Config"]["Labels"]
+            if named and not any(re.search(rx, box["Name"]) for rx in named):  # Podman: any regex matches
+                continue
             if all(labels.get(k) == v for k, _, v in (w.partition("=") for w in wanted)):
                 state = box["State"]
                 exited_at = max(0, int(times.epoch(state["FinishedAt"]) or 0))  # whole seconds, as Podman

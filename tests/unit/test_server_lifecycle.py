@@ -532,3 +532,39 @@ def test_after_a_crash_asks_the_stop_the_first_signal_still_stops_gracefully() -
         assert stop.forced.is_set()
 
     asyncio.run(main())
+
+
+def test_a_reach_check_that_hangs_does_not_hold_up_the_process_exit() -> None:
+    """The gateway-reach check may hang in a name lookup: once its wait is cancelled the
+    loop ends at once, where asyncio.to_thread's executor would be waited for."""
+    started, release = threading.Event(), threading.Event()
+
+    def hang() -> bool:
+        started.set()
+        return release.wait()
+
+    async def main() -> None:
+        waiting = asyncio.ensure_future(server.in_daemon_thread(hang))
+        assert await asyncio.to_thread(started.wait, DEADLINE)  # the check is under way, and blocks
+        waiting.cancel()
+        await asyncio.wait((waiting,))
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    try:
+        loop_thread.start()
+        loop_thread.join(DEADLINE)
+        assert not loop_thread.is_alive(), "asyncio.run waited for the hung check"
+    finally:
+        release.set()
+
+
+def test_the_reach_checks_thread_hands_back_its_result_and_its_failure() -> None:
+    async def main() -> tuple[int, str]:
+        value = await server.in_daemon_thread(lambda: 7)
+        try:
+            await server.in_daemon_thread(lambda: int("x"))
+        except ValueError as exc:
+            return value, str(exc)
+        return value, ""
+
+    assert asyncio.run(main()) == (7, "invalid literal for int() with base 10: 'x'")

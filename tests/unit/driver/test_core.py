@@ -321,6 +321,27 @@ def test_a_restart_reports_a_terminal_failure_again_without_provisioning() -> No
     run(body)
 
 
+def test_a_restart_resumes_from_the_hubs_list_without_listing_every_container_again() -> None:
+    """After the hub's first list, resume's only container list is of image readers, by name
+    (Podman then reads no sandbox container's state); the listed sandbox is not provisioned."""
+    async def body(rig: Rig) -> None:
+        cid = rig.boxes.add("sb-1", "running")
+        rig.fake.route("GET", "/volumes/json", (200, {}, [{"Name": names.volume_name("sb-1"), "Labels": {
+            **labels_for("sb-1", "ws"), names.INTENT: "{}", names.OWNER: names.OWNER_VALUE}}]))
+        again = Driver(rig.driver.settings, rig.driver.podman, rig.driver.state_dir, Sink())
+        try:
+            assert [e.id for e in await again.listed()] == [cid]
+            start = len(rig.fake.requests)
+            assert await again.resume() == 0
+            lists = [r for r in list(rig.fake.requests)[start:] if "/containers/json" in r]
+            assert len(lists) == 1 and f'"name":["^{imagefiles.READER_PREFIX}"]' in lists[0], lists
+            assert len(again.tasks) == 0
+        finally:
+            await again.close()
+
+    run(body)
+
+
 def test_stop_before_the_container_exists_ends_provisioning() -> None:
     async def body(rig: Rig) -> None:
         rig.fake.block_pulls()

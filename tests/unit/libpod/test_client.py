@@ -98,6 +98,12 @@ def test_list_containers_sends_libpod_filters_as_json() -> None:
     assert query == {"all": ["true"], "filters": ['{"label":["a=b","c=d"]}']}
 
 
+def test_a_list_by_name_sends_the_name_filter_beside_the_labels() -> None:
+    rec = Recorder(lambda _r: ok([]))
+    run(client_with(rec).list_containers(["a=b"], name="^podmand-read-"))
+    assert rec.path_and_query()[1]["filters"] == ['{"label":["a=b"],"name":["^podmand-read-"]}']
+
+
 def test_create_container_posts_the_spec_as_json() -> None:
     rec = Recorder(lambda _r: ok({"Id": "abc", "Warnings": ["w1"]}, 201))
 
