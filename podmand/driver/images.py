@@ -100,6 +100,8 @@ class Images:
         mark = self._mark(ref) if self.live else None
         info = await fetch()
         if mark is not None and self.live and self._mark(ref) == mark and info.id:
+            if ref not in self._known:
+                log.debug("image %s pinned as %s until an image event moves it", ref, _bare(info.id)[:12])
             self._known[ref] = info
             self._known.move_to_end(ref)
             while len(self._known) > self.kept:
@@ -168,6 +170,7 @@ class Images:
         for ref, info in list(self._known.items()):
             if name_key(ref) == key or _bare(info.id) == image_id:
                 del self._known[ref]
+                log.debug("image %s: a %s event may have moved it; looked up again at its next use", ref, event.Action)
 
     def forget_all(self) -> None:
         """Podman refused what podmand remembered: look every reference up again."""
@@ -185,6 +188,7 @@ class Images:
             try:
                 async with self.podman.image_events() as events:
                     self.live = True
+                    log.debug("image events: subscribed; images pulled or inspected from now on are pinned")
                     delay = self.retry
                     async for event in events:
                         self.forget(event)
