@@ -35,8 +35,9 @@ KEY = "image-events"  # the subscription's task, in the driver's Tasks
 # References remembered, least recently used forgotten first: callers choose them, and
 # each holds the image's config (environment, labels) until an event drops it.
 KEPT = 512
-# Actions that neither move a name nor remove an image.
-_KEEP = frozenset({"mount", "unmount", "push", "save", "exists", "cleanup"})
+# Actions that neither move a name nor remove an image ("pull-error", Podman 5's event
+# for a pull that failed, included).
+_KEEP = frozenset({"mount", "unmount", "push", "save", "exists", "cleanup", "pull-error"})
 # Seconds an own pull's event is still expected after the pull returned (Podman has
 # written it by then: it is read within about a second).
 OWN_PULL_WINDOW = 60.0
