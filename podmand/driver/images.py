@@ -35,8 +35,9 @@ KEY = "image-events"  # the subscription's task, in the driver's Tasks
 # References remembered, least recently used forgotten first: callers choose them, and
 # each holds the image's config (environment, labels) until an event drops it.
 KEPT = 512
-# Actions that neither move a name nor remove an image.
-_KEEP = frozenset({"mount", "unmount", "push", "save", "exists", "cleanup"})
+# Actions that neither move a name nor remove an image ("pull-error", Podman 5's event
+# for a pull that failed, included).
+_KEEP = frozenset({"mount", "unmount", "push", "save", "exists", "cleanup", "pull-error"})
 # Seconds an own pull's event is still expected after the pull returned (Podman has
 # written it by then: it is read within about a second).
 OWN_PULL_WINDOW = 60.0
@@ -100,6 +101,8 @@ class Images:
         mark = self._mark(ref) if self.live else None
         info = await fetch()
         if mark is not None and self.live and self._mark(ref) == mark and info.id:
+            if ref not in self._known:
+                log.debug("image %s pinned as %s until an image event moves it", ref, _bare(info.id)[:12])
             self._known[ref] = info
             self._known.move_to_end(ref)
             while len(self._known) > self.kept:
@@ -168,6 +171,7 @@ class Images:
         for ref, info in list(self._known.items()):
             if name_key(ref) == key or _bare(info.id) == image_id:
                 del self._known[ref]
+                log.debug("image %s: a %s event may have moved it; looked up again at its next use", ref, event.Action)
 
     def forget_all(self) -> None:
         """Podman refused what podmand remembered: look every reference up again."""
@@ -185,6 +189,7 @@ class Images:
             try:
                 async with self.podman.image_events() as events:
                     self.live = True
+                    log.debug("image events: subscribed; images pulled or inspected from now on are pinned")
                     delay = self.retry
                     async for event in events:
                         self.forget(event)

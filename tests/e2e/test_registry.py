@@ -219,3 +219,52 @@ def test_private_registry_without_credentials(
     # "reading manifest ...: authentication required".
     assert ("unauthorized" if podman_version(podman_client) < (5,) else "authentication required") in message
     assert containers_of(podman_client, box.id) == [] and local(podman_client, ref) is None
+
+
+def test_a_tag_another_client_moves_is_what_the_next_sandbox_runs(
+    registry: Registry, make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient,
+    cleanup: list[str],
+) -> None:
+    """podmand pins a reference to the image its own pull found, and its own pull's event
+    (Podman writes one even for a no-op pull) does not undo that; another client's pull
+    that moves the tag does. The next sandbox of that reference runs the new image."""
+    auth = registry.auth_file("moving.json", PASSWORD)
+    ref, moved = registry.ref("moving"), f"localhost/podmand-test/moved:{uuid.uuid4().hex[:8]}"
+    assert as_user("podman", "push", "-q", "--authfile", auth, SANDBOX_IMAGE, ref).returncode == 0
+    build = Path(tempfile.mkdtemp(prefix="podmand-moved-"))  # the rootless user's build reads it
+    build.chmod(0o755)
+    (build / "Containerfile").write_text(f"FROM {SANDBOX_IMAGE}\nLABEL podmand-test.moved={moved}\n")
+    driver = make_podmand({"PODMAND_REGISTRY_AUTH_FILE": auth, "OPENSHELL_LOG_LEVEL": "debug"})
+    watch = driver.watch()
+    boxes = [sandbox(), sandbox(image=ref), sandbox(image=ref)]
+    cleanup.extend(b.id for b in boxes)
+    try:
+        driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=boxes[0]))  # podmand subscribes to image events
+        wait_until(lambda: "image events: subscribed" in driver.logs(), 30, "the image subscription",
+                   detail=driver.logs)
+        driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=boxes[1]))
+        watch.wait_reason(boxes[1].id, "ContainerRunning", timeout=60)
+        first = podman_client.images.get(SANDBOX_IMAGE).id
+        assert containers_of(podman_client, boxes[1].id)[0].attrs["Image"] == first
+        assert f"image {ref} pinned as {first.removeprefix('sha256:')[:12]}" in driver.logs()
+
+        built = as_user("podman", "build", "-q", "-t", moved, str(build))
+        assert built.returncode == 0, built.stderr
+        assert as_user("podman", "push", "-q", "--authfile", auth, moved, ref).returncode == 0
+        mark = len(driver.logs())
+        pulled = as_user("podman", "pull", "-q", "--authfile", auth, ref)  # another client moves the tag
+        assert pulled.returncode == 0, pulled.stderr
+        second = podman_client.images.get(moved).id
+        assert second != first and podman_client.images.get(ref).id == second
+        wait_until(lambda: f"image {ref}: a pull event may have moved it" in driver.logs()[mark:], 30,
+                   "podmand to hear of the other client's pull", detail=driver.logs)
+
+        driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=boxes[2]))
+        watch.wait_reason(boxes[2].id, "ContainerRunning", timeout=60)
+        assert containers_of(podman_client, boxes[2].id)[0].attrs["Image"] == second
+    finally:
+        for box in boxes:
+            driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id))
+        as_user("podman", "untag", ref, ref)
+        as_user("podman", "rmi", "-f", moved)
+        shutil.rmtree(build, ignore_errors=True)
