@@ -3,14 +3,15 @@
 then answered ``UNAVAILABLE`` with one line naming the sandbox and quoting Podman.
 
 Its own module because StopSandbox (startstop.py) and DeleteSandbox (removal.py) must
-treat it alike. Rootless Podman 5.4.2 fails a teardown so when containers of one network
-go together (bench/scale.py's parallel deletes; a stop while another container exited);
-it has stopped or removed the container all the same, and forgotten its network, so
-asking again answers at once (304 for the stop, 404 for the removal) and the RPC
-succeeds. A Podman that still fails after the attempts gets ``UNAVAILABLE``, not
-``INTERNAL``: the environment is broken, not podmand, and the same request may succeed
-later; nothing is left half done (the stop marker is taken back, the delete stopped
-before the volume and the state files, which a later delete removes).
+treat it alike. Rootless Podman 5.4.2 fails the teardown this way when containers of
+one network are torn down together (bench/scale.py's parallel deletes; a stop while
+another container exited); it has stopped or removed the container all the same, and
+forgotten its network, so asking again answers at once (304 for the stop, 404 for the
+removal) and the RPC succeeds. A Podman that still fails after the attempts gets
+``UNAVAILABLE``, not ``INTERNAL``: the environment is at fault, not podmand, and the same
+request may succeed later (the gateway keeps the sandbox: a failed delete restores its
+state, and is sent again). Nothing is left half done: the stop marker is taken back;
+the delete stops before the volume and the state files, which a later delete removes.
 """
 
 from __future__ import annotations
