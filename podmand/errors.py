@@ -6,8 +6,10 @@
   errors, HTTP parsing, JSON decoding) is meant to leave the client.
 - **driver and its parts** (spec, admission, identity, tokens, credentials, rootfs,
   cdi, ...): ``DriverError`` subclasses below, each naming the gRPC status it means.
-  Podman errors pass through the driver unchanged. Errors that only describe an
-  input to their caller (``BadCredential``, ``SpecError``, ``ProxyFileError``,
+  Podman errors pass through the driver unchanged, but for those an RPC words itself:
+  a start Podman refused (``startstop``) and a stop or removal Podman failed in its
+  network teardown, asked again and then ``Unavailable`` (``driver/teardown.py``).
+  Errors that only describe an input to their caller (``BadCredential``, ``SpecError``, ``ProxyFileError``,
   ``AuthFileError``, ``PullStalled``, ``ProvisionFailed``) are translated by that
   caller and cross no layer.
 - **hub**: ends watch streams with a status of its own (``streams.End``); it never raises

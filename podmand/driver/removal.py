@@ -10,6 +10,8 @@ hub's clean-up and garbage collection leave them alone meanwhile.
 
 from __future__ import annotations
 
+from functools import partial
+
 from .. import names
 from ..locks import LockTable
 from . import lookup
@@ -20,6 +22,7 @@ from .index import Index
 from .networks import Networks
 from .observer import Observer
 from .provisioning import Provisioner
+from .teardown import retried
 
 
 class Removal:
@@ -91,7 +94,8 @@ class Removal:
         for entry in await lookup.all_indexed(self.ctx.podman, self.index, sandbox_id):
             workspace = (entry.labels or {}).get(names.SANDBOX_WORKSPACE, "")
             self.observer.drop(entry.id)
-            await self.ctx.podman.remove_container(entry.id, self.ctx.settings.stop_timeout)
+            removal = partial(self.ctx.podman.remove_container, entry.id, self.ctx.settings.stop_timeout)
+            await retried(sandbox_id, "removing", removal)
             existed = True
         volume = await self.ctx.podman.inspect_volume(names.volume_name(sandbox_id))
         if volume is not None:

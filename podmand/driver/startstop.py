@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 import uuid
+from functools import partial
 
 from .. import names
 from ..errors import DriverError, FailedPrecondition, NotFound
@@ -29,6 +30,7 @@ from .context import Context
 from .index import Index
 from .pending import Pending
 from .provisioning import Provisioner
+from .teardown import retried
 
 log = logging.getLogger("podmand.driver")
 
@@ -115,7 +117,8 @@ class StartStop:
             if entry.state == "paused":
                 await self.ctx.podman.unpause_container(entry.id)
             if entry.state not in ("exited", "stopped", "created", "configured"):
-                await self.ctx.podman.stop_container(entry.id, self.ctx.settings.stop_timeout)
+                stop = partial(self.ctx.podman.stop_container, entry.id, self.ctx.settings.stop_timeout)
+                await retried(sandbox_id, "stopping", stop)
             await self._wait_stopped(entry.id)
         except BaseException:
             self.ctx.files.clear_stopped(sandbox_id)

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..driver.events import sandbox_event
+from ..errors import DriverError
 from ..libpod import ContainerListEntry, PodmanError, PodmanUnavailable, PodmanUnreadable
 from .fanout import Fanout
 from .inbox import Inbox, Listed, Lost, Observed
@@ -141,7 +142,7 @@ class Lists:
     async def _forget(self, sandbox_id: str, asked: int) -> None:
         try:
             deleted = await asyncio.shield(self.sandboxes.forget(sandbox_id))
-        except (PodmanUnavailable, PodmanError, PodmanUnreadable) as exc:
+        except (PodmanUnavailable, PodmanError, PodmanUnreadable, DriverError) as exc:  # the next resync asks again
             log.warning("watch: could not check sandbox %s: %s", sandbox_id, exc)
             return
         self.inbox.put(Observed("", sandbox_id, None, deleted, asked))

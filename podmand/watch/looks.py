@@ -17,6 +17,7 @@ from typing import Protocol
 
 from .._proto import compute_driver_pb2 as pb
 from ..driver.events import deleted_event, sandbox_event
+from ..errors import DriverError
 from ..libpod import PodmanError, PodmanUnavailable, PodmanUnreadable
 from .inbox import Inbox, Observed
 
@@ -104,7 +105,7 @@ class Looks:
                     deleted = await asyncio.shield(self.sandboxes.forget(sandbox_id, container_id))
         except PodmanUnavailable as exc:  # the event stream breaks too: that is handled there
             log.debug("watch: Podman unavailable while looking at %s: %s", container_id[:12], exc)
-        except (PodmanError, PodmanUnreadable) as exc:
+        except (PodmanError, PodmanUnreadable, DriverError) as exc:  # a forget's removal Podman failed (teardown.py)
             log.warning("watch: Podman error while looking at %s: %s", container_id[:12], exc)
         except Exception:
             log.exception("watch: failed to look at container %s", container_id[:12])

@@ -1,7 +1,8 @@
 """Issue 9's fault findings against ``podmand serve`` and a libpod that misbehaves
 on cue: interrupted creates adopted whatever status Podman answers, a create
 killed between container create and start finished after a restart, Podman's
-"no such ..." 500s on delete, one unreadable event, and a consumer that never reads.
+"no such ..." 500s on delete, one unreadable event, and a consumer that never reads;
+and issue 23's netavark teardown 500 on delete (retried, then UNAVAILABLE).
 """
 
 from __future__ import annotations
@@ -353,3 +354,51 @@ def _drain(call: Iterator[pb.WatchSandboxesEvent], *, raising: bool = False) -> 
             raise
         if exc.code() != grpc.StatusCode.CANCELLED:
             raise
+
+
+# ---------------------------------------------------------------- issue 23: netavark's teardown 500 on delete
+
+
+def test_delete_podman_fails_in_netavark_is_retried_then_unavailable_never_internal(
+        fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:
+    """Rootless Podman 5.4.2 answers a removal whose network teardown netavark failed with
+    500 (tests/unit/driver/test_teardown.py has the wording's sources). Failing on every
+    attempt: DeleteSandbox is UNAVAILABLE, one line naming the sandbox and quoting Podman,
+    and the RPC's log line says so without a traceback; once Podman removes it (404 on the
+    next ask, as 5.4.2 does), the next delete finishes and Deleted reaches the watch."""
+    box = Container()
+    box.install(fake, lambda _req: Hang())
+    volume = "openshell-sandbox-sb1-workspace"
+    fake.volumes[volume] = {"Name": volume, "Labels": {names.OWNER: names.OWNER_VALUE, names.SANDBOX_ID: "sb1"}}
+    cause = "netavark: failed to delete container veth eth0: Netlink error: No such device (os error 19)"
+    message = f"cleaning up container {CID}: removing container {CID} network: {cause}"
+    failing = [True]
+
+    def remove(req: Request) -> Reply:
+        if req.path.rsplit("/", 1)[-1].startswith(eventproof.PREFIX):  # not the sandbox's: podmand's event proof
+            return 200, {}, [{"Id": "proof"}]
+        if failing[0]:
+            return 500, {}, {"cause": cause, "message": message, "response": 500}
+        box.status = "gone"
+        return 404, {}, {"cause": "no such container", "response": 404,
+                         "message": f"no container with name or ID {CID!r} found: no such container"}
+
+    fake.route("DELETE", "/containers/[^/]+", remove)
+    d = launch().wait_ready()
+    watch = d.stub.WatchSandboxes(pb.WatchSandboxesRequest(), timeout=DEADLINE)
+    try:
+        assert base.next_sandbox(watch, "sb1").id == "sb1"
+        err = rpc_error(lambda: d.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id="sb1"), timeout=10))
+        assert err.code() == grpc.StatusCode.UNAVAILABLE
+        assert err.details() == ("sandbox sb1: removing its container failed 3 times in Podman's network teardown "
+                                 f"(netavark); try again: {message}")
+        assert fake.count(f"DELETE .*/containers/{CID}") == 3 and volume in fake.volumes
+        failing[0] = False
+        assert d.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id="sb1"), timeout=10).deleted
+        deleted = next(e for e in watch if e.WhichOneof("payload") == "deleted")
+        assert deleted.deleted.sandbox_id == "sb1" and volume not in fake.volumes
+    finally:
+        watch.cancel()
+    assert "code=INTERNAL" not in d.log and "Traceback" not in d.log
+    [line] = [x for x in d.lines if "rpc=DeleteSandbox" in x and "code=UNAVAILABLE" in x]
+    assert "netavark" in line and line.count("\n") <= 1

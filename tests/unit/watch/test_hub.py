@@ -40,6 +40,7 @@ class StubDriver:
         self.lists = 0
         self.gone: set[str] = set()  # forget() says True for these
         self.forgot: list[tuple[str, str]] = []
+        self.forget_error: Exception | None = None  # forget() raises it (once) instead of answering
         self.gc_calls = 0
         self.list_error: Exception | None = None
         self.hold: asyncio.Event | None = None  # observe() waits on it (Podman is slow)
@@ -73,6 +74,9 @@ class StubDriver:
 
     async def forget(self, sandbox_id: str, container_id: str = "") -> bool:
         self.forgot.append((sandbox_id, container_id))
+        if self.forget_error is not None:
+            error, self.forget_error = self.forget_error, None
+            raise error
         return sandbox_id in self.gone
 
     async def collect_garbage(self) -> list[str]:
@@ -503,6 +507,34 @@ def test_a_removed_container_is_not_inspected_and_its_sandbox_forgotten() -> Non
     assert got == [("deleted", "s1")]
     assert looked == []
     assert forgot == [("s1", "cid-s1")]
+
+
+@pytest.mark.parametrize("how", ["resync", "remove event"])
+def test_a_forget_whose_removal_podman_failed_is_one_warning_and_asked_again(
+        how: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A forget's removal Podman failed in its network teardown (driver/teardown.py's
+    Unavailable): one warning, no traceback, no Deleted; the next resync forgets it."""
+    failed = Unavailable("sandbox s1: removing its container failed 3 times in Podman's network teardown "
+                         "(netavark); try again: ...")
+
+    async def body(hub: Hub, driver: StubDriver) -> tuple[list[tuple[str, ...]], list[tuple[str, str]]]:
+        stream = await subscribe(hub)
+        await take(stream, 1)
+        del driver.boxes["cid-s1"]
+        driver.gone, driver.forget_error = {"s1"}, failed
+        hub.inbox.put(Resync() if how == "resync" else podman_event("remove", "cid-s1", "s1"))
+        await drain(hub)
+        await publish(hub, marker("M"))  # nothing before it: no Deleted
+        hub.inbox.put(Resync())
+        await drain(hub)
+        return [describe(e) for e in await take(stream, 2)], driver.forgot
+
+    with caplog.at_level("WARNING", logger="podmand.watch.hub"):
+        got, forgot = run(body, boxes=("s1",))
+    first = ("s1", "") if how == "resync" else ("s1", "cid-s1")  # lists.py's forget, or looks.py's
+    assert got == [("platform", "M"), ("deleted", "s1")] and forgot == [first, ("s1", "")]
+    warned = [r for r in caplog.records if "netavark" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelname == "WARNING" and warned[0].exc_info is None
 
 
 # ---------------------------------------------------------------- connecting
