@@ -9,9 +9,9 @@
   Podman errors pass through the driver unchanged, but for those an RPC words itself:
   a start Podman refused (``startstop``) and a stop or removal Podman failed in its
   network teardown, asked again and then ``Unavailable`` (``driver/teardown.py``).
-  Errors that only describe an input to their caller (``BadCredential``, ``SpecError``, ``ProxyFileError``,
-  ``AuthFileError``, ``PullStalled``, ``ProvisionFailed``) are translated by that
-  caller and cross no layer.
+  Errors that only describe an input to their caller (``BadCredential``,
+  ``SpecError``, ``ProxyFileError``, ``AuthFileError``, ``PullStalled``,
+  ``ProvisionFailed``) are translated by that caller and cross no layer.
 - **hub**: ends watch streams with a status of its own (``streams.End``); it never raises
   into a stream.
 - **servicer** (the gRPC edge): ``servicer.status_of`` is the one mapping. A
