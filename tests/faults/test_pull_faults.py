@@ -53,7 +53,9 @@ def test_silent_pull_is_abandoned_with_a_terminal_reason(
     assert fake.count(r"POST .*/images/pull\?.*reference=img:1") == 1
     readers = fake.count(r"GET .*/containers/podmand-read-[^/]+/archive")
     assert len(fake.created()) == readers
-    assert "no progress from Podman" in d.log and get_ready(d, "sb1").reason == "ImagePullFailed"
+    # The failure's log line may follow the snapshot that reported it.
+    wait_until(lambda: "no progress from Podman" in d.log, "the failure's log line")
+    assert get_ready(d, "sb1").reason == "ImagePullFailed"
 
 
 
