@@ -1,8 +1,7 @@
 #!/bin/sh
-# podmand @VERSION@: /bin/sh boot in front of a pex (build_pex.sh puts it there from pexboot.sh).
-# It runs podmand from $PEX_ROOT/podmand/<pex hash>/cp3XY: this Python's wheels but OTel's (those go
-# to cp3XY/.otel on their first import) from the file's .deps, unpacked on first start without
-# .pyi, .proto and dist-info files but METADATA and entry points, then imported straight.
+# podmand @VERSION@: /bin/sh boot in front of a pex (build_pex.sh puts it there; docs/development.md).
+# It runs podmand from $PEX_ROOT/podmand/<pex hash>/cp3XY: this CPython's wheels, unpacked on first
+# start (what no import reads left out; OTel's on their first import), pycs for serve once SERVING.
 # With a PEX_* knob of pex's own set, or no CPython 3.11-3.13, pex's runtime runs the file.
 set -eu
 knobs="${PEX_TOOLS:-}${PEX_PYTHON:-}${PEX_PYTHON_PATH:-}${PEX_PATH:-}${PEX_VENV:-}${PEX_INTERPRETER:-}"
@@ -59,6 +58,7 @@ class Otel:
         import importlib.machinery
         return importlib.machinery.PathFinder.find_spec(name, path)
 if not os.path.isdir(home):
+    sys.dont_write_bytecode = args[:1] == ["serve"]
     try:
         unpack(home, False)
     except Exception as exc:
