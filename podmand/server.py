@@ -10,7 +10,8 @@ have answered (Podman's ``/info``, whether Podman sees the state directory, the 
 stream, the volumes recording creates to resume): health says NOT_SERVING and each RPC
 waits for what it needs (servicer.py's ``Readiness``) until they have; then SERVING,
 the ready line and READY=1, and only then the check of whether sandboxes reach the
-gateway (its warning, from a thread that never holds up the exit). Shutdown is that
+gateway (its warning, from a thread that never holds up the exit) and the ``.pyc``
+files a cold start of the pex left for then (bytecode.py). Shutdown is that
 stack unwinding: release RPCs still waiting for start-up, report NOT_SERVING,
 end watch streams, stop accepting, finish in-flight RPCs within a grace, stop the
 hub, bound background work, remove the sockets, stop an autostarted Podman, release
@@ -36,7 +37,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import __version__, logs, rpcspans
+from . import __version__, bytecode, logs, rpcspans
 from ._proto import compute_driver_pb2_grpc
 from .config import Settings, invalid, rundir, startup_warnings
 from .decoding import DecodeRequests
@@ -237,6 +238,7 @@ class Server:
         notifier.send("READY=1", f"STATUS=serving unix://{socket_path}")
         stack.callback(notifier.send, "STOPPING=1", "STATUS=shutting down")
         self.ready = True
+        bytecode.write_deferred()  # a cold start of the pex left its .pyc files for now
         self._meanwhile(stack, warn_unreached(settings, found))  # after SERVING: it may resolve a name
 
     def _meanwhile(self, stack: contextlib.AsyncExitStack, probe: Coroutine[Any, Any, T]) -> asyncio.Task[T]:

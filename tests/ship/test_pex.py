@@ -171,6 +171,41 @@ def test_first_start_unpacks_one_python_second_starts_from_it() -> None:
         shutil.rmtree(cache)
 
 
+def test_otel_is_unpacked_on_its_first_import_only() -> None:
+    """The first start unpacks neither OpenTelemetry nor what no import reads (.pyi, .proto,
+    RECORD); a start with traces on unpacks OTel into cp3XY/.otel and imports it from there
+    (here it then stops at the missing Podman socket, with its one clear line)."""
+    cache = Path(tempfile.mkdtemp(prefix="podmand-pexroot-"))
+    try:
+        shutil.chown(cache, USER, USER)
+        pex = shutil.copy(pex_path(os.uname().machine), cache / "podmand.pex")
+        key = pex_info(Path(pex))["pex_hash"]
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                ["runuser", "-u", USER, "--", "env", "-i", "PATH=/usr/bin:/bin", f"PEX_ROOT={cache}", "PEX_VERBOSE=1",
+                 str(pex), *args],
+                capture_output=True, text=True, timeout=120, check=False,
+            )
+
+        first = run("serve", "--help")
+        assert first.returncode == 0, first.stderr[-2000:]
+        (home,) = (cache / "podmand" / str(key)).iterdir()
+        files = [p.relative_to(home).as_posix() for p in home.rglob("*") if p.is_file()]
+        assert [f for f in files if f.startswith("podmand/")], files
+        assert not [f for f in files if f.startswith(("opentelemetry", ".otel", "google/rpc/"))
+                    or f.endswith((".pyi", ".proto", "/RECORD"))]
+        traced = run("serve", "--otlp-endpoint", "http://127.0.0.1:9", "--podman-socket", str(cache / "none.sock"),
+                     "--socket", str(cache / "d.sock"), "--state-dir", str(cache / "state"))
+        assert traced.returncode == 1, traced.stderr[-2000:]
+        assert "traces: exporting spans to http://127.0.0.1:9" in traced.stderr, traced.stderr[-2000:]
+        assert f"unpacking 8 of {len(pex_info(Path(pex))['distributions'])} wheels into {home}/.otel" in traced.stderr  # type: ignore[arg-type]
+        assert "no responsive Podman API socket" in traced.stderr and "Traceback" not in traced.stderr
+        assert (home / ".otel" / "opentelemetry" / "sdk").is_dir() and (home / ".otel" / "google" / "rpc").is_dir()
+    finally:
+        shutil.rmtree(cache)
+
+
 def test_help_documents_the_knobs() -> None:
     """--help names the flag and every environment knob; an unknown argument is refused with status 2."""
     text = subprocess.run([str(BUILD), "--help"], capture_output=True, text=True, timeout=30, check=True).stdout

@@ -2,7 +2,7 @@
 
 Each package imports only the layers before it (docs/architecture.md draws them):
 
-    leaves (errors, names, logs, locks, tracing)
+    leaves (errors, names, logs, locks, tracing, bytecode)
       < libpod < config < security < sandbox < host < driver < watch
       < the edge (decoding, negotiation, rpcspans, servicer, server)   cli beside it
       < __main__
@@ -23,7 +23,8 @@ from pathlib import Path
 import podmand
 
 PACKAGE = Path(podmand.__file__).parent
-LEAVES = {"podmand", "podmand.errors", "podmand.names", "podmand.logs", "podmand.locks", "podmand.tracing"}
+LEAVES = {"podmand", "podmand.errors", "podmand.names", "podmand.logs", "podmand.locks", "podmand.tracing",
+          "podmand.bytecode"}
 EDGE = {"podmand.decoding", "podmand.negotiation", "podmand.rpcspans", "podmand.servicer", "podmand.server"}
 ORDER = ["leaves", "libpod", "config", "security", "sandbox", "host", "driver", "watch", "edge", "main"]
 CLI_MAY_ALSO = {"podmand.negotiation"}
