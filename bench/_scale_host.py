@@ -7,6 +7,7 @@ call twice; scale.py calls it from ``finally`` and from ``atexit``.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import pwd
@@ -23,6 +24,18 @@ MAXKEYS = Path("/proc/sys/kernel/keys/maxkeys")
 MAXBYTES = Path("/proc/sys/kernel/keys/maxbytes")
 INOTIFY = Path("/proc/sys/fs/inotify/max_user_instances")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def rootless_target(args: argparse.Namespace, why: str) -> int:
+    """The rootless user's uid, with ``args.podman`` defaulted to its Podman socket
+    (``PODMAN_ROOTLESS_SOCK``, else the user's runtime directory); a bench run by anyone
+    but root stops here, saying ``why`` it needs root."""
+    if os.geteuid() != 0:
+        raise SystemExit(f"run as root ({why})")
+    uid = pwd.getpwnam(args.user).pw_uid
+    args.podman = args.podman or os.environ.get("PODMAN_ROOTLESS_SOCK") or f"/run/user/{uid}/podman/podman.sock"
+    return uid
+
 
 
 def subids_of(user: str, uid: int, text: str) -> int:

@@ -41,7 +41,7 @@ import grpc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import _scale_raw as raw
-from bench._scale_host import cpu_seconds, service_pids
+from bench._scale_host import cpu_seconds, rootless_target, service_pids
 from bench._scale_procs import SANDBOX_IMAGE, Podmand
 from bench._scale_watch import Watch
 from podmand import names
@@ -247,10 +247,7 @@ def main() -> None:
     parser.add_argument("--user", default=os.environ.get("PODMAND_TEST_USER", "podmand"))
     parser.add_argument("--podman", default="")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("run as root (the rootless user's podmand)")
-    uid = pwd.getpwnam(args.user).pw_uid
-    args.podman = args.podman or os.environ.get("PODMAN_ROOTLESS_SOCK") or f"/run/user/{uid}/podman/podman.sock"
+    rootless_target(args, "the rootless user's podmand")
     bench = Bench(args)
     try:
         asyncio.run(measure(bench))

@@ -22,14 +22,13 @@ import asyncio
 import atexit
 import datetime
 import os
-import pwd
 import sys
 from pathlib import Path
 from statistics import median as med
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._scale_host import HostLimits
+from bench._scale_host import HostLimits, rootless_target
 from bench._scale_report import ms
 from bench._scale_watch import Watch
 from bench.scale import PREFIX, Bench, measure_with
@@ -90,10 +89,7 @@ def main() -> None:
     parser.add_argument("--user", default=os.environ.get("PODMAND_TEST_USER", "podmand"))
     parser.add_argument("--podman", default="")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("run as root (host limits, the rootless user's podmand)")
-    uid = pwd.getpwnam(args.user).pw_uid
-    args.podman = args.podman or os.environ.get("PODMAN_ROOTLESS_SOCK") or f"/run/user/{uid}/podman/podman.sock"
+    uid = rootless_target(args, "host limits, the rootless user's podmand")
     args.idle = args.n + 1  # no idle window
     limits = HostLimits(args.user, uid, args.podman)
     atexit.register(limits.restore)

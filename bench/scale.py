@@ -52,7 +52,7 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import _scale_raw as raw
-from bench._scale_host import HostLimits, cpu_seconds, rss_mb, service_pids
+from bench._scale_host import HostLimits, cpu_seconds, rootless_target, rss_mb, service_pids
 from bench._scale_procs import SANDBOX_IMAGE, Podmand
 from bench._scale_report import Measured, ms, table
 from bench._scale_watch import Watch, snapshot_time
@@ -448,10 +448,7 @@ def main() -> None:
     parser.add_argument("--idle", type=int, default=200, help="sandboxes for the idle CPU figure")
     parser.add_argument("--window", type=float, default=20.0, help="seconds of each idle CPU window")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("run as root (host limits, the rootless user's podmand)")
-    uid = pwd.getpwnam(args.user).pw_uid
-    args.podman = args.podman or os.environ.get("PODMAN_ROOTLESS_SOCK") or f"/run/user/{uid}/podman/podman.sock"
+    uid = rootless_target(args, "host limits, the rootless user's podmand")
     args.idle = min(args.idle, args.n)
     limits = HostLimits(args.user, uid, args.podman)
     atexit.register(limits.restore)
