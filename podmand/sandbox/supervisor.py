@@ -26,7 +26,7 @@ from pathlib import Path
 from .. import names
 from ..errors import FailedPrecondition
 from ..libpod import PodmanClient, PodmanError
-from .files import ensure_dir, write_atomic
+from .files import ensure_dir, unwritable, write_atomic
 from .imagefiles import SUPERVISOR_LIMIT, TooLarge, read_image_files
 
 MODE = 0o555
@@ -109,7 +109,6 @@ class SupervisorCache:
         binary = files[names.SUPERVISOR_IN_IMAGE]
         if not binary:
             raise FailedPrecondition(f"the supervisor image {image_id} has no {names.SUPERVISOR_IN_IMAGE}")
-        ensure_dir(self.root)
         digest = hashlib.sha256(binary).hexdigest()
         self._write(path, image_id, binary, digest)
         return digest
@@ -117,10 +116,14 @@ class SupervisorCache:
     def _write(self, path: Path, image_id: str, data: bytes, digest: str) -> None:
         """The binary and its digest, each replaced atomically (a changed file's inode is left
         to whatever still holds it; the next start binds the new one)."""
-        ensure_dir(path.parent)
-        write_atomic(path.parent / DIGEST, f"{image_id} {digest}\n".encode(), 0o444)
-        write_atomic(path, data, MODE)
-        self._checked[path] = _fingerprint(os.lstat(path))
+        try:
+            ensure_dir(self.root)
+            ensure_dir(path.parent)
+            write_atomic(path.parent / DIGEST, f"{image_id} {digest}\n".encode(), 0o444)
+            write_atomic(path, data, MODE)
+            self._checked[path] = _fingerprint(os.lstat(path))
+        except OSError as exc:
+            raise unwritable(self.root.parent, exc) from None
 
     async def check(self, path: str) -> None:
         """Before a start: the binary a container binds at ``path`` (a supervisor cache's or a
