@@ -229,6 +229,19 @@ class _Sandboxes(_Podman):
         "PODMAND_ALLOW_HOST_USERNS", "--allow-host-userns",
         "let a sandbox template ask for the host user namespace (user_namespaces = false)",
     )] = False
+    allow_userns_own_uid: Annotated[bool, S(
+        "PODMAND_ALLOW_USERNS_OWN_UID", "--allow-userns-own-uid",
+        "let a sandbox's user namespace map podmand's own uid (userns keep-id or host, a private map of host"
+        " id 0, user_namespaces = false, a driver_config keep-id): its root then owns podmand's files mounted"
+        " into it and every file of podmand's it can reach; each such sandbox gets its own supervisor copy",
+        see="security.md",
+    )] = False
+    userns_max_size: Annotated[int, S(
+        "PODMAND_USERNS_MAX_SIZE", "--userns-max-size",
+        "the most ids a sandbox's driver_config.userns_mode auto:size=N may ask for",
+        minimum=1, maximum=2**32 - 2, zero="the operator's own per-sandbox size (userns=auto's: 1024 unless"
+        " auto:size=N)", see="security.md",
+    )] = 0
     allow_userns: Annotated[bool, S(
         "PODMAND_ALLOW_USERNS", "--allow-userns",
         "let a sandbox's driver_config choose its user namespace (userns_mode: keep-id, auto or nomap; needs "

@@ -23,6 +23,7 @@ from ..libpod import PodmanClient, PodmanError, PodmanUnavailable
 from ..sandbox import selinux
 from ..sandbox.plan import Plan, Provision
 from ..sandbox.spec import container_spec
+from ..sandbox.supervisor import SupervisorCache
 from ..security import admission
 from .context import Context
 from .events import platform_event
@@ -56,10 +57,11 @@ class Relabel:
 
 
 class Creation:
-    def __init__(self, ctx: Context, networks: Networks, validator: Validator) -> None:
+    def __init__(self, ctx: Context, networks: Networks, validator: Validator, supervisor: SupervisorCache) -> None:
         self.ctx = ctx
         self.networks = networks
         self.validator = validator
+        self.supervisor = supervisor
         self.relabel = Relabel(ctx.podman, ctx.settings.selinux)
 
     async def create(self, pending: Pending, prepared: Prepared) -> str:
@@ -91,14 +93,21 @@ class Creation:
                 raise
         return container_id
 
-    async def start(self, plan: Plan, container_id: str) -> None:
-        """Start the container made for ``plan``; one that is refused or fails to start is removed."""
+    async def start(self, plan: Plan, container_id: str, supervisor_path: str) -> None:
+        """Start the container made for ``plan``, which binds the supervisor binary at
+        ``supervisor_path``; one that is refused or fails to start is removed."""
         try:  # Podman resolves bind sources at the start, maybe long after the create (or a restart) checked them
             await admission.admit_binds(self.ctx.podman, self.ctx.settings, str(self.ctx.state_dir), plan.mounts)
         except FailedPrecondition as exc:
             with contextlib.suppress(PodmanError, PodmanUnavailable):
                 await self.ctx.podman.remove_container(container_id, 0)
             raise ProvisionFailed("MountRefused", exc.message) from exc
+        try:  # the binary every sandbox runs as root, unchanged (supervisor.py)
+            await self.supervisor.check(supervisor_path)
+        except FailedPrecondition as exc:
+            with contextlib.suppress(PodmanError, PodmanUnavailable):
+                await self.ctx.podman.remove_container(container_id, 0)
+            raise ProvisionFailed("SupervisorImageUnavailable", exc.message) from exc
         try:  # an adopted container may run already: Podman answers 304, nothing to do
             await self.ctx.podman.start_container(container_id)
         except PodmanError as exc:

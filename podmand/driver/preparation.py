@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import names, tracing
 from ..errors import FailedPrecondition, InvalidArgument
 from ..libpod import ImageInspect, PodmanError
-from ..sandbox import imagechecks, proxy, rootfs, workspace
+from ..sandbox import imagechecks, proxy, rootfs, usernamespace, workspace
 from ..sandbox.identity import Resolved
 from ..sandbox.supervisor import SupervisorCache
 from .context import Context
@@ -61,8 +61,10 @@ class Preparation:
         pull = self._image
         sup = await pull(s.supervisor_image, supervisor_pull_policy(s.supervisor_image),
                          "SupervisorImageUnavailable", plan.sandbox_id)
+        # A sandbox whose root is podmand's uid gets a copy of its own (supervisor.py).
+        own = self.ctx.files.dir(plan.sandbox_id) if usernamespace.maps_own_uid(plan.userns, s) else None
         try:
-            supervisor_path = await self.supervisor.binary(sup.id)
+            supervisor_path = await self.supervisor.binary(sup.id, own)
         except FailedPrecondition as exc:
             raise ProvisionFailed("SupervisorImageUnavailable", exc.message) from exc
         if plan.rootfs_tar:

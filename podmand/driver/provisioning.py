@@ -60,7 +60,7 @@ class Provisioner:
         self.signer = signer
         self.index = index  # the hub's sandbox -> containers (read only here)
         self.preparation = Preparation(ctx, validator, say=self._set)
-        self.creation = Creation(ctx, networks, validator)
+        self.creation = Creation(ctx, networks, validator, self.preparation.supervisor)
         self._pending: dict[str, Pending] = {}
 
     # ------------------------------------------------------------ the pending table
@@ -237,7 +237,7 @@ class Provisioner:
             container_id = await self.creation.create(pending, prepared)
         plan = pending.plan  # with its devices assigned
         with tracing.span("podman.start_container", step):
-            await self.creation.start(plan, container_id)
+            await self.creation.start(plan, container_id, str(prepared.supervisor_path))
         self._pending.pop(plan.sandbox_id, None)
         self.ctx.sink.publish(
             platform_event(

@@ -80,7 +80,11 @@ class StartStop:
                 self.ctx.files.clear_stopped(sandbox_id)
                 return identity(sandbox_id, instance)
             ctx = self.ctx
-            await admission.admit_start(ctx.podman, ctx.settings, str(ctx.state_dir), entry.id, entry.labels or {})
+            facts = await admission.admit_start(ctx.podman, ctx.settings, str(ctx.state_dir), entry.id,
+                                                entry.labels or {})
+            for m in facts.mounts or ():  # the binary every sandbox runs as root, unchanged (supervisor.py)
+                if m.type == "bind" and m.destination == names.SUPERVISOR_BIN:
+                    await self.provisioning.creation.supervisor.check(m.source)
             if bundle is None and self.ctx.settings.require_launch_auth:
                 raise FailedPrecondition("launch_authentication: podmand is configured to require it")
             if running:

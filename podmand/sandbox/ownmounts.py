@@ -15,13 +15,16 @@ from .plan import Plan, Provision
 def own_mounts(plan: Plan, settings: Settings, prov: Provision) -> list[dict[str, Any]]:
     """libpod mounts of everything podmand itself puts into the sandbox."""
     secrets = prov.secrets_dir
+    # One file for every sandbox of this supervisor image (a shared SELinux label), or the
+    # sandbox's own copy in its directory (supervisor.py: its user namespace maps podmand's uid).
+    label = selinux.PRIVATE if prov.supervisor_path.startswith(secrets.rstrip("/") + "/") else selinux.SHARED
     mounts: list[dict[str, Any]] = [
         {"destination": names.NETNS_DIR, "type": "tmpfs", "source": "tmpfs", "options": ["rw", "nosuid", "nodev"]},
-        {  # one file for every sandbox of this supervisor image: a shared SELinux label
+        {
             "destination": names.SUPERVISOR_BIN,
             "type": "bind",
             "source": prov.supervisor_path,
-            "options": ["bind", "ro", *([selinux.SHARED] if prov.selinux else [])],
+            "options": ["bind", "ro", *([label] if prov.selinux else [])],
         },
         # One token source (see sandboxenv.sandbox_env).
         _secret_mount(names.TOKEN_PATH, f"{secrets}/sandbox.jwt", relabel=prov.selinux)

@@ -9,7 +9,7 @@ settings to serve or to diagnose passes :data:`CHECKS` (``__main__``, doctor).
 from __future__ import annotations
 
 from ..config import Check
-from . import cdi, proxy, registryauth, resources, rootfs
+from . import cdi, proxy, registryauth, resources, rootfs, usernamespace
 
 CHECKS: tuple[Check, ...] = (
     registryauth.check_settings,
@@ -17,4 +17,5 @@ CHECKS: tuple[Check, ...] = (
     resources.check_settings,
     cdi.check_settings,
     rootfs.check_settings,
+    usernamespace.check_settings,
 )

@@ -12,6 +12,14 @@ userns=auto container is then refused ("could not find enough available IDs" on
 4.3.1, "not enough unused IDs in user namespace" on 5.4.2, both checked here), and
 one made before shares its host ids with the keep-id one. So a sandbox may not ask
 for keep-id or nomap beside the operator's auto, nor for auto beside keep-id or nomap.
+
+A sandbox whose namespace maps podmand's own uid (host and keep-id; a private map of
+host id 0) has a root that owns every file of podmand's mounted into it: remounted
+read-write, the shared supervisor binary could be changed for every other sandbox
+(issue 30). Such a mode needs the operator's ``allow_userns_own_uid``, and such a
+sandbox gets a supervisor binary of its own (supervisor.py). An ``auto:size=N`` asks
+for at most ``userns_max_size`` ids (by default the operator's own per-sandbox size),
+so one sandbox cannot take the ids the next one needs.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._proto import compute_driver_pb2 as pb
-from ..config import Settings
+from ..config import Settings, describe, invalid
 from ..errors import FailedPrecondition, InvalidArgument
 from ..libpod.versions import Features
 
@@ -35,6 +43,47 @@ REQUESTABLE = "keep-id[:uid=N,gid=N], auto[:size=N] or nomap"
 MODES = ("keep-id", "auto", "nomap")  # what a sandbox may ask for
 SHARED = ("keep-id", "nomap")  # modes that map every subordinate id (rootless only)
 MAX_AUTO_SIZE = 2**32 - 2
+OWN_UID = "allow_userns_own_uid"  # the operator's opt-in to modes that map podmand's uid
+
+
+def maps_own_uid(mode: str, settings: Settings) -> bool:
+    """Whether a sandbox of ``mode`` maps podmand's own uid. host and keep-id do (rootless:
+    the user itself; rootful: root, podmand's uid); private does when a ``uidmap`` entry
+    covers host id 0, which is podmand's uid both ways (rootless Podman's intermediate
+    namespace maps the user there)."""
+    base = mode.partition(":")[0]
+    if base == "private":
+        return any(entry.split(":")[1] == "0" for entry in settings.uidmap)
+    return base in ("host", "keep-id")
+
+
+def own_uid_refusal(mode: str, settings: Settings) -> str | None:
+    """Why ``mode`` may not run under ``settings`` (it maps podmand's uid, not allowed), or None."""
+    if settings.allow_userns_own_uid or not maps_own_uid(mode, settings):
+        return None
+    return (
+        f"userns {mode.partition(':')[0]} maps podmand's own uid into the sandbox, whose root could then change "
+        f"podmand's files mounted there; an operator must enable {describe(OWN_UID)}"
+    )
+
+
+def max_auto_size(settings: Settings) -> int:
+    """The most ids ``auto:size=N`` may ask for: ``userns_max_size``, else the operator's own size."""
+    if settings.userns_max_size:
+        return settings.userns_max_size
+    base, _, params = settings.userns.partition(":")
+    return auto_size(params) if base == "auto" else AUTO_USERNS_SIZE
+
+
+def check_settings(settings: Settings) -> None:
+    """The operator's own mode, and allow_host_userns, map podmand's uid only when allowed."""
+    if why := own_uid_refusal(settings.userns, settings):
+        raise invalid("userns", why)
+    if settings.allow_host_userns and not settings.allow_userns_own_uid:
+        raise invalid(
+            "allow_host_userns",
+            f"the host user namespace maps podmand's own uid into the sandbox; enable {describe(OWN_UID)} too",
+        )
 
 
 def mode(tpl: pb.DriverSandboxTemplate, settings: Settings) -> str:
@@ -77,7 +126,12 @@ def requested(value: Any, settings: Settings, podman: Features) -> str:
     options = _options(params, ("uid", "gid") if base == "keep-id" else ("size",)) if params else {}
     if base == "auto" and "size" in options and not 1 <= options["size"] <= MAX_AUTO_SIZE:
         raise InvalidArgument(f"{WHERE}: auto size must be 1 to {MAX_AUTO_SIZE}")
-    if why := refusal(base, settings.userns_base, podman.rootless):
+    if base == "auto" and options.get("size", 0) > (most := max_auto_size(settings)):
+        raise FailedPrecondition(
+            f"{WHERE}: auto size {options['size']} is more than the {most} ids a sandbox may ask for; "
+            f"an operator may raise {describe('userns_max_size')}"
+        )
+    if why := refusal(base, settings.userns_base, podman.rootless) or own_uid_refusal(base, settings):
         raise FailedPrecondition(f"{WHERE}: {why}")
     return base + (":" + ",".join(f"{k}={v}" for k, v in options.items()) if options else "")
 

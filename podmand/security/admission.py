@@ -326,11 +326,11 @@ async def admit_binds(
 
 async def admit_start(
     podman: PodmanClient, settings: Settings, state_dir: str, container_id: str, labels: Mapping[str, str]
-) -> None:
+) -> ContainerInspect:
     """StartSandbox re-checks what the container was admitted with, under today's
     policy: provenance, its host binds (allowed at all, and clear of the protected
     paths with symlinks resolved now, as Podman resolves them when it starts the
-    container) and its attached volumes' labels."""
+    container) and its attached volumes' labels; the container's inspect, read for it."""
     pol = policy(settings)
     check_provenance(pol, labels.get(names.DRIVER_CONFIG_USED))
     facts = await podman.inspect_container(container_id)
@@ -342,7 +342,7 @@ async def admit_start(
         where = f"bind mount {binds[0].destination!r}"
         raise FailedPrecondition(f"{where}: bind mounts require enable_bind_mounts (OPENSHELL_ENABLE_BIND_MOUNTS)")
     if not binds and not volumes:
-        return
+        return facts
     own = await protected(podman, settings, state_dir)
     for m in binds:
         check_host_path(f"bind mount {m.destination!r}", m.source, own)
@@ -354,3 +354,4 @@ async def admit_start(
         enable_bind_mounts=settings.enable_bind_mounts,
         protected=own,
     )
+    return facts

@@ -84,7 +84,7 @@ def test_identity_matrix_runs(make_podmand: Callable[..., Podmand], podman_clien
     status.resolved_identity says exactly that."""
     extra = dict(extra)
     userns = extra.pop("userns", "auto")
-    driver = make_podmand({"OPENSHELL_PODMAN_USERNS": userns})
+    driver = make_podmand({"OPENSHELL_PODMAN_USERNS": userns, "PODMAND_ALLOW_USERNS_OWN_UID": "true"})
     watch = driver.watch()
     box = sandbox(image=f"{IMAGES}/{image}", command=REPORT, token=True, **extra)
     cleanup.append(box.id)

@@ -50,7 +50,7 @@ def test_secrets_reach_only_container_root(make_podmand: Callable[..., Podmand],
                                            cleanup: list[str], userns: str) -> None:
     """The token and podmand's credential are root-only files; the bundle and neither secret is in
     any env, label, inspect or log, nor visible to a neighbour."""
-    daemon = make_podmand({"OPENSHELL_PODMAN_USERNS": userns})
+    daemon = make_podmand({"OPENSHELL_PODMAN_USERNS": userns, "PODMAND_ALLOW_USERNS_OWN_UID": "true"})
     watch = daemon.watch()
     mine, other, bare = launched(), launched(), sandbox()
     for box in (mine, other, bare):

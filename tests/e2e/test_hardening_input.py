@@ -178,7 +178,7 @@ def test_host_user_namespace_needs_the_operator(
     nothing_created(strict, podman_client, box.id)
     strict.stop()
 
-    lenient = make_podmand({"PODMAND_ALLOW_HOST_USERNS": "true"})
+    lenient = make_podmand({"PODMAND_ALLOW_HOST_USERNS": "true", "PODMAND_ALLOW_USERNS_OWN_UID": "true"})
     watch = lenient.watch()
     lenient.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     watch.wait_reason(box.id, "ContainerRunning", timeout=60)

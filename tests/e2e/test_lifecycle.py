@@ -277,7 +277,7 @@ def test_token_root_only_in_other_userns_modes(
     make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str], userns: str
 ) -> None:
     """The token file is container-root-only whatever the user namespace mode."""
-    daemon = make_podmand({"OPENSHELL_PODMAN_USERNS": userns})
+    daemon = make_podmand({"OPENSHELL_PODMAN_USERNS": userns, "PODMAND_ALLOW_USERNS_OWN_UID": "true"})
     watch = daemon.watch()
     box = sandbox(token=True)
     cleanup.append(box.id)

@@ -36,6 +36,7 @@ OPEN = {
     "OPENSHELL_ENABLE_BIND_MOUNTS": "true",
     "PODMAND_RESOURCE_ADMISSION": "false",
     "PODMAND_ALLOW_HOST_USERNS": "true",
+    "PODMAND_ALLOW_USERNS_OWN_UID": "true",
     "PODMAND_SELINUX": "on",
 }
 

@@ -64,7 +64,7 @@ def test_auto_size_beside_the_operators_auto(
 ) -> None:
     """auto:size=N gets N ids; the workload identity is checked against those: USER 2345 fits in 4096
     ids though not in the operator's 1024. keep-id and nomap are refused beside userns=auto."""
-    daemon = make_podmand(OPEN)
+    daemon = make_podmand({**OPEN, "PODMAND_USERNS_MAX_SIZE": "4096"})
     box = asking("auto:size=4096", image="localhost/podmand-test/sandbox-uid:1")
     cleanup.append(box.id)
     create(daemon, box)()
@@ -88,7 +88,7 @@ def test_keep_id_and_nomap(
 ) -> None:
     """Beside the operator's keep-id: keep-id:uid=1000,gid=1000 puts the podmand user at the
     workload's uid 1000; nomap leaves the podmand user out; auto is refused."""
-    daemon = make_podmand({**OPEN, "OPENSHELL_PODMAN_USERNS": "keep-id"})
+    daemon = make_podmand({**OPEN, "OPENSHELL_PODMAN_USERNS": "keep-id", "PODMAND_ALLOW_USERNS_OWN_UID": "true"})
     keep, nomap = asking("keep-id:uid=1000,gid=1000"), asking("nomap")
     for box in (keep, nomap):
         cleanup.append(box.id)
@@ -121,7 +121,8 @@ def test_keep_id_and_nomap(
          "caller driver config is disabled"),
         (OPEN, "host", grpc.StatusCode.INVALID_ARGUMENT,
          WHERE + "'host' is never allowed: it would run the sandbox in the host's user namespace"),
-        ({**OPEN, "PODMAND_ALLOW_HOST_USERNS": "true"}, "ns:/proc/1/ns/user", grpc.StatusCode.INVALID_ARGUMENT,
+        ({**OPEN, "PODMAND_ALLOW_HOST_USERNS": "true", "PODMAND_ALLOW_USERNS_OWN_UID": "true"},
+         "ns:/proc/1/ns/user", grpc.StatusCode.INVALID_ARGUMENT,
          WHERE + "'ns' is never allowed: it would run the sandbox in another process's user namespace"),
     ],
     ids=["without-allow-userns", "without-allow-driver-config", "host", "ns"],

@@ -114,8 +114,11 @@ def check_gpus(dirs: list[str], inventory: cdi.Inventory, wsl2: bool = False) ->
     return ok("gpus", finding)
 
 
-def check_userns_requests(allow_userns: bool, allow_driver_config: bool, userns: str, rootless: bool) -> Check:
-    """What a sandbox's driver_config.userns_mode may ask for here (usernamespace.requested)."""
+def check_userns_requests(
+    allow_userns: bool, allow_driver_config: bool, userns: str, rootless: bool, own_uid: bool = False
+) -> Check:
+    """What a sandbox's driver_config.userns_mode may ask for here (usernamespace.requested);
+    ``own_uid``: allow_userns_own_uid, without which keep-id (it maps podmand's uid) is refused."""
     name, base = "userns requests", userns.partition(":")[0]
     if not allow_userns:
         return ok(name, f"off: every sandbox gets userns={base}; driver_config.userns_mode is refused")
@@ -127,6 +130,8 @@ def check_userns_requests(allow_userns: bool, allow_driver_config: bool, userns:
             "allow_userns off",
         )
     refused = {m: why for m in usernamespace.MODES if (why := usernamespace.refusal(m, base, rootless))}
+    if "keep-id" not in refused and not own_uid:
+        refused["keep-id"] = f"keep-id maps podmand's own uid: it needs {usernamespace.OWN_UID}"
     modes = ", ".join(m for m in usernamespace.MODES if m not in refused)
     finding = f"on: a sandbox may ask for {modes}" + "".join(f"; {why}" for why in refused.values())
     if not refused and rootless:

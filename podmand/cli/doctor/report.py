@@ -261,7 +261,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
         mapped = mapped_subids(info) if info else None
         checks.append(check_subids(user, rootless, subuids, subgids, settings.userns, mapped))
         checks.append(check_userns_requests(settings.allow_userns, settings.allow_driver_config, settings.userns,
-                                            rootless))
+                                            rootless, settings.allow_userns_own_uid))
         subids = mapped if mapped is not None else min(subuids, subgids)
         checks.extend(check_capacity(capacity_facts(settings, rootless, subids)))
         tun_exists, tun_usable = tun_facts()

@@ -49,9 +49,9 @@ def test_defaults_with_empty_environment() -> None:
 
 def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
     """Each layer overrides the one below it: defaults < TOML < environment < flags."""
-    cfg = write_toml(tmp_path, 'stop_timeout = 10\npids_limit = 99\nnetwork_name = "from-file"\nuserns = "host"\n')
+    cfg = write_toml(tmp_path, 'stop_timeout = 10\npids_limit = 99\nnetwork_name = "from-file"\nuserns = "nomap"\n')
     s = load(args=None, environ={"PODMAND_CONFIG": cfg})
-    assert (s.stop_timeout, s.pids_limit, s.network_name, s.userns) == (10, 99, "from-file", "host")
+    assert (s.stop_timeout, s.pids_limit, s.network_name, s.userns) == (10, 99, "from-file", "nomap")
     assert s.gateway_port == 17670  # untouched default
 
     env = {"PODMAND_CONFIG": cfg, "OPENSHELL_STOP_TIMEOUT": "20", "OPENSHELL_NETWORK_NAME": "from-env"}
@@ -170,7 +170,8 @@ def test_complete_tls_needs_existing_files(tmp_path: Path) -> None:
 )
 def test_userns_canonicalisation(value: str, expected: str) -> None:
     """userns modes are stored lower-case with Podman's spelling; parameters are kept verbatim."""
-    assert load(args=None, environ={"OPENSHELL_PODMAN_USERNS": value}).userns == expected
+    environ = {"OPENSHELL_PODMAN_USERNS": value, "PODMAND_ALLOW_USERNS_OWN_UID": "true"}
+    assert load(args=None, environ=environ).userns == expected
 
 
 @pytest.mark.parametrize("bind", ["127.0.0.1:50061", "localhost:50061", "[::1]:50061"])
@@ -397,6 +398,8 @@ BAD: dict[str, tuple[str | int, str]] = {
     "watch_buffer": ("big", "expected a whole number, got 'big'"),
     "allow_host_userns": ("maybe", "expected true or false, got 'maybe'"),
     "allow_userns": ("maybe", "expected true or false, got 'maybe'"),
+    "allow_userns_own_uid": ("maybe", "expected true or false, got 'maybe'"),
+    "userns_max_size": ("-1", "must be 1 to 4294967294 (or 0: the operator's own per-sandbox size"),
     "allowed_peer_uids": ("1000,root", "expected a whole number, got 'root'"),
     "registry_auth_file": ("auth.json", "must be an absolute path"),
     "pull_inactivity_timeout": ("-5", "must be 0 or more (0: never)"),
@@ -482,6 +485,8 @@ def test_every_bool_flag_is_a_bare_switch_or_takes_a_value(opt: options.Option) 
 
 def bool_context(field: str) -> dict[str, str]:
     """The other settings a boolean needs before it may be true (the proxy's, as upstream)."""
+    if field == "allow_host_userns":
+        return {"PODMAND_ALLOW_USERNS_OWN_UID": "true"}
     if not field.startswith("proxy_"):
         return {}
     return {"OPENSHELL_SANDBOX_HTTPS_PROXY": "http://proxy.corp:3128"}

@@ -9,7 +9,7 @@ import pytest
 
 from podmand.config import Settings
 from podmand.config.checks import validate as check_settings
-from podmand.errors import FailedPrecondition, InvalidArgument
+from podmand.errors import ConfigError, FailedPrecondition, InvalidArgument
 from podmand.libpod.models import HostIDMappings, IDMap, Info
 from podmand.libpod.versions import UNKNOWN, Features, of
 from podmand.sandbox import spec, usernamespace
@@ -22,8 +22,11 @@ WHERE = "sandbox.spec.template.driver_config.userns_mode: "
 
 
 def settings(userns: str = "auto", **fields: Any) -> Settings:
-    s = Settings(allow_driver_config=True, allow_userns=True, userns=userns, **fields)
+    """Settings that let a sandbox ask for its mode, podmand's own uid included unless ``fields`` say."""
+    s = Settings(**{"allow_driver_config": True, "allow_userns": True, "userns": userns,
+                    "allow_userns_own_uid": True, **fields})
     check_settings(s)
+    usernamespace.check_settings(s)
     return s
 
 
@@ -31,7 +34,7 @@ def settings(userns: str = "auto", **fields: Any) -> Settings:
     ("value", "operator", "mode"),
     [
         ("auto", "auto", "auto"),
-        (" auto:size=4096 ", "auto", "auto:size=4096"),
+        (" auto:size=1024 ", "auto", "auto:size=1024"),
         ("keep-id", "keep-id", "keep-id"),
         ("keep-id:uid=1000,gid=1000", "host", "keep-id:uid=1000,gid=1000"),
         ("keep-id:gid=5", "nomap", "keep-id:gid=5"),
@@ -116,7 +119,8 @@ def test_libpod_spelling(mode: str, userns: dict[str, str]) -> None:
 
 
 def test_the_driver_config_mode_reaches_the_plan() -> None:
-    plan = spec.validate(with_driver_config({"userns_mode": "auto:size=4096"}), settings(), podman=ROOTLESS)
+    plan = spec.validate(with_driver_config({"userns_mode": "auto:size=4096"}), settings(userns_max_size=4096),
+                         podman=ROOTLESS)
     assert plan.userns == "auto:size=4096" and plan.driver_config_used
     assert spec.validate(with_driver_config({"userns_mode": ""}), settings()).userns == "auto"
     box = with_driver_config({"userns_mode": "keep-id"})
@@ -146,3 +150,61 @@ def test_features_count_the_subordinate_ids() -> None:
     assert (of(info).rootless, of(info).subordinate_ids) == (True, 65536)
     info.host.security.rootless = False
     assert (of(info).rootless, of(info).subordinate_ids) == (False, None)
+
+
+@pytest.mark.parametrize(
+    ("operator", "fields", "most"),
+    [("auto", {}, 1024), ("auto:size=2048", {}, 2048), ("host", {}, 1024), ("auto", {"userns_max_size": 8192}, 8192)],
+)
+def test_auto_size_is_capped(operator: str, fields: dict[str, Any], most: int) -> None:
+    """auto:size=N asks for at most userns_max_size ids, by default the operator's own per-sandbox size:
+    one sandbox cannot take the subordinate ids every later one needs (issue 30)."""
+    s = settings(operator, **fields)
+    assert requested(f"auto:size={most}", s, ROOTLESS) == f"auto:size={most}"
+    with pytest.raises(FailedPrecondition) as exc:
+        requested(f"auto:size={most + 1}", s, ROOTLESS)
+    assert exc.value.message == (
+        WHERE + f"auto size {most + 1} is more than the {most} ids a sandbox may ask for; an operator may raise "
+        "userns_max_size (--userns-max-size / PODMAND_USERNS_MAX_SIZE)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "uidmap", "maps"),
+    [("host", [], True), ("keep-id", [], True), ("keep-id:uid=1000,gid=1000", [], True), ("auto", [], False),
+     ("auto:size=4096", [], False), ("nomap", [], False), ("private", ["0:1:65536"], False),
+     ("private", ["0:1:100", "100:0:1"], True), ("private", ["0:0:65536"], True)],
+)
+def test_which_modes_map_podmands_own_uid(mode: str, uidmap: list[str], maps: bool) -> None:
+    """Host id 0 is podmand's uid both ways: rootless Podman's intermediate namespace maps the user there."""
+    assert usernamespace.maps_own_uid(mode, Settings(uidmap=uidmap)) is maps
+
+
+@pytest.mark.parametrize(
+    ("env", "field"),
+    [({"userns": "keep-id"}, "userns"), ({"userns": "host"}, "userns"),
+     ({"userns": "private", "uidmap": ["0:0:1", "1:1:65536"], "gidmap": ["0:1:65536"]}, "userns"),
+     ({"allow_host_userns": True}, "allow_host_userns")],
+)
+def test_the_operators_own_uid_mapping_needs_the_opt_in(env: dict[str, Any], field: str) -> None:
+    s = Settings(**env)
+    check_settings(s)
+    with pytest.raises(ConfigError) as exc:
+        usernamespace.check_settings(s)
+    assert str(exc.value).startswith(f"invalid setting {field} (") and (
+        "allow_userns_own_uid (--allow-userns-own-uid / PODMAND_ALLOW_USERNS_OWN_UID)" in str(exc.value))
+    usernamespace.check_settings(Settings(**env, allow_userns_own_uid=True))
+
+
+def test_a_sandboxs_keep_id_needs_the_opt_in() -> None:
+    """keep-id asked for in driver_config maps podmand's uid: refused, naming the field and the setting,
+    whatever the operator's own mode; nomap and auto do not need it."""
+    s = settings("nomap", allow_userns_own_uid=False)
+    with pytest.raises(FailedPrecondition) as exc:
+        requested("keep-id:uid=1000", s, ROOTLESS)
+    assert exc.value.message == (
+        WHERE + "userns keep-id maps podmand's own uid into the sandbox, whose root could then change podmand's "
+        "files mounted there; an operator must enable allow_userns_own_uid (--allow-userns-own-uid / "
+        "PODMAND_ALLOW_USERNS_OWN_UID)"
+    )
+    assert requested("nomap", s, ROOTLESS) == "nomap"
