@@ -167,7 +167,7 @@ class Server:
             log.info("Podman is podman machine %r: host_gateway_ip defaults to gvproxy's %s", api.machine,
                      hostgateway.GVPROXY_HOST)
         self.settings = settings = hostgateway.for_machine(settings, api.machine)
-        podman = PodmanClient(podman_path)
+        podman = PodmanClient(podman_path, log_size_max=settings.log_size_max)
         rpcspans.observe(podman)
         stack.push_async_callback(podman.close)
         info = self._meanwhile(stack, read_info(podman, podman_path))

@@ -39,7 +39,7 @@ class RuntimeDir:
         return self.path == "/tmp" or self.path.startswith("/tmp/")
 
 
-def _own_dir(path: str, uid: int, lstat: Callable[[str], os.stat_result]) -> str:
+def own_dir_problem(path: str, uid: int, lstat: Callable[[str], os.stat_result] = os.lstat) -> str:
     """'' when ``path`` is a directory owned by ``uid`` (symlinks followed, as Podman does), else why not."""
     try:
         st = lstat(os.path.realpath(path))
@@ -72,12 +72,12 @@ def resolve(
     notes = []
     xdg = env.get("XDG_RUNTIME_DIR", "")
     if xdg:
-        problem = _own_dir(xdg, uid, lstat)
+        problem = own_dir_problem(xdg, uid, lstat)
         if not problem:
             return RuntimeDir(xdg, "XDG_RUNTIME_DIR")
         notes.append(f"XDG_RUNTIME_DIR={xdg} {problem}")
     run_user = f"/run/user/{uid}"
-    problem = _own_dir(run_user, uid, lstat)
+    problem = own_dir_problem(run_user, uid, lstat)
     if not problem:
         return RuntimeDir(run_user, "/run/user", "; ".join(notes))
     notes.append(f"{run_user} {problem}")

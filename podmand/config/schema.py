@@ -22,6 +22,7 @@ DEFAULT_ADMISSION_LABELS = {
 OVERFLOW_UID = 65534  # how the kernel shows a uid that is not mapped into our user namespace
 PULL_POLICIES = ("always", "missing", "never", "newer")
 SECONDS, BYTES = "seconds", "bytes"
+LOG_SIZE_MIN = 64 * 1024  # well above one conmon log entry (its 8 KiB read, plus a timestamp)
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,13 @@ class _Sandboxes(_Podman):
         "pids limit per sandbox",
         minimum=0, zero="the runtime's default",
     )] = 2048
+    log_size_max: Annotated[int, S(
+        "PODMAND_LOG_SIZE_MAX", "--log-size-max",
+        "largest log file of each container podmand creates (k8s-file); conmon starts it again, empty, "
+        "rather than pass the bound",
+        unit=BYTES, minimum=LOG_SIZE_MIN, zero="unbounded, unless containers.conf's log_size_max bounds it",
+        see="operations.md",
+    )] = 10 * 2 ** 20
     default_cpu_limit: Annotated[str, S(
         "PODMAND_DEFAULT_CPU_LIMIT", "--default-cpu-limit",
         "CPU limit of a sandbox whose template sets none: a CPU quantity, or unlimited (or 0)",

@@ -10,11 +10,16 @@ the other podman machines' sockets, then the well-known places: the user's runti
 directories, the podman machine symlink, the rootful socket.
 
 Every candidate is listed with why it failed (``NoPodmanSocket``, and doctor's socket
-check, from the same ``Attempt`` lines). The planted-socket rules apply to each: a socket
-in a well-known place must be its owner's (this user's or root's; root's for the rootful
-one); one found (a connection's, a machine's) must be this user's or root's, in a
-directory no other user may write; a socket named by the operator is taken as named; and
-nothing in a fallback runtime directory another user could have made is ever contacted.
+check, from the same ``Attempt`` lines). The planted-socket rules apply to each. A socket
+podmand finds (a well-known place, a connection's, a machine's) is used only when no other
+user can change where its path leads: nothing under a runtime directory of this user's that
+rundir passes over (``runtime_dir_problem``); from / down every directory is this user's or
+root's and writable by no one else (a sticky one, as /tmp, excepted), every symlink on the
+way is theirs, and the socket itself is theirs (root's for the rootful one) and not a
+symlink (``path_problem``): whoever could swap it would get podmand's registry credentials
+on the next connection. A socket the operator names (``Candidate.named``) is taken as
+named, symlinks followed, its owner checked when it is a well-known place; and nothing in
+a fallback runtime directory another user could have made is ever contacted.
 """
 
 from __future__ import annotations
@@ -163,12 +168,6 @@ def fallback_problem(path: str, env: Mapping[str, str], uid: int) -> str:
     return _directory(directory, lambda st: rundir.fallback_problem(st, uid))
 
 
-def directory_problem(path: str, uid: int) -> str:
-    """'' when the directory holding a found socket is one only this user or root may change
-    (the fallback's rules, root's directories allowed too: /run/podman)."""
-    return _directory(os.path.dirname(path), lambda st: rundir.fallback_problem(st, 0 if st.st_uid == 0 else uid))
-
-
 def _directory(directory: str, problem_of: Callable[[os.stat_result], str]) -> str:
     try:
         st = os.lstat(directory)
@@ -178,6 +177,106 @@ def _directory(directory: str, problem_of: Callable[[os.stat_result], str]) -> s
         return f"cannot stat {directory}: {exc.strerror}"
     problem = problem_of(st)
     return f"not used: its directory {directory} {problem} (another user could have planted it)" if problem else ""
+
+
+def runtime_dir_problem(path: str, env: Mapping[str, str], uid: int,
+                        lstat: Callable[[str], os.stat_result] = os.lstat) -> str:
+    """'' unless ``path`` lies in ``XDG_RUNTIME_DIR`` or ``/run/user/<uid>`` and that directory
+    is one rundir passes over (not this user's directory): Podman would not use it, and whoever
+    owns it decides what its ``podman/podman.sock`` is."""
+    for name, directory in (("XDG_RUNTIME_DIR", env.get("XDG_RUNTIME_DIR", "")), ("", f"/run/user/{uid}")):
+        if directory and path.startswith(directory.rstrip("/") + "/"):
+            problem = rundir.own_dir_problem(directory, uid, lstat)
+            if problem == "does not exist":
+                return problem
+            if problem:
+                which = f"{name}={directory}" if name else directory
+                return f"not used: its runtime directory {which} {problem} (another user could have planted it)"
+    return ""
+
+
+def directory_problem(st: os.stat_result, uid: int) -> str:
+    """'' when a directory (from lstat) on a found socket's path is one only this user or root
+    may change: theirs, and writable by no one else unless sticky (others may add entries to
+    /tmp, but not move or replace this user's)."""
+    if st.st_uid not in (uid, 0):
+        return f"is owned by uid {st.st_uid}, not this user (uid {uid}) or root"
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return ""
+
+
+NAME_IT = "--podman-socket / OPENSHELL_PODMAN_SOCKET, CONTAINER_HOST or CONTAINER_CONNECTION"
+
+
+def socket_problem(st: os.stat_result, owners: set[int], uid: int) -> str:
+    """'' when a found path's last component (from lstat) is a socket of one of ``owners``."""
+    if stat.S_ISLNK(st.st_mode):
+        return f"not used: it is a symlink; podmand follows one only to a socket it is given ({NAME_IT})"
+    if not stat.S_ISSOCK(st.st_mode):
+        return "exists but is not a socket"
+    if st.st_uid not in owners:
+        whose = "root" if owners == {0} else f"this user (uid {uid}) or root"
+        return f"not used: the socket is owned by uid {st.st_uid}, not {whose} (another user could impersonate Podman)"
+    return ""
+
+
+MAX_LINKS = 40  # the kernel's own limit on symlinks in one lookup
+
+
+def path_problem(path: str, owners: set[int], uid: int, lstat: Callable[[str], os.stat_result] = os.lstat,
+                 readlink: Callable[[str], str] = os.readlink) -> str:
+    """'' when no user but this one and root can change where ``path`` leads, and it leads to a
+    socket of ``owners``; else why not. Each component from / is looked at with lstat: a
+    symlink on the way (this user's or root's) is followed as the kernel would, each directory
+    is checked by ``directory_problem`` and the last component by ``socket_problem``."""
+    pending = [part for part in os.path.abspath(path).split("/") if part]
+    here, links = "/", 0
+    st = _step(here, lstat)
+    if isinstance(st, str) or directory_problem(st, uid):
+        return st if isinstance(st, str) else f"not used: / {directory_problem(st, uid)}"
+    while pending:
+        name = pending.pop(0)
+        if name in (".", ".."):
+            here = os.path.dirname(here) if name == ".." else here
+            continue
+        step = os.path.join(here, name)
+        st = _step(step, lstat)
+        if isinstance(st, str):
+            return st
+        if not pending:
+            return socket_problem(st, owners, uid)
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            if st.st_uid not in (uid, 0) or links > MAX_LINKS:
+                why = f"is owned by uid {st.st_uid}" if links <= MAX_LINKS else "is one symlink too many"
+                return f"not used: the symlink {step} on its path {why} (another user could redirect it)"
+            try:
+                target = readlink(step)
+            except OSError as exc:
+                return f"cannot read the symlink {step}: {exc.strerror}"
+            pending[:0] = [part for part in target.split("/") if part]
+            here = "/" if target.startswith("/") else here
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return f"does not exist ({step} is not a directory)"
+        why = directory_problem(st, uid)
+        if why:
+            return f"not used: {step} on its path {why} (another user could plant or swap the socket)"
+        here = step
+    return "exists but is not a socket"  # the path was /
+
+
+def _step(path: str, lstat: Callable[[str], os.stat_result]) -> os.stat_result | str:
+    """lstat's answer, or why there is none (worded as for a missing socket)."""
+    try:
+        return lstat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    except PermissionError:
+        return "permission denied (cannot reach the path)"
+    except OSError as exc:
+        return f"cannot stat {path}: {exc.strerror}"
 
 
 async def probe(path: str) -> str:
@@ -192,25 +291,14 @@ async def check(candidate: Candidate) -> str:
         return candidate.refused
     path, env, uid = candidate.path, os.environ, os.geteuid()
     owners = socket_owners(path, env, uid)
-    found = not candidate.named and owners is None  # a connection's or a machine's socket
-    unsafe = fallback_problem(path, env, uid) or (directory_problem(path, uid) if found else "")
+    unsafe = fallback_problem(path, env, uid)
+    if not unsafe and candidate.named:  # taken as named: symlinks followed
+        st = _step(path, os.stat)
+        unsafe = st if isinstance(st, str) else socket_problem(st, {st.st_uid} if owners is None else owners, uid)
+    elif not unsafe:  # found: nobody else may change where its path leads
+        unsafe = runtime_dir_problem(path, env, uid) or path_problem(path, owners or {uid, 0}, uid)
     if unsafe:
         return unsafe
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return "does not exist"
-    except PermissionError:
-        return "permission denied (cannot reach the path)"
-    except OSError as exc:
-        return f"cannot stat: {exc.strerror}"
-    if not stat.S_ISSOCK(st.st_mode):
-        return "exists but is not a socket"
-    if found:
-        owners = {uid, 0}
-    if owners is not None and st.st_uid not in owners:
-        whose = "root" if owners == {0} else f"this user (uid {uid}) or root"
-        return f"not used: the socket is owned by uid {st.st_uid}, not {whose} (another user could impersonate Podman)"
     client = PodmanClient(path)
     try:
         resp = await client.ping()

@@ -42,7 +42,12 @@ from .unixsocket import UnixTransport
 
 _IMPORT_CHUNK = 1024 * 1024  # bytes of a rootfs tar read and sent at a time
 T = TypeVar("T")
-LOG_CONFIGURATION = {"driver": "k8s-file"}  # every container's log, whatever containers.conf says
+LOG_DRIVER = "k8s-file"  # every container's log, whatever containers.conf says
+
+
+def log_configuration(size_max: int) -> dict[str, Any]:
+    """A file of at most ``size_max`` bytes (conmon's --log-size-max; 0: containers.conf's ``log_size_max``)."""
+    return {"driver": LOG_DRIVER, **({"size": size_max} if size_max > 0 else {})}
 
 
 def _decode(data: bytes, kind: type[T], what: str) -> T:
@@ -83,7 +88,8 @@ class PodmanClient:
     ``socket_path`` also names it, e.g. among podmand's own paths)."""
 
     def __init__(
-        self, socket_path: str | None = None, *, transport: Transport | None = None, timeouts: Timeouts | None = None
+        self, socket_path: str | None = None, *, transport: Transport | None = None, timeouts: Timeouts | None = None,
+        log_size_max: int = 0,  # the bound on each created container's log file
     ) -> None:
         timeouts = timeouts or Timeouts()
         if transport is None:
@@ -93,6 +99,7 @@ class PodmanClient:
         self.socket_path = socket_path or ""
         self.transport = transport
         self.timeouts = timeouts
+        self.log_configuration = log_configuration(log_size_max)
         self._served_info: Info | None = None
         self.observe: Observer = unobserved  # told of every call (calls.py): tracing, when on
 
@@ -101,15 +108,8 @@ class PodmanClient:
 
     # ------------------------------------------------------------ requests
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, Any] | None = None,
-        json: Any = None,
-        timeout: float | None = None,
-    ) -> Response:
+    async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, json: Any = None,
+                      timeout: float | None = None) -> Response:
         """Any answer, errors included; PodmanUnavailable when there is none within
         ``timeout`` seconds (default: ``timeouts.request``)."""
         headers: dict[str, str] = {}
@@ -192,8 +192,9 @@ class PodmanClient:
     async def create_container(self, spec: Mapping[str, Any]) -> tuple[str, list[str]]:
         """The new container's ID and Podman's warnings. Unless ``spec`` says otherwise it logs to
         a file (k8s-file), not journald: that hides the output from a user who cannot read the journal
-        (containers/podman#26910), and Podman 4 refuses it where no journal runs."""
-        resp = await self.call("POST", "/containers/create", json={"log_configuration": LOG_CONFIGURATION, **spec})
+        (containers/podman#26910), and Podman 4 refuses it where no journal runs. The file is bounded
+        by the client's ``log_size_max``."""
+        resp = await self.call("POST", "/containers/create", json={"log_configuration": self.log_configuration, **spec})
         created = _decode(resp.body, ContainerCreated, "POST /containers/create")
         return created.id, list(created.warnings or [])
 

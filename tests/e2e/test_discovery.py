@@ -2,28 +2,33 @@
 Podman: CONTAINER_HOST, CONTAINER_CONNECTION and the default connection, each a connection
 written by the real ``podman system connection add`` run as the rootless test user in a
 configuration directory of its own (XDG_CONFIG_HOME); a bad one is listed with its reason,
-by serve and by doctor alike, and a named one that fails starts nothing."""
+by serve and by doctor alike, and a named one that fails starts nothing. A socket podmand
+finds is used only when no other user can change where its path leads: nothing under another
+user's runtime directory, and no symlink unless the operator named it (issue 30)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
 
 from .conftest import Podmand
+from .privatepodman import PodmanService
 
 
 @pytest.fixture
 def user_podmand(make_podmand: Callable[..., Podmand], podman_socket: str) -> Callable[..., Podmand]:
     """A podmand (not started) with no socket of podmand's own named, a Podman configuration
     directory of the test user's own, and ``alt/podman.sock``: the user's socket under another
-    path (a symlink), so the path serve reports says which candidate it took."""
+    path (a symlink: used only when named), so the path serve reports says which candidate it took."""
 
     def make(env: dict[str, str] | None = None) -> Podmand:
         daemon = make_podmand({"OPENSHELL_PODMAN_SOCKET": "", **(env or {})}, start=False)
@@ -51,6 +56,23 @@ def connection_add(daemon: Podmand, *args: str) -> None:
 
 def alt(daemon: Podmand) -> str:
     return str(daemon.workdir / "alt" / "podman.sock")
+
+
+@pytest.fixture
+def own_service() -> Iterator[Callable[[Podmand], str]]:
+    """A second real Podman service of the test user's, at ``alt/api.sock`` (a socket, not a
+    link): what a found connection must lead to. Stopped by the PID this fixture started."""
+    started: list[PodmanService] = []
+
+    def start(daemon: Podmand) -> str:
+        service = PodmanService(str(daemon.workdir / "alt" / "api.sock"))
+        started.append(service)
+        service.start()
+        return service.socket
+
+    yield start
+    for service in started:
+        service.kill(signal.SIGTERM)
 
 
 def served_through(daemon: Podmand, path: str) -> None:
@@ -82,16 +104,15 @@ def test_container_host_names_the_socket(user_podmand: Callable[..., Podmand]) -
 
 
 def test_container_connection_and_the_default_connection(user_podmand: Callable[..., Podmand],
-                                                         podman_socket: str) -> None:
+                                                         own_service: Callable[[Podmand], str]) -> None:
     daemon = user_podmand()
-    second = daemon.workdir / "alt" / "second.sock"
-    second.symlink_to(podman_socket)
-    connection_add(daemon, "first", f"unix://{alt(daemon)}")  # the first connection is the default one
-    connection_add(daemon, "second", f"unix://{second}")
-    served_through(daemon, alt(daemon))
+    first = own_service(daemon)
+    connection_add(daemon, "first", f"unix://{first}")  # the first connection is the default one
+    connection_add(daemon, "second", f"unix://{alt(daemon)}")
+    served_through(daemon, first)
     assert daemon.stop() == 0
-    daemon.env["CONTAINER_CONNECTION"] = "second"
-    served_through(daemon, str(second))
+    daemon.env["CONTAINER_CONNECTION"] = "second"  # named: its symlink is followed
+    served_through(daemon, alt(daemon))
 
 
 def test_bad_connections_are_listed_with_why_by_serve_and_doctor(user_podmand: Callable[..., Podmand]) -> None:
@@ -130,16 +151,72 @@ def pwd_uid(daemon: Podmand) -> int:
     return pwd.getpwnam(daemon.user).pw_uid
 
 
-def test_an_untrusted_connections_file_is_not_read(user_podmand: Callable[..., Podmand]) -> None:
+def test_an_untrusted_connections_file_is_not_read(user_podmand: Callable[..., Podmand],
+                                                   own_service: Callable[[Podmand], str]) -> None:
     """A connections file others may write could point podmand at their socket: passed over, said why."""
     daemon = user_podmand()
-    connection_add(daemon, "e2e", f"unix://{alt(daemon)}")
+    sock = own_service(daemon)
+    connection_add(daemon, "e2e", f"unix://{sock}")
     config = daemon.workdir / "config" / "containers"
     [written] = [p for p in config.iterdir() if p.name in ("containers.conf", "podman-connections.json")]
     written.chmod(0o666)
     check = doctor_socket(daemon)
     assert f"{written} (Podman's configuration): not read: writable by group or others (mode 0666)" in \
         check["finding"], check
-    assert alt(daemon) not in check["finding"], check
+    assert sock not in check["finding"], check
     written.chmod(0o644)
-    assert doctor_socket(daemon)["finding"].startswith(f"{alt(daemon)} (default connection 'e2e') answers")
+    assert doctor_socket(daemon)["finding"].startswith(f"{sock} (default connection 'e2e') answers")
+
+
+NOBODY = 65534  # another user: the owner of what the attacker made
+
+
+def runtime_dir(parent: Path, owner: int, podman_socket: str) -> tuple[Path, Path]:
+    """``<parent>/run`` as an XDG_RUNTIME_DIR owned by ``owner``, whose ``podman/podman.sock``
+    is a symlink (``owner``'s) to the test user's real socket."""
+    run = parent / "run"
+    link = run / "podman" / "podman.sock"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(podman_socket)
+    for path in (run, link.parent, link):
+        os.chown(path, owner, owner, follow_symlinks=False)
+    run.chmod(0o755)
+    return run, link
+
+
+def test_a_link_in_another_users_runtime_dir_is_never_used(user_podmand: Callable[..., Podmand],
+                                                            podman_socket: str) -> None:
+    """Issue 30's try: another user's directory, set as XDG_RUNTIME_DIR, holds
+    ``podman/podman.sock``, a link to the test user's own socket (whoever owns it could swap
+    it for a socket of theirs at any time). doctor and serve pass it over, say why, and use
+    the user's own socket."""
+    daemon = user_podmand()
+    foreign = daemon.workdir / "foreign"
+    foreign.mkdir()
+    run, link = runtime_dir(foreign, NOBODY, podman_socket)
+    daemon.env["XDG_RUNTIME_DIR"] = str(run)
+    uid = pwd_uid(daemon)
+    why = (f"{link}: not used: its runtime directory XDG_RUNTIME_DIR={run} is owned by uid {NOBODY}, not {uid} "
+           "(another user could have planted it)")
+    served_through(daemon, podman_socket)
+    check = doctor_socket(daemon)
+    assert check["status"] == "OK" and check["finding"] == f"{podman_socket} answers (tried first: {why})", check
+
+
+def test_a_found_symlink_is_used_only_when_named(user_podmand: Callable[..., Podmand], podman_socket: str) -> None:
+    """The user's own runtime directory, and its own connection, each leading to the real
+    socket through a symlink: passed over when found, with why; followed when named."""
+    daemon = user_podmand()
+    run, link = runtime_dir(daemon.workdir, pwd_uid(daemon), podman_socket)
+    run.chmod(0o700)
+    daemon.env["XDG_RUNTIME_DIR"] = str(run)
+    connection_add(daemon, "linked", f"unix://{alt(daemon)}")  # the default connection: a link too
+    check = doctor_socket(daemon)
+    symlink = "not used: it is a symlink; podmand follows one only to a socket it is given (--podman-socket"
+    assert check["status"] == "OK" and check["finding"].startswith(f"{podman_socket} answers (tried first: "), check
+    assert f"{alt(daemon)} (default connection 'linked'): {symlink}" in check["finding"], check
+    assert f"{link}: {symlink}" in check["finding"], check
+    served_through(daemon, podman_socket)
+    assert daemon.stop() == 0
+    daemon.env["OPENSHELL_PODMAN_SOCKET"] = str(link)
+    served_through(daemon, str(link))

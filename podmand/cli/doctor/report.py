@@ -230,7 +230,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
     will_start = "" if why_not or runtime_problem else podman_socket_in(runtime)
     checks = [check_socket(attempts, will_start, why_not), check_runtime_dir(runtime, runtime_problem, user_name(uid))]
     answering = next((a for a in attempts if not a.problem), None)
-    client = PodmanClient(answering.path) if answering else None
+    client = PodmanClient(answering.path, log_size_max=settings.log_size_max) if answering else None
     settings = hostgateway.for_machine(settings, answering.machine if answering else "")  # as serve would
     info: Info | None = None
     why = "no Podman API socket answers"

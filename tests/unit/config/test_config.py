@@ -415,6 +415,8 @@ BAD: dict[str, tuple[str | int, str]] = {
     "proxy_ca_bundle": ("/etc/ca.pem", "proxy_ca_bundle is set but no https_proxy is configured"),
     "rootfs_staging_dir": ("staging", "must be an absolute path"),
     "rootfs_max_bytes": ("-1", "must be 0 or more (0: rootfs tar sources not supported)"),
+    "log_size_max": ("8192", "must be at least 65536 (or 0: unbounded, unless containers.conf's log_size_max "
+                             "bounds it)"),
     "network_prefix": ("30", "must be 8 to 29 (or 0: sized from the host)"),
     "network_pool": ("10.0.0.1/8", "'10.0.0.1/8' is not an IPv4 network such as 10.128.0.0/9"),
     "exit_watch": ("poll", "expected one of: events, wait; got 'poll'"),

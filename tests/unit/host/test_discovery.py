@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -80,8 +81,8 @@ def test_a_found_socket_must_be_ours_in_a_directory_only_we_may_write(tmp_path: 
     try:
         found = discovery.Plan([Candidate(str(sock), "default connection 'x'")])
         [line] = asyncio.run(asyncio.wait_for(tried(found), DEADLINE))
-        assert line == (f"{sock} (default connection 'x'): not used: its directory {shared} is writable by group "
-                        "or others (mode 0777) (another user could have planted it)")
+        assert line == (f"{sock} (default connection 'x'): not used: {shared} on its path is writable by group "
+                        "or others (mode 0777) (another user could plant or swap the socket)")
         assert fake.requests == []
         shared.chmod(0o700)
         os.chown(sock, 4243, 4243, follow_symlinks=False)
@@ -142,3 +143,142 @@ def test_every_candidate_and_skipped_file_is_listed_alike_by_serve_and_doctor(tm
     assert doctor.status == "FAIL"
     for attempt in tried:
         assert f"  {attempt.line()}\n" in served + "\n" and attempt.line() in doctor.finding
+
+
+# ---------------------------------------------------------------- where a found path leads
+
+UID = 4242  # not this process's uid: every ownership decision is visible
+
+
+def st(kind: int, mode: int, uid: int = UID) -> os.stat_result:
+    return os.stat_result((kind | mode, 0, 0, 1, uid, uid, 0, 0, 0, 0))
+
+
+DIR, SOCK, LINK = stat.S_IFDIR, stat.S_IFSOCK, stat.S_IFLNK
+
+
+def test_the_decisions_on_each_directory_and_on_the_socket() -> None:
+    assert discovery.directory_problem(st(DIR, 0o700), UID) == ""
+    assert discovery.directory_problem(st(DIR, 0o755, 0), UID) == ""
+    assert discovery.directory_problem(st(DIR, 0o1777, 0), UID) == ""  # /tmp: others add, never move ours
+    assert discovery.directory_problem(st(DIR, 0o700, 7), UID) == "is owned by uid 7, not this user (uid 4242) or root"
+    assert discovery.directory_problem(st(DIR, 0o1777, 7), UID).startswith("is owned by uid 7")
+    assert discovery.directory_problem(st(DIR, 0o775), UID) == "is writable by group or others (mode 0775)"
+    assert discovery.directory_problem(st(DIR, 0o757, 0), UID) == "is writable by group or others (mode 0757)"
+    assert discovery.socket_problem(st(SOCK, 0o600), {UID, 0}, UID) == ""
+    assert discovery.socket_problem(st(LINK, 0o777), {UID, 0}, UID).startswith("not used: it is a symlink; ")
+    assert discovery.socket_problem(st(stat.S_IFREG, 0o600), {UID, 0}, UID) == "exists but is not a socket"
+    assert discovery.socket_problem(st(SOCK, 0o600, 7), {UID, 0}, UID) == (
+        "not used: the socket is owned by uid 7, not this user (uid 4242) or root (another user could "
+        "impersonate Podman)")
+    assert "not root (" in discovery.socket_problem(st(SOCK, 0o600), {0}, UID)
+
+
+def fake_fs(entries: dict[str, os.stat_result], links: dict[str, str]) -> tuple[object, object]:
+    def lstat(path: str) -> os.stat_result:
+        if path not in entries:
+            raise FileNotFoundError(path)
+        return entries[path]
+
+    return lstat, links.__getitem__
+
+
+def walk(path: str, entries: dict[str, os.stat_result], links: dict[str, str] | None = None,
+         owners: set[int] | None = None) -> str:
+    lstat, readlink = fake_fs(entries, links or {})
+    return discovery.path_problem(path, owners or {UID, 0}, UID, lstat, readlink)  # type: ignore[arg-type]
+
+
+HOST = {"/": st(DIR, 0o755, 0), "/run": st(DIR, 0o755, 0), "/run/user": st(DIR, 0o755, 0),
+        "/run/user/4242": st(DIR, 0o700), "/run/user/4242/podman": st(DIR, 0o755),
+        "/run/user/4242/podman/podman.sock": st(SOCK, 0o600),
+        "/tmp": st(DIR, 0o1777, 0), "/tmp/podman-run-4242": st(DIR, 0o700),
+        "/tmp/podman-run-4242/podman": st(DIR, 0o700), "/tmp/podman-run-4242/podman/podman.sock": st(SOCK, 0o600)}
+
+
+def test_every_component_of_a_found_path_is_looked_at_without_following_the_last() -> None:
+    sock = "/run/user/4242/podman/podman.sock"
+    assert walk(sock, HOST) == ""
+    assert walk("/tmp/podman-run-4242/podman/podman.sock", HOST) == ""  # under the sticky /tmp
+    assert walk(sock, {**HOST, "/run/user/4242": st(DIR, 0o700, 7)}) == (
+        "not used: /run/user/4242 on its path is owned by uid 7, not this user (uid 4242) or root (another "
+        "user could plant or swap the socket)")
+    assert walk(sock, {**HOST, "/run/user/4242/podman": st(DIR, 0o777)}).startswith(
+        "not used: /run/user/4242/podman on its path is writable by group or others (mode 0777)")
+    assert walk(sock, {**HOST, "/": st(DIR, 0o777, 0)}) == "not used: / is writable by group or others (mode 0777)"
+    assert walk(sock, {**HOST, "/run": st(stat.S_IFREG, 0o644, 0)}) == "does not exist (/run is not a directory)"
+    assert walk("/run/user/4242/gone/podman.sock", HOST) == "does not exist"
+    # The socket itself: a symlink to ours, in a directory of ours, is still not followed.
+    linked = {**HOST, "/run/user/4242/podman/podman.sock": st(LINK, 0o777)}
+    assert walk(sock, linked, {sock: "/tmp/podman-run-4242/podman/podman.sock"}).startswith(
+        "not used: it is a symlink; podmand follows one only to a socket it is given (--podman-socket")
+    assert walk(sock, {**HOST, sock: st(SOCK, 0o600, 7)}).startswith("not used: the socket is owned by uid 7")
+    assert walk(sock, HOST, owners={0}).startswith("not used: the socket is owned by uid 4242, not root")
+
+
+def test_a_symlink_on_the_way_is_followed_only_when_no_one_else_can_change_it() -> None:
+    sock = "/var/run/user/4242/podman/podman.sock"
+    var = {**HOST, "/var": st(DIR, 0o755, 0), "/var/run": st(LINK, 0o777, 0)}
+    assert walk(sock, var, {"/var/run": "../run"}) == ""  # as /var/run -> ../run on most hosts
+    assert walk(sock, var, {"/var/run": "/run"}) == ""
+    assert walk(sock, {**var, "/var/run": st(LINK, 0o777, 7)}, {"/var/run": "/run"}) == (
+        "not used: the symlink /var/run on its path is owned by uid 7 (another user could redirect it)")
+    # The link's target is walked as any path: a foreign directory there is refused.
+    assert walk(sock, {**var, "/run/user": st(DIR, 0o777, 0)}, {"/var/run": "/run"}).startswith(
+        "not used: /run/user on its path is writable")
+    loop = {**HOST, "/a": st(LINK, 0o777, 0), "/b": st(LINK, 0o777, 0)}
+    assert walk("/a/podman.sock", loop, {"/a": "/b", "/b": "/a"}).endswith("is one symlink too many (another "
+                                                                          "user could redirect it)")
+
+
+def test_nothing_under_a_runtime_directory_rundir_passes_over(tmp_path: Path) -> None:
+    xdg = tmp_path / "xdg"
+    xdg.mkdir()
+    env = {"XDG_RUNTIME_DIR": str(xdg)}
+    foreign = discovery.runtime_dir_problem(str(xdg / "podman" / "podman.sock"), env, UID)
+    assert foreign == (f"not used: its runtime directory XDG_RUNTIME_DIR={xdg} is owned by uid {os.geteuid()}, not "
+                       f"{UID} (another user could have planted it)")
+    assert discovery.runtime_dir_problem(str(tmp_path / "elsewhere.sock"), env, UID) == ""
+    assert discovery.runtime_dir_problem(str(xdg / "podman" / "podman.sock"), env, os.geteuid()) == ""
+    assert discovery.runtime_dir_problem(f"/run/user/{UID}/podman/podman.sock", {}, UID) == "does not exist"
+    os.chmod(xdg, 0o644)
+    assert discovery.runtime_dir_problem(str(xdg / "podman.sock"), env, os.geteuid()) == ""  # path_problem's to say
+    xdg.rmdir()
+    xdg.write_text("")
+    assert discovery.runtime_dir_problem(str(xdg / "podman.sock"), env, os.geteuid()).endswith(
+        f"XDG_RUNTIME_DIR={xdg} is not a directory (another user could have planted it)")
+
+
+def test_a_link_in_a_foreign_runtime_directory_is_never_contacted(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30's try: another user's XDG_RUNTIME_DIR holds ``podman/podman.sock``, a symlink to
+    a socket this user could use. Nothing there is contacted, nor is a link in a directory of
+    this user's; the operator who names the link gets it."""
+    foreign, own = tmp_path / "foreign", tmp_path / "own"
+    (foreign / "podman").mkdir(parents=True)
+    own.mkdir(mode=0o700)
+    sock, link = own / "api.sock", foreign / "podman" / "podman.sock"
+    monkeypatch.setattr(os, "geteuid", lambda: UID)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(foreign))
+    fake = FakeLibpod().start_in_thread(str(sock))
+    try:
+        link.symlink_to(sock)
+        for path in (foreign, foreign / "podman", link):
+            os.chown(path, 4243, 4243, follow_symlinks=False)
+        os.chown(own, UID, UID)
+        os.chown(sock, UID, UID)
+        first = discovery.plan("", os.environ, no_machine).candidates[0]
+        assert first == Candidate(str(link))
+        [line] = asyncio.run(asyncio.wait_for(tried(discovery.Plan([first])), DEADLINE))
+        assert line == (f"{link}: not used: its runtime directory XDG_RUNTIME_DIR={foreign} is owned by uid 4243, "
+                        f"not {UID} (another user could have planted it)")
+        for path in (foreign, foreign / "podman", link):
+            os.chown(path, UID, UID, follow_symlinks=False)  # a runtime directory of ours: still a link
+        [line] = asyncio.run(asyncio.wait_for(tried(discovery.Plan([first])), DEADLINE))
+        assert line.startswith(f"{link}: not used: it is a symlink; ")
+        assert fake.requests == []
+        named = discovery.Plan([Candidate(str(link), named=True)])
+        assert asyncio.run(asyncio.wait_for(tried(named), DEADLINE)) == [f"{link}: "]
+        assert fake.requests
+    finally:
+        fake.stop_thread()

@@ -31,6 +31,7 @@ from podmand.libpod import (
     Timeouts,
     UnixTransport,
 )
+from podmand.libpod.client import log_configuration
 
 DEADLINE = 10.0  # bounds every test; a deadline the client failed to apply ends as TimeoutError here
 SHORT = 0.05  # a deadline under test: a hanging handler must end in PodmanUnavailable
@@ -128,6 +129,16 @@ def test_every_container_logs_to_a_file_unless_its_spec_says_otherwise() -> None
 
     run(main())
     assert json.loads(rec.last.body)["log_configuration"] == own
+
+
+def test_every_container_log_is_bounded_by_the_clients_log_size_max() -> None:
+    """libpod's SpecGenerator ``log_configuration.size`` (bytes; Podman passes it to conmon as
+    --log-size-max); 0 sends none, leaving containers.conf's log_size_max to Podman."""
+    rec = Recorder(lambda _r: ok({"Id": "abc", "Warnings": []}, 201))
+    bounded = PodmanClient(transport=MockTransport(rec), log_size_max=65536)
+    run(bounded.create_container({"name": "x"}))
+    assert json.loads(rec.last.body)["log_configuration"] == {"driver": "k8s-file", "size": 65536}
+    assert log_configuration(0) == {"driver": "k8s-file"}
 
 
 def test_image_references_are_one_path_segment() -> None:
