@@ -210,11 +210,20 @@ podman_in() {
     fi
 }
 
+# tar_sha TAR: its sha256, remembered beside it for as long as its size and mtime stay
+tar_sha() {
+    local stamp; stamp=$(stat -c '%s %Y' "$1")
+    if [ "$(sed -n 1p "$1.sha256" 2>/dev/null)" != "$stamp" ]; then
+        printf '%s\n%s\n' "$stamp" "$(sha "$1")" >"$1.sha256"
+    fi
+    sed -n 2p "$1.sha256"
+}
+
 # load STORE IMAGE TAR CHANGES...: import TAR unless the store has this content
 load() {
     local store=$1 image=$2 tar=$3; shift 3
     local want have old
-    want=$(printf '%s\n' "$(sha "$tar")" "$@" | sha256sum | cut -c1-64)
+    want=$(printf '%s\n' "$(tar_sha "$tar")" "$@" | sha256sum | cut -c1-64)
     have=$(podman_in "$store" image inspect --format "{{index .Labels \"$LABEL\"}}" "$image" 2>/dev/null || true)
     [ "$have" = "$want" ] && return 0
     old=$(podman_in "$store" image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
