@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -478,3 +479,25 @@ def test_descendant_of_the_runtime_is_refused(client: Client, pair: Pair) -> Non
     assert result.read_text().startswith("refused"), result.read_text()
     log = pair.sides[0].log
     assert "a descendant of the runtime (EACCES)" in log
+
+
+@pytest.mark.parametrize(("tls12", "alpn", "logged"), [
+    pytest.param(True, ["h2"], "TLS handshake with a control client failed", id="tls-1.2"),
+    pytest.param(False, ["http/1.1"], "refused a control connection: TLSv1.3 ALPN None", id="no-h2"),
+])
+def test_control_socket_takes_only_tls13_with_h2(client: Client, pair: Pair, tls12: bool, alpn: list[str],
+                                                 logged: str) -> None:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(cadata=pair.launch.tls.anchor_pem)
+    if tls12:
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(alpn)
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.settimeout(10)
+        raw.connect(str(pair.socket))
+        name = pair.launch.server_name
+        with pytest.raises((ssl.SSLError, OSError)), ctx.wrap_socket(raw, server_hostname=name) as tls:
+            tls.sendall(b"PRI * HTTP/2.0\r\n\r\n")
+            if not tls.recv(1):
+                raise OSError("closed by the runtime")
+    wait_until(lambda: logged in pair.sides[0].log, 10, repr(logged), lambda: pair.sides[0].log)
