@@ -501,3 +501,18 @@ def test_control_socket_takes_only_tls13_with_h2(client: Client, pair: Pair, tls
             if not tls.recv(1):
                 raise OSError("closed by the runtime")
     wait_until(lambda: logged in pair.sides[0].log, 10, repr(logged), lambda: pair.sides[0].log)
+
+
+def test_second_connection_while_the_first_is_active_is_unavailable(client: Client, pair: Pair) -> None:
+    instance = str(uuid.uuid4())
+    assert client.attach(instance)["result"] == "attached"
+    assert client.call({"operation": "confirm"})["result"] == "confirmed"
+    other = Client(pair)
+    try:
+        response = other.attach(instance)
+        assert response == {"result": "error", "kind": "unavailable", "message":
+                             "another Sandbox Protocol connection with this credential epoch is still active"}
+        assert other.call({"operation": "wait", "process_id": "main"})["message"] == (
+            "Sandbox Protocol connection has not completed attach")
+    finally:
+        other.close()
