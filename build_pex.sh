@@ -19,7 +19,8 @@
 # same checkout and pins give the same bytes, whichever Python 3.11 runs the build and
 # wherever it lives. It boots through pexboot.sh, put in place of pex's own /bin/sh header:
 # it unpacks only the running CPython's wheels from the file's .deps into
-# $PEX_ROOT/podmand/<pex hash>/cp3XY once and imports podmand from there, skipping pex's
+# $PEX_ROOT/podmand/<pex hash>/cp3XY once and imports podmand from there (when no other user
+# can write there; else from a private copy: docs/security.md), skipping pex's
 # runtime (which unpacks all three CPythons' wheels, identifies the interpreter in
 # subprocesses and builds a venv: 1.7-4 s cold here, against 0.5-1 s). pex's runtime still
 # runs the file when a PEX_* knob of its own is set (PEX_TOOLS=1 and the like).
@@ -211,24 +212,43 @@ with open(f"{dest}/{name}", "wb") as fh:
 PY
 }
 
-# Put pexboot.sh in place of pex's own /bin/sh boot header: the same length (padded with a
-# comment), so the zip's offsets, which count from the start of the file, stay right.
+# Put pexboot.sh in place of pex's own /bin/sh boot header. The zip's offsets count from the start
+# of the file, so each one (the central directory's entries and its own, in the end record) moves
+# by the difference in length; pex writes no zip64 records nor an archive comment into a file
+# this size, and anything else is refused.
 put_boot_header() {  # PEX VERSION
     "$BUILD_PY" - "$1" "$2" pexboot.sh <<'PY' || die "could not put pexboot.sh in front of $1"
-import json, sys, zipfile
+import json, struct, sys, zipfile
 path, version, boot = sys.argv[1], sys.argv[2], sys.argv[3]
 with zipfile.ZipFile(path) as z:
     key = json.loads(z.read("PEX-INFO"))["pex_hash"]
     start = min(i.header_offset for i in z.infolist())
 text = open(boot, "rb").read().replace(b"@KEY@", key.encode()).replace(b"@VERSION@", version.encode())
-with open(path, "r+b") as fh:
-    if not fh.read(start).startswith(b"#!/bin/sh\n") or fh.read(4) != b"PK\x03\x04":
-        sys.exit(f"{path}: no /bin/sh header of {start} bytes before its zip")
-    pad = start - len(text)
-    if pad < 0:
-        sys.exit(f"{boot} is {len(text)} bytes, longer than pex's header ({start})")
-    fh.seek(0)
-    fh.write(text + (b"#" * (pad - 1) + b"\n" if pad else b""))
+data = open(path, "rb").read()
+if not data.startswith(b"#!/bin/sh\n") or data[start:start + 4] != b"PK\x03\x04":
+    sys.exit(f"{path}: no /bin/sh header of {start} bytes before its zip")
+end = len(data) - 22  # the end record, with no comment after it
+if data[end:end + 4] != b"PK\x05\x06":
+    sys.exit(f"{path}: its zip has an archive comment or zip64 records")
+count, size, offset = struct.unpack_from("<HII", data, end + 10)
+if offset + size != end or count == 0xFFFF:
+    sys.exit(f"{path}: its central directory is not where its end record says")
+shift = len(text) - start
+directory = bytearray(data[offset:end])
+at = 0
+for i in range(count):
+    names, extra, comment = struct.unpack_from("<HHH", directory, at + 28)
+    (local,) = struct.unpack_from("<I", directory, at + 42)
+    if directory[at:at + 4] != b"PK\x01\x02" or local == 0xFFFFFFFF:
+        sys.exit(f"{path}: entry {i} of its central directory cannot be moved")
+    struct.pack_into("<I", directory, at + 42, local + shift)
+    at += 46 + names + extra + comment
+if at != len(directory):
+    sys.exit(f"{path}: its central directory holds more than {count} entries")
+record = bytearray(data[end:])
+struct.pack_into("<I", record, 16, offset + shift)
+with open(path, "wb") as fh:
+    fh.write(text + data[start:offset] + directory + record)
 PY
 }
 
