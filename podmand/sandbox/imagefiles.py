@@ -4,6 +4,13 @@ A container is created from the pinned image ID, never started; files are
 copied out through the libpod archive API, and the container is removed.
 Used for the supervisor binary and for the image's account files.
 
+A reader never outlives its read, however the read ends (the image's refusal, an error,
+the caller giving up, podmand's stop): the create runs to its answer even when the read
+is cancelled meanwhile (Podman makes the container whether or not anyone still waits,
+and a removal sent before the create is done finds nothing to remove), and the removal
+that follows is shielded from the caller's cancellation. Shutdown waits for the removals
+under way and tries once more those Podman did not answer (:func:`settle`).
+
 The image is the caller's, so its files are too: each is read as it streams,
 never past a limit (the tar header's size is checked before its data is read),
 and a file over the limit is :class:`TooLarge`, not memory taken from every
@@ -18,15 +25,18 @@ import os
 import tarfile
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 from .. import names
-from ..libpod import PodmanClient, PodmanError, PodmanUnavailable
+from ..libpod import PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 
 READER_PREFIX = "podmand-read-"
 ACTIVE: set[str] = set()  # names of this process's readers in use
 # Readers whose removal Podman did not answer (it was restarting): removed at the next
 # chance (:func:`remove_unremoved`, each resync), not left for the next full collection.
 UNREMOVED: set[str] = set()
+# Removals under way (:func:`dispose`): shutdown waits for them (:func:`settle`).
+_DISPOSING: set[asyncio.Task[None]] = set()
 # Bytes of one account file (/etc/passwd, /etc/group). Real ones are a few KiB, and a
 # directory of tens of thousands of accounts fits in 1 MiB; the supervisor reads them
 # whole as well. A bigger one is a hostile image.
@@ -103,17 +113,46 @@ async def read_image_files(
         "labels": names.own_labels(state_dir),
     }
     ACTIVE.add(reader)
+    created = asyncio.ensure_future(podman.create_container(spec))
     try:
-        await podman.create_container(spec)
-        try:
-            return await _copy_out(podman, reader, paths, limit)
-        finally:
-            try:
-                await podman.remove_container(reader, 0)
-            except (PodmanError, PodmanUnavailable):
-                UNREMOVED.add(reader)
+        await asyncio.shield(created)  # cancelled: the create still ends, then the removal follows it
+        return await _copy_out(podman, reader, paths, limit)
     finally:
-        ACTIVE.discard(reader)
+        await dispose(podman, reader, created)
+
+
+async def dispose(podman: PodmanClient, name: str, created: asyncio.Future[Any]) -> None:
+    """Remove podmand's helper container ``name`` (and take it out of :data:`ACTIVE`) once
+    its create, ``created``, has ended, however it ended: a refused or failed create may
+    still have made it, and one its caller gave up on is made all the same. Shielded from
+    the caller's cancellation: one more leaves the removal running (shutdown waits for it:
+    :func:`settle`). A removal Podman does not answer puts the name in :data:`UNREMOVED`.
+    Bounded by the client's deadlines of the create and of the removal."""
+    removal = asyncio.ensure_future(_remove_after(podman, name, created))
+    _DISPOSING.add(removal)
+    removal.add_done_callback(_DISPOSING.discard)
+    await asyncio.shield(removal)
+
+
+async def _remove_after(podman: PodmanClient, name: str, created: asyncio.Future[Any]) -> None:
+    try:
+        await asyncio.wait((created,))
+        if not created.cancelled():
+            created.exception()  # its failure is the reader's caller's (or moot): retrieved here
+        try:
+            await podman.remove_container(name, 0)  # False: nothing was made, or it is gone
+        except (PodmanError, PodmanUnavailable, PodmanUnreadable):
+            UNREMOVED.add(name)
+    finally:
+        ACTIVE.discard(name)
+
+
+async def settle(podman: PodmanClient) -> list[str]:
+    """At shutdown, once nothing reads any more: wait for the removals under way, then
+    remove the readers Podman did not remove before; what was removed."""
+    while _DISPOSING:
+        await asyncio.wait(set(_DISPOSING))
+    return await remove_unremoved(podman)
 
 
 async def remove_unremoved(podman: PodmanClient) -> list[str]:
