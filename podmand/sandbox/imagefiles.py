@@ -111,6 +111,10 @@ async def read_image_files(
         "entrypoint": ["/nonexistent"],
         "command": [],
         "labels": names.own_labels(state_dir),
+        # The image's own files, not the image's VOLUMEs: Podman would make each an anonymous
+        # volume (empty until a start copies the image's files in, and not removed with the
+        # reader: nothing else would ever remove it).
+        "image_volume_mode": "ignore",
     }
     ACTIVE.add(reader)
     created = asyncio.ensure_future(podman.create_container(spec))
