@@ -2,7 +2,9 @@
 
 A container is created from the pinned image ID, never started; files are
 copied out through the libpod archive API, and the container is removed.
-Used for the supervisor binary and for the image's account files.
+Used for the supervisor binary and for the image's account files; the same reader
+says whether a path's components are symbolic links in the image (the workspace's:
+workspace.py), from the archive endpoint's stat of each, nothing copied.
 
 A reader never outlives its read, however the read ends (the image's refusal, an error,
 the caller giving up, podmand's stop): the create runs to its answer even when the read
@@ -24,11 +26,12 @@ import io
 import os
 import tarfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .. import names
-from ..libpod import PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
+from ..libpod import PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable, path_stat, quote
 
 READER_PREFIX = "podmand-read-"
 ACTIVE: set[str] = set()  # names of this process's readers in use
@@ -96,14 +99,41 @@ async def read_capped(chunks: AsyncIterator[bytes], path: str, limit: int) -> by
     return bytes(buf)
 
 
+@dataclass(frozen=True)
+class ImageRead:
+    """What one reader saw of an image."""
+
+    files: dict[str, bytes | None]  # each path asked for: its content, None when absent
+    link: str = ""  # the first of the paths looked at that is a symbolic link in the image, or ""
+
+
 async def read_image_files(
     podman: PodmanClient, image_id: str, paths: list[str], state_dir: str = "", *, limit: int = ACCOUNT_FILE_LIMIT
 ) -> dict[str, bytes | None]:
     """The content of each path in the image (None when absent), each at most ``limit``
-    bytes (else :class:`TooLarge`).  The reader is labelled with podmand's state directory
-    (and every other label podmand reads, neutral: :func:`names.own_labels`) and listed
-    in :data:`ACTIVE` while in use, so that one left behind (Podman away at removal,
-    podmand killed) can be told from one in use and removed later."""
+    bytes (else :class:`TooLarge`): :func:`read_image`'s files."""
+    return (await read_image(podman, image_id, paths, state_dir, limit=limit)).files
+
+
+async def read_image(
+    podman: PodmanClient,
+    image_id: str,
+    paths: list[str],
+    state_dir: str = "",
+    *,
+    limit: int = ACCOUNT_FILE_LIMIT,
+    links: Sequence[str] = (),
+) -> ImageRead:
+    """The content of each path in the image (None when absent), each at most ``limit``
+    bytes (else :class:`TooLarge`), and the first of ``links`` that is a symbolic link in
+    the image. ``links`` are a path's ancestors, shallowest first, and the path last: each
+    is looked at in turn with the ones before it known to be no links, so a link anywhere
+    on the path is found, and those after a missing one are missing too. Once a link is
+    found no file is read (the image is refused for it). The reader is labelled with
+    podmand's state directory (and every other label podmand reads, neutral:
+    :func:`names.own_labels`) and listed in :data:`ACTIVE` while in use, so that one left
+    behind (Podman away at removal, podmand killed) can be told from one in use and
+    removed later."""
     reader = f"{READER_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
     spec = {
         "name": reader,
@@ -120,9 +150,25 @@ async def read_image_files(
     created = asyncio.ensure_future(podman.create_container(spec))
     try:
         await asyncio.shield(created)  # cancelled: the create still ends, then the removal follows it
-        return await _copy_out(podman, reader, paths, limit)
+        if link := await first_link(podman, reader, links):
+            return ImageRead({}, link)
+        return ImageRead(await _copy_out(podman, reader, paths, limit))
     finally:
         await dispose(podman, reader, created)
+
+
+async def first_link(podman: PodmanClient, container: str, paths: Sequence[str]) -> str:
+    """The first of ``paths`` (a path's ancestors, shallowest first) that is a symbolic link
+    in ``container``, or "" when none is, up to the first that is missing."""
+    for path in paths:
+        # HEAD of the archive endpoint: only its stat (an lstat: the last component is not followed)
+        resp = await podman.request("HEAD", f"/containers/{quote(container)}/archive", query={"path": path})
+        stat = path_stat(resp.status, resp.headers, f"{path!r} in {container}")
+        if stat is None:
+            return ""
+        if stat.symlink:
+            return path
+    return ""
 
 
 async def dispose(podman: PodmanClient, name: str, created: asyncio.Future[Any]) -> None:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from podmand.driver.validation import Accounts
+from podmand.driver.validation import Facts, ImageFacts
 from podmand.libpod import PodmanError
 from podmand.sandbox import imagefiles
 from podmand.sandbox.imagefiles import TooLarge, first_file, read_capped
@@ -77,15 +77,15 @@ def test_first_file_checks_the_size_again() -> None:
     assert first_file(tar_of("passwd", b"a" * 100), limit=100) == b"a" * 100
 
 
-def test_the_account_cache_is_bounded_in_images_and_in_size() -> None:
-    cache = Accounts(images=3, size=100)
+def test_the_image_cache_is_bounded_in_images_and_in_size() -> None:
+    cache = Facts(images=3, size=100)
     for i in range(5):
-        cache.put(f"img{i}", ("p" * 10, "g" * 10))
+        cache.put(f"img{i}", ImageFacts("p" * 10, "g" * 10, ""))
     assert len(cache) == 3 and cache.get("img0") is None and cache.get("img4") is not None
     cache.get("img2")  # used: kept over img3
-    cache.put("big", ("p" * 50, "g" * 30))
+    cache.put("big", ImageFacts("p" * 50, "g" * 20, "/a" * 5))
     assert cache.kept_size <= 100 and cache.get("img2") is not None and cache.get("img3") is None
-    huge = ("p" * 200, "")
+    huge = ImageFacts("p" * 200, "", "")
     assert cache.put("huge", huge) == huge and cache.get("huge") is None  # used, never kept
     assert cache.kept_size <= 100
 
