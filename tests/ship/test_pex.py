@@ -31,7 +31,7 @@ BUILD = ROOT / "build_pex.sh"
 ARCHES = ("x86_64", "aarch64")
 PYTHONS = ("311", "312", "313")
 NATIVE = ("grpcio", "msgspec")  # compiled per CPython version
-MAX_BYTES = 30 * 1024 * 1024
+MAX_BYTES = 32 * 1024 * 1024  # 30 MB until cryptography (issue 31: +5.4 MB)
 
 
 def pex_path(arch: str) -> Path:
@@ -78,7 +78,7 @@ def test_interpreter_selection_admits_311_to_313(arch: str) -> None:
 
 
 def test_sizes_and_checksums() -> None:
-    """Each file is at most 30 MB and SHA256SUMS lists exactly them, correctly."""
+    """Each file is at most 32 MB and SHA256SUMS lists exactly them, correctly."""
     listed = {}
     for line in (DIST / "SHA256SUMS").read_text().splitlines():
         digest, name = line.split()
