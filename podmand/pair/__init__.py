@@ -27,5 +27,7 @@ The driver composes it; nothing here talks to Podman.
 """
 
 __all__ = [
+    "documents",
+    "outerfence",
     "tls",
 ]
