@@ -27,6 +27,7 @@ The driver composes it; nothing here talks to Podman.
 """
 
 __all__ = [
+    "archives",
     "documents",
     "outerfence",
     "tls",
