@@ -30,5 +30,6 @@ __all__ = [
     "archives",
     "documents",
     "outerfence",
+    "specs",
     "tls",
 ]
