@@ -19,7 +19,8 @@
 # same checkout and pins give the same bytes, whichever Python 3.11 runs the build and
 # wherever it lives. It boots through pexboot.sh, put in place of pex's own /bin/sh header:
 # it unpacks only the running CPython's wheels from the file's .deps into
-# $PEX_ROOT/podmand/<pex hash>/cp3XY once and imports podmand from there, skipping pex's
+# $PEX_ROOT/podmand/<pex hash>/cp3XY once and imports podmand from there (when no other user
+# can write there; else from a private copy: docs/security.md), skipping pex's
 # runtime (which unpacks all three CPythons' wheels, identifies the interpreter in
 # subprocesses and builds a venv: 1.7-4 s cold here, against 0.5-1 s). pex's runtime still
 # runs the file when a PEX_* knob of its own is set (PEX_TOOLS=1 and the like).
@@ -73,7 +74,10 @@ DEPS=(grpcio==1.85.3 grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1 pr
       # traces (otlp_endpoint); the SDK pins its own API, protos and conventions exactly: the two it
       # leaves open are pinned here
       opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.2
-      googleapis-common-protos==1.76.0 typing-extensions==4.16.0)
+      googleapis-common-protos==1.76.0 typing-extensions==4.16.0
+      # the split topology's per-launch TLS (podmand/pair/tls.py): one abi3 wheel serves all three
+      # CPythons; cffi (per CPython) and pycparser are its declared dependencies
+      cryptography==51.0.1 cffi==2.1.1 pycparser==3.12)
 # pex, pinned to one wheel whatever Python builds (its code lands in every pex): the one for
 # Python 3.11 and older. On 3.11 pex resolves with the pip it vendors (which needs Python's
 # distutils); on 3.12+ it makes a pip with ensurepip. The building Python's minor version
@@ -211,24 +215,43 @@ with open(f"{dest}/{name}", "wb") as fh:
 PY
 }
 
-# Put pexboot.sh in place of pex's own /bin/sh boot header: the same length (padded with a
-# comment), so the zip's offsets, which count from the start of the file, stay right.
+# Put pexboot.sh in place of pex's own /bin/sh boot header. The zip's offsets count from the start
+# of the file, so each one (the central directory's entries and its own, in the end record) moves
+# by the difference in length; pex writes no zip64 records nor an archive comment into a file
+# this size, and anything else is refused.
 put_boot_header() {  # PEX VERSION
     "$BUILD_PY" - "$1" "$2" pexboot.sh <<'PY' || die "could not put pexboot.sh in front of $1"
-import json, sys, zipfile
+import json, struct, sys, zipfile
 path, version, boot = sys.argv[1], sys.argv[2], sys.argv[3]
 with zipfile.ZipFile(path) as z:
     key = json.loads(z.read("PEX-INFO"))["pex_hash"]
     start = min(i.header_offset for i in z.infolist())
 text = open(boot, "rb").read().replace(b"@KEY@", key.encode()).replace(b"@VERSION@", version.encode())
-with open(path, "r+b") as fh:
-    if not fh.read(start).startswith(b"#!/bin/sh\n") or fh.read(4) != b"PK\x03\x04":
-        sys.exit(f"{path}: no /bin/sh header of {start} bytes before its zip")
-    pad = start - len(text)
-    if pad < 0:
-        sys.exit(f"{boot} is {len(text)} bytes, longer than pex's header ({start})")
-    fh.seek(0)
-    fh.write(text + (b"#" * (pad - 1) + b"\n" if pad else b""))
+data = open(path, "rb").read()
+if not data.startswith(b"#!/bin/sh\n") or data[start:start + 4] != b"PK\x03\x04":
+    sys.exit(f"{path}: no /bin/sh header of {start} bytes before its zip")
+end = len(data) - 22  # the end record, with no comment after it
+if data[end:end + 4] != b"PK\x05\x06":
+    sys.exit(f"{path}: its zip has an archive comment or zip64 records")
+count, size, offset = struct.unpack_from("<HII", data, end + 10)
+if offset + size != end or count == 0xFFFF:
+    sys.exit(f"{path}: its central directory is not where its end record says")
+shift = len(text) - start
+directory = bytearray(data[offset:end])
+at = 0
+for i in range(count):
+    names, extra, comment = struct.unpack_from("<HHH", directory, at + 28)
+    (local,) = struct.unpack_from("<I", directory, at + 42)
+    if directory[at:at + 4] != b"PK\x01\x02" or local == 0xFFFFFFFF:
+        sys.exit(f"{path}: entry {i} of its central directory cannot be moved")
+    struct.pack_into("<I", directory, at + 42, local + shift)
+    at += 46 + names + extra + comment
+if at != len(directory):
+    sys.exit(f"{path}: its central directory holds more than {count} entries")
+record = bytearray(data[end:])
+struct.pack_into("<I", record, 16, offset + shift)
+with open(path, "wb") as fh:
+    fh.write(text + data[start:offset] + directory + record)
 PY
 }
 
@@ -246,7 +269,9 @@ mkdir -p "$DIST"
 built=()
 for arch in $ARCHES; do
     platforms=()
-    for v in $PYVERS; do platforms+=(--platform "manylinux2014_${arch}-cp-${v}-cp${v}"); done
+    # The version as 3.X.0: a dependency's marker on python_full_version (cryptography's on cffi)
+    # cannot be evaluated for an abbreviated platform of two components.
+    for v in $PYVERS; do platforms+=(--platform "manylinux2014_${arch}-cp-3.${v#3}.0-cp${v}"); done
     out="$DIST/podmand-${VERSION}-${arch}.pex"
     step "$arch: resolving and packing for CPython ${PYVERS// /, } -> $out"
     # --jobs 1: pip builds "." in place, once per platform; in parallel, setuptools' shared
@@ -261,7 +286,7 @@ for arch in $ARCHES; do
     put_boot_header "$out" "$VERSION"
     built+=("$(basename "$out")")
     size=$(stat -c %s "$out")
-    [ "$size" -le $((30 * 1024 * 1024)) ] || die "$out is $size bytes, over 30 MB"
+    [ "$size" -le $((32 * 1024 * 1024)) ] || die "$out is $size bytes, over 32 MB"
     step "$arch: done, $((size / 1024 / 1024)) MB"
 done
 (cd "$DIST" && sha256sum "${built[@]}" > SHA256SUMS)

@@ -84,6 +84,37 @@ RESERVED_ROOTS = (
     "/dev",
 )
 
+# ---- the split topology (OpenShell 0.1.x's Sandbox Protocol; podmand/pair/): a workload
+# container running the sandbox runtime and a supervisor container beside it
+ISOLATION_ROLE = "openshell.ai/isolation-role"  # label: ROLE_WORKLOAD or ROLE_SUPERVISOR
+ROLE_WORKLOAD = "sandbox"
+ROLE_SUPERVISOR = "supervisor"
+RUNTIME_BIN = SUPERVISOR_BIN  # the workload's entrypoint: openshell-sandbox, bound read-only
+SUPERVISOR_ENTRYPOINT = "/openshell-supervisor"  # in the supervisor image
+ISOLATION_BACKEND = "openshell-sandbox"  # the backend name the supervisor admits
+CHANNEL_DIR = "/.openshell/channel"  # the channel volume, in the workload
+CHANNEL_SANDBOX_DIR = "/.openshell/channel/sandbox"
+BOOTSTRAP_PATH = "/.openshell/channel/sandbox/bootstrap.json"
+SERVER_CERT_PATH = "/.openshell/channel/sandbox/server.crt"
+SERVER_KEY_PATH = "/.openshell/channel/sandbox/server.key"
+CONTROL_SOCKET_PATH = "/.openshell/channel/sandbox/control.sock"
+SUPERVISOR_DIR = "/.openshell/supervisor"  # in the supervisor's own root filesystem, no volume
+RUNTIME_DESCRIPTOR_PATH = "/.openshell/supervisor/runtime-descriptor.json"
+AUTH_BUNDLE_PATH = "/.openshell/supervisor/auth.json"
+RESTART_METADATA_PATH = "/.openshell/supervisor/restart-metadata.json"
+SUPERVISOR_HEALTH_SOCKET = "/run/openshell/supervisor-health.sock"
+SUPERVISOR_CA_DIR = "/run/openshell-supervisor-ca"  # the runtime installs the supervisor's proxy CA here
+SERVER_NAME_DOMAIN = "openshell.internal"  # the channel's TLS name: sandbox.<session id>.<this>
+
+
+def supervisor_name(sandbox_id: str) -> str:
+    return f"openshell-supervisor-{sandbox_id}"
+
+
+def channel_volume_name(sandbox_id: str) -> str:
+    return f"openshell-channel-{sandbox_id}"
+
+
 # ---- env names the supervisor reads
 ENV_LOG_LEVEL = "OPENSHELL_LOG_LEVEL"
 ENV_SANDBOX = "OPENSHELL_SANDBOX"
@@ -106,6 +137,9 @@ NETWORK_CAPABILITIES = "policy-dns-transparent-tcp"
 ENV_TLS_CA = "OPENSHELL_TLS_CA"
 ENV_TLS_CERT = "OPENSHELL_TLS_CERT"
 ENV_TLS_KEY = "OPENSHELL_TLS_KEY"
+ENV_ADMITTED_BACKEND = "OPENSHELL_ADMITTED_ISOLATION_BACKEND"  # the split topology's supervisor
+ENV_PROXY_TLS_DIR = "OPENSHELL_PROXY_TLS_DIR"
+PROXY_TLS_DIR = "/run/openshell/proxy-tls"
 
 # ---- condition vocabulary
 READY = "Ready"

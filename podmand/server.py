@@ -14,9 +14,10 @@ gateway (its warning, from a thread that never holds up the exit) and the ``.pyc
 files a cold start of the pex left for then (bytecode.py). Shutdown is that
 stack unwinding: release RPCs still waiting for start-up, report NOT_SERVING,
 end watch streams, stop accepting, finish in-flight RPCs within a grace, stop the
-hub, bound background work, remove the sockets, stop an autostarted Podman, release
-the lock. A failed start unwinds the same way and leaves nothing behind, not even a
-socket directory podmand created; a stop asked for during start-up abandons it.
+hub, bound background work (the image readers it leaves removed within that bound),
+remove the sockets, stop an autostarted Podman, release the lock. A failed start
+unwinds the same way and leaves nothing behind, not even a socket directory podmand
+created; a stop asked for during start-up abandons it.
 How a stop is asked for and forced (signals): shutdown.py. With ``otlp_endpoint``
 set, traces are on for the whole run and flushed after it (rpcspans.py).
 """

@@ -3,7 +3,7 @@
 ``parser`` builds the command line (each tool adds its own subcommand); ``ctl/``
 and ``doctor/`` are the two large tools. They talk to the driver socket or to
 Podman: they may import the leaves, ``libpod``, ``config``, ``security``,
-``sandbox``, ``host`` and the edge's ``negotiation`` (the contract's constants),
+``sandbox``, ``pair``, ``host`` and the edge's ``negotiation`` (the contract's constants),
 never ``driver``, ``watch``, ``servicer`` or ``server``.
 """
 

@@ -10,8 +10,8 @@ and tells watch streams), ``index`` and ``lookup`` (which containers a sandbox h
 ``networks``, ``images``, ``garbage``, ``pending`` and ``tasks``; ``context`` is
 what the parts of a create, a stop, a start and a delete are all given.
 
-May import the leaves, ``libpod``, ``config``, ``security``, ``sandbox`` and
-``host``; never ``watch``, the edge or ``cli``.
+May import the leaves, ``libpod``, ``config``, ``security``, ``sandbox``, ``pair``
+and ``host``; never ``watch``, the edge or ``cli``.
 """
 
 from .core import Driver

@@ -81,9 +81,12 @@ class Driver:
         return self.validator.gpus
 
     async def close(self) -> None:
-        """Cancel background work; durable intent lets the next start resume it."""
+        """Cancel background work (durable intent lets the next start resume it), then
+        leave no image reader behind: those being removed are waited for, those Podman
+        did not remove are asked for once more (the caller bounds the whole)."""
         self.observer.close()
         await self.tasks.close()
+        await imagefiles.settle(self.podman)
 
     # ------------------------------------------------------------ reads (no side effects)
 

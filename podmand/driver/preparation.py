@@ -3,9 +3,10 @@ or imported from a staged rootfs tar), its image mounts, and what podmand reads 
 Its own module because it is all Podman's image store, done again on every attempt from
 what podmand remembers, while making the container (creation.py) needs only its result.
 
-Each image is pinned by ID (images.py) and refused when it is unfit; the identity the
-supervisor will select comes from the image's own accounts; the upstream proxy files
-are written again for each container. Every failure is reported with a reason of its own.
+Each image is pinned by ID (images.py) and refused when it is unfit, a workspace path
+through a symbolic link in it included; the identity the supervisor will select comes
+from the image's own accounts; the upstream proxy files are written again for each
+container. Every failure is reported with a reason of its own.
 """
 
 from __future__ import annotations
@@ -87,7 +88,14 @@ class Preparation:
                 raise ProvisionFailed(IMAGE_REFUSED, f"image mount {m.source}: {why}")
             mount_images[m.source] = mounted.id
         try:
-            workload = await self.validator.resolve_identity(plan, image.id, image.config.user)
+            facts = await self.validator.facts(image.id, workdir)  # the image's own files, once per image ID
+        except FailedPrecondition as exc:
+            raise ProvisionFailed("WorkloadIdentityInvalid", exc.message) from exc
+        if facts.link:  # the workspace's path passes through a symbolic link in the image
+            refused = workspace.link_refusal(plan.image, image.config.working_dir, workdir, facts.link)
+            raise ProvisionFailed(IMAGE_REFUSED, refused.message)
+        try:
+            workload = await self.validator.resolve_identity(plan, image.id, image.config.user, facts)
         except FailedPrecondition as exc:
             raise ProvisionFailed("WorkloadIdentityInvalid", exc.message) from exc
         try:  # read again for each container: a rotated credential applies from the next one

@@ -39,7 +39,7 @@ async def create(prov: Provisioner, sandbox: pb.DriverSandbox | None) -> str:
     of the gateway's shape is deleted, and only that file and its emptied slot
     (:func:`rootfs.remove_slot`); any other path is refused and left alone."""
     try:
-        plan = await prov.validator.validate(sandbox, staged=False)
+        plan = await prov.validator.validate(sandbox, staged=False, read=True)
         assert sandbox is not None
         async with prov.locks[plan.sandbox_id]:
             existing = await _existing(prov, plan)

@@ -1,5 +1,7 @@
-"""Checking a create request against Podman before anything is made, and the
-identity the supervisor will select from the image's own account files."""
+"""Checking a create request against Podman before anything is made, and what podmand
+reads of an image's own files (once per image ID): the identity the supervisor will
+select from its account files, and whether the workspace's path passes through a
+symbolic link in it (sandbox/workspace.py says why that is refused)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import dataclasses
 import logging
 from collections import OrderedDict
 from pathlib import Path
+from typing import NamedTuple
 
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
@@ -16,7 +19,7 @@ from ..host import wsl
 from ..libpod import ImageInspect, PodmanClient, PodmanError, versions
 from ..sandbox import cdi, identity, imagechecks, rootfs, workspace
 from ..sandbox.identity import Resolved
-from ..sandbox.imagefiles import TooLarge, read_image_files
+from ..sandbox.imagefiles import TooLarge, read_image
 from ..sandbox.plan import Plan
 from ..sandbox.spec import userns_id_limit, validate
 from ..security import admission
@@ -27,39 +30,50 @@ log = logging.getLogger("podmand.driver")
 
 
 ACCOUNT_FILES = ("/etc/passwd", "/etc/group")
-READS = 4  # account reads at a time: each holds up to two files of imagefiles.ACCOUNT_FILE_LIMIT
-CACHED_IMAGES = 256  # images whose account files are kept...
+READS = 4  # image reads at a time: each holds up to two files of imagefiles.ACCOUNT_FILE_LIMIT
+CACHED_IMAGES = 256  # images whose files are kept...
 CACHED_BYTES = 8 * 1024 * 1024  # ...in at most this many characters together
 
 
-class Accounts:
-    """Image ID -> (/etc/passwd, /etc/group), least recently used dropped first, bounded
-    in images and in size (the files are the images', chosen by callers)."""
+class ImageFacts(NamedTuple):
+    """What podmand reads of an image's own files (one reader each time)."""
+
+    passwd: str
+    group: str
+    # The first symbolic link on the workspace's path in the image, or "". The path comes
+    # from the image's WorkingDir, so it too is the image ID's; with a link, the image is
+    # refused and its account files are not read ("").
+    link: str
+
+
+class Facts:
+    """Image ID -> :class:`ImageFacts`, least recently used dropped first, bounded in
+    images and in size (the files are the images', chosen by callers)."""
 
     def __init__(self, images: int = CACHED_IMAGES, size: int = CACHED_BYTES) -> None:
         self.images, self.size = images, size
-        self._kept: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._kept: OrderedDict[str, ImageFacts] = OrderedDict()
         self._size = 0
 
-    def get(self, image_id: str) -> tuple[str, str] | None:
-        accounts = self._kept.get(image_id)
-        if accounts is not None:
+    def get(self, image_id: str) -> ImageFacts | None:
+        facts = self._kept.get(image_id)
+        if facts is not None:
             self._kept.move_to_end(image_id)
-        return accounts
+        return facts
 
-    def put(self, image_id: str, accounts: tuple[str, str]) -> tuple[str, str]:
-        """Keep ``accounts`` unless they alone are over the size; give them back."""
-        size = sum(map(len, accounts))
+    def put(self, image_id: str, facts: ImageFacts) -> ImageFacts:
+        """Keep ``facts`` unless they alone are over the size; give them back."""
+        size = sum(map(len, facts))
         if size > self.size:
-            return accounts
+            return facts
         if (old := self._kept.pop(image_id, None)) is not None:
             self._size -= sum(map(len, old))
-        self._kept[image_id] = accounts
+        self._kept[image_id] = facts
         self._size += size
         while len(self._kept) > self.images or self._size > self.size:
             _, dropped = self._kept.popitem(last=False)
             self._size -= sum(map(len, dropped))
-        return accounts
+        return facts
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -76,7 +90,7 @@ def image_refusal(plan: Plan, image: ImageInspect) -> str | None:
 
 
 class Validator:
-    """Owns the account files read from images, once per image ID (and the GPU inventory,
+    """Owns what is read of images' own files, once per image ID (and the GPU inventory,
     and what the connected Podman supports, asked once)."""
 
     def __init__(self, podman: PodmanClient, settings: Settings, state_dir: Path, images: Images) -> None:
@@ -86,12 +100,16 @@ class Validator:
         self.settings = settings
         self.state_dir = state_dir
         self.gpus = cdi.GpuSelector(tuple(settings.cdi_spec_dirs), all_by_default=wsl.wsl2())
-        self._accounts = Accounts()
+        self._facts = Facts()
         self._reads = asyncio.Semaphore(READS)
 
-    async def validate(self, sandbox: pb.DriverSandbox | None, *, staged: bool = True) -> Plan:
+    async def validate(self, sandbox: pb.DriverSandbox | None, *, staged: bool = True, read: bool = False) -> Plan:
         """``staged=False``: leave the staged rootfs tar unchecked (create checks it
-        after the identical-retry check: the first create may have imported it)."""
+        after the identical-retry check: the first create may have imported it).
+        ``read`` (a create, not ValidateSandboxCreate, which makes no container): an image
+        present with a WorkingDir of its own is read now, unless read before, so that a
+        symbolic link on its path is refused before anything is made (the default
+        ``/sandbox`` is looked at when the image is read anyway, while provisioning)."""
         plan = validate(sandbox, self.settings, podman=await self.features())
         if plan.gpu_count:  # peek: only a create takes devices
             self.gpus.peek(plan.gpu_count)
@@ -114,14 +132,19 @@ class Validator:
         else:  # present already: what the image declares can be checked before anything is made
             if why := image_refusal(plan, image):
                 raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {why}")
-            workspace.root(plan.image, image.config.working_dir, (plan.ssh_socket_path,), plan.mounts)
+            path = workspace.root(plan.image, image.config.working_dir, (plan.ssh_socket_path,), plan.mounts)
+            facts = self._facts.get(image.id)  # only files read before, unless ``read`` says
             try:
-                if (accounts := self._accounts.get(image.id)) is not None:  # only account files read before
-                    self._resolve_from(plan, image.id, image.config.user, accounts)
-                else:
+                if facts is None and read and path != workspace.DEFAULT:
+                    facts = await self.facts(image.id, path)
+                if facts is not None and not facts.link:
+                    self._resolve_from(plan, image.id, image.config.user, facts)
+                elif facts is None:
                     self._check_declaration(plan, image.config.user)
             except FailedPrecondition as exc:
-                raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {exc.message}") from exc
+                raise FailedPrecondition(f"{workspace.IMAGE_WHERE}: {plan.image}: {exc.message}") from exc
+            if facts is not None and facts.link:
+                raise workspace.link_refusal(plan.image, image.config.working_dir, path, facts.link)
         return plan
 
     def check_rootfs(self, plan: Plan) -> None:
@@ -171,28 +194,37 @@ class Validator:
         log.info("sandbox %s: assigned GPU(s) %s", plan.sandbox_id, ", ".join(devices))
         return dataclasses.replace(plan, cdi_devices=tuple(devices), gpu_count=0)
 
-    def _resolve_from(self, plan: Plan, image_id: str, image_user: str, accounts: tuple[str, str]) -> Resolved:
-        passwd, group = accounts
+    def _resolve_from(self, plan: Plan, image_id: str, image_user: str, facts: ImageFacts) -> Resolved:
         limit = userns_id_limit(self.settings, plan.userns, self.features.known)
         return identity.resolve(
-            plan.workload_user, plan.workload_group, image_user, passwd, group, image_id, id_limit=limit
+            plan.workload_user, plan.workload_group, image_user, facts.passwd, facts.group, image_id, id_limit=limit
         )
 
-    async def resolve_identity(self, plan: Plan, image_id: str, image_user: str) -> Resolved:
+    async def facts(self, image_id: str, path: str) -> ImageFacts:
+        """What podmand reads of the image's own files, from a never-started container, once
+        per image ID while cached: whether the workspace's ``path`` (workspace.root's, from
+        the image's WorkingDir) passes through a symbolic link in the image, and unless it
+        does, /etc/passwd and /etc/group. FailedPrecondition when an account file is over
+        the limit (imagefiles.py): the image's fault."""
+        facts = self._facts.get(image_id)
+        if facts is not None:
+            return facts
+        async with self._reads:
+            if (facts := self._facts.get(image_id)) is not None:  # read meanwhile
+                return facts
+            try:
+                read = await read_image(self.podman, image_id, list(ACCOUNT_FILES), str(self.state_dir),
+                                        links=workspace.ancestors(path))
+            except TooLarge as exc:
+                raise FailedPrecondition(
+                    f"{exc.path} of image {image_id} is larger than {exc.limit // 1024} KiB, "
+                    "the most podmand reads of an account file"
+                ) from None
+        passwd, group = ((read.files.get(p) or b"").decode(errors="replace") for p in ACCOUNT_FILES)
+        return self._facts.put(image_id, ImageFacts(passwd, group, read.link))
+
+    async def resolve_identity(self, plan: Plan, image_id: str, image_user: str, facts: ImageFacts) -> Resolved:
         """The identity the supervisor will select, from the image's own /etc/passwd and
-        /etc/group (read from a never-started container, once per image ID while cached).
-        FailedPrecondition when a file is over the limit (imagefiles.py): the image's fault."""
+        /etc/group (:meth:`facts`)."""
         await self.features()  # the user namespace's id limit may need them
-        accounts = self._accounts.get(image_id)
-        if accounts is None:
-            async with self._reads:
-                try:
-                    files = await read_image_files(self.podman, image_id, list(ACCOUNT_FILES), str(self.state_dir))
-                except TooLarge as exc:
-                    raise FailedPrecondition(
-                        f"{exc.path} of image {image_id} is larger than {exc.limit // 1024} KiB, "
-                        "the most podmand reads of an account file"
-                    ) from None
-            passwd, group = ((files[p] or b"").decode(errors="replace") for p in ACCOUNT_FILES)
-            accounts = self._accounts.put(image_id, (passwd, group))
-        return self._resolve_from(plan, image_id, image_user, accounts)
+        return self._resolve_from(plan, image_id, image_user, facts)

@@ -14,8 +14,8 @@
   ``capacity`` (how many sandboxes fit), ``notify`` (systemd readiness),
   ``shutdown`` (how serve is told to stop).
 
-May import the leaves, ``libpod``, ``config``, ``security`` and ``sandbox``;
-nothing above.
+May import the leaves, ``libpod``, ``config``, ``security``, ``sandbox`` and
+``pair``; nothing above.
 """
 
 __all__ = [

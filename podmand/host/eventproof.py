@@ -60,17 +60,13 @@ async def cause(podman: PodmanClient, state_dir: Path) -> None:
     name, root = f"{PREFIX}{token}", state_dir / f".event-proof-{token}"
     root.mkdir(mode=0o700)
     imagefiles.ACTIVE.add(name)  # not garbage while it exists
+    created = asyncio.ensure_future(podman.create_container(spec(name, root, state_dir)))
     try:
-        await podman.create_container(spec(name, root, state_dir))
+        await asyncio.shield(created)
     finally:
-        # Removed even when the caller gives up (cancels): then without waiting for Podman.
-        removal = asyncio.ensure_future(podman.remove_container(name, 0))
-        removal.add_done_callback(lambda done: done.cancelled() or done.exception())
-        try:
-            with contextlib.suppress(PodmanError, PodmanUnavailable, PodmanUnreadable):
-                await asyncio.shield(removal)
+        try:  # after the create's answer, even when the caller gives up (cancels): imagefiles.dispose
+            await imagefiles.dispose(podman, name, created)
         finally:
-            imagefiles.ACTIVE.discard(name)
             with contextlib.suppress(OSError):
                 root.rmdir()
 

@@ -42,10 +42,12 @@ from .models import (
     NetworkSettings,
     OCIRuntimeInfo,
     PastaInfo,
+    PathStat,
     PullLine,
     StoreInfo,
     VersionInfo,
     VolumeInspect,
+    path_stat,
 )
 from .routes import quote
 from .timeouts import Timeouts
@@ -81,6 +83,7 @@ __all__ = [
     "NetworkSettings",
     "OCIRuntimeInfo",
     "PastaInfo",
+    "PathStat",
     "PodmanClient",
     "PodmanError",
     "PodmanUnavailable",
@@ -96,6 +99,7 @@ __all__ = [
     "Upload",
     "VersionInfo",
     "VolumeInspect",
+    "path_stat",
     "quote",
     "times",
     "versions",

@@ -3,9 +3,10 @@ body. Its own module because framing is only reading and writing on a stream: wh
 connection carries an exchange, and whether it is pooled again, is unixsocket.py's.
 
 A request's head carries the length of the body that follows; an answer's body is
-framed chunked, by Content-Length or by the close, and the connection can carry
-another request only when the body did not end with the close (and Podman did not say
-it closes). Whatever Podman sends that cannot be read is :class:`PodmanUnavailable`.
+framed chunked, by Content-Length or by the close (an answer to HEAD has none, whatever
+its head says), and the connection can carry another request only when the body did not
+end with the close (and Podman did not say it closes). Whatever Podman sends that cannot
+be read is :class:`PodmanUnavailable`.
 """
 
 from __future__ import annotations
@@ -50,9 +51,14 @@ async def read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
     return int(parts[1]), headers
 
 
-async def read_body(reader: asyncio.StreamReader, status: int, headers: Mapping[str, str]) -> AsyncIterator[bytes]:
-    """Body chunks; a connection that breaks while they are read (perhaps in another
-    task than the one that opened the stream) is PodmanUnavailable here."""
+async def read_body(
+    reader: asyncio.StreamReader, status: int, headers: Mapping[str, str], *, head: bool = False
+) -> AsyncIterator[bytes]:
+    """Body chunks (none when ``head``: the answer to a HEAD request); a connection that
+    breaks while they are read (perhaps in another task than the one that opened the
+    stream) is PodmanUnavailable here."""
+    if head:  # its Content-Length is the GET's (Podman's 404 says 91), and no body follows
+        return
     try:
         async for chunk in _framed(reader, status, headers):
             yield chunk
@@ -97,13 +103,14 @@ async def _framed(reader: asyncio.StreamReader, status: int, headers: Mapping[st
             yield data
 
 
-def reusable(status: int, headers: Mapping[str, str]) -> bool:
+def reusable(status: int, headers: Mapping[str, str], *, head: bool = False) -> bool:
     """Whether a connection can carry another request once this answer's body is read:
-    not when Podman closes it, nor when only the close marked the body's end."""
+    not when Podman closes it, nor when only the close marked the body's end (an answer
+    to HEAD, ``head``, has no body to end)."""
     if headers.get("connection", "").lower() == "close":
         return False
     framed = headers.get("transfer-encoding", "").lower() == "chunked" or "content-length" in headers
-    return framed or status in (204, 304) or status < 200
+    return framed or head or status in (204, 304) or status < 200
 
 
 class Tracked:

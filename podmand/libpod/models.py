@@ -1,4 +1,5 @@
-"""The libpod answers podmand reads, as msgspec shapes: only the fields it uses.
+"""The libpod answers podmand reads, as msgspec shapes: only the fields it uses (and the
+one answer carried in a header, a path's stat: :func:`path_stat`).
 
 Every field has a default, so an older or newer Podman that leaves one out still
 decodes; unknown fields are ignored.  One set for the whole program (serve, ctl,
@@ -7,10 +8,14 @@ doctor).
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
+
+from .errors import PodmanError, PodmanUnreadable
 
 # ---------------------------------------------------------------- containers
 
@@ -31,6 +36,43 @@ class ContainerState(msgspec.Struct, rename="pascal"):
     stopped_by_user: bool = False
     conmon_pid: int = 0  # on the same host: where podmand finds Podman's exit directory (exitfiles.py)
 
+
+
+class PathStat(msgspec.Struct, rename="camel"):
+    """What Podman's archive endpoint says of a path in a container (``X-Docker-Container-Path-Stat``,
+    base64 JSON): ``mode`` is Go's ``os.FileMode`` of an lstat, so the path's last component
+    counts as a symbolic link (its mode holds :data:`SYMLINK`) and any before it are followed;
+    ``link_target`` is where the link leads (for anything else: the path)."""
+
+    name: str = ""
+    size: int = 0
+    mode: int = 0
+    is_dir: bool = False
+    link_target: str = ""
+
+    SYMLINK: ClassVar[int] = 1 << 27  # Go's os.ModeSymlink
+
+    @property
+    def symlink(self) -> bool:
+        return bool(self.mode & self.SYMLINK)
+
+
+PATH_STAT_HEADER = "x-docker-container-path-stat"  # lower case, as transports give header names
+
+
+def path_stat(status: int, headers: Mapping[str, str], what: str) -> PathStat | None:
+    """The stat an answer of the archive endpoint carries in :data:`PATH_STAT_HEADER` (base64
+    JSON, in the URL alphabet Podman uses); None when there is no such path. A symbolic link
+    that leads nowhere is a 404 whose stat still says it is a link: it counts."""
+    encoded = headers.get(PATH_STAT_HEADER)
+    if status == 404 and encoded is None:
+        return None
+    if status >= 400 and status != 404:  # an answer to HEAD has no body to say why
+        raise PodmanError(status, f"the stat of {what} failed")
+    try:
+        return msgspec.json.decode(base64.urlsafe_b64decode(encoded or ""), type=PathStat)
+    except (ValueError, msgspec.DecodeError):  # binascii.Error is a ValueError
+        raise PodmanUnreadable(f"Podman's stat of {what} is not base64 JSON: {(encoded or '')[:80]!r}") from None
 
 class HealthConfig(msgspec.Struct, rename="pascal"):
     test: list[str] | None = None

@@ -52,9 +52,9 @@ class UnixTransport(Transport):
             raise PodmanUnavailable(f"cannot connect to Podman at {self.socket_path}: {exc}") from exc
         return _Conn(reader, writer)
 
-    def _release(self, conn: _Conn, status: int, headers: Mapping[str, str]) -> None:
+    def _release(self, conn: _Conn, status: int, headers: Mapping[str, str], *, head: bool = False) -> None:
         """Pool ``conn`` after an answer read to its end, unless it cannot carry another."""
-        if reusable(status, headers) and not self._closed and len(self._idle) < self._pool_size:
+        if reusable(status, headers, head=head) and not self._closed and len(self._idle) < self._pool_size:
             self._idle.append(conn)
         else:
             conn.close()
@@ -63,12 +63,13 @@ class UnixTransport(Transport):
         if isinstance(request.body, Upload):
             return await self._upload(request, request.body)
         conn, status, headers = await self._open(request)
+        head = request.method == "HEAD"
         try:
-            body = b"".join([chunk async for chunk in read_body(conn.reader, status, headers)])
+            body = b"".join([chunk async for chunk in read_body(conn.reader, status, headers, head=head)])
         except BaseException:
             conn.close()
             raise
-        self._release(conn, status, headers)
+        self._release(conn, status, headers, head=head)
         return Response(status, headers, body)
 
     async def _open(self, request: Request) -> tuple[_Conn, int, dict[str, str]]:

@@ -13,16 +13,20 @@ that spec is made of.
 - ``settings``: each feature's check of the operator settings it reads.
 
 May import the leaves, ``libpod``, ``config`` and ``security``; nothing above.
-``driverconfig``, ``envvars``, ``ownmounts`` and ``resources`` are this package's
-own (``spec`` composes them).
+``resources`` is this package's own (``spec`` composes it); ``driverconfig``,
+``envvars`` and ``ownmounts`` are ``spec``'s parts that ``pair`` reuses for the split
+topology's two containers.
 """
 
 __all__ = [
     "cdi",
+    "driverconfig",
+    "envvars",
     "files",
     "identity",
     "imagechecks",
     "imagefiles",
+    "ownmounts",
     "plan",
     "proxy",
     "pullprogress",

@@ -2,7 +2,16 @@
 
 A container is created from the pinned image ID, never started; files are
 copied out through the libpod archive API, and the container is removed.
-Used for the supervisor binary and for the image's account files.
+Used for the supervisor binary and for the image's account files; the same reader
+says whether a path's components are symbolic links in the image (the workspace's:
+workspace.py), from the archive endpoint's stat of each, nothing copied.
+
+A reader never outlives its read, however the read ends (the image's refusal, an error,
+the caller giving up, podmand's stop): the create runs to its answer even when the read
+is cancelled meanwhile (Podman makes the container whether or not anyone still waits,
+and a removal sent before the create is done finds nothing to remove), and the removal
+that follows is shielded from the caller's cancellation. Shutdown waits for the removals
+under way and tries once more those Podman did not answer (:func:`settle`).
 
 The image is the caller's, so its files are too: each is read as it streams,
 never past a limit (the tar header's size is checked before its data is read),
@@ -17,16 +26,20 @@ import io
 import os
 import tarfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from .. import names
-from ..libpod import PodmanClient, PodmanError, PodmanUnavailable
+from ..libpod import PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable, path_stat, quote
 
 READER_PREFIX = "podmand-read-"
 ACTIVE: set[str] = set()  # names of this process's readers in use
 # Readers whose removal Podman did not answer (it was restarting): removed at the next
 # chance (:func:`remove_unremoved`, each resync), not left for the next full collection.
 UNREMOVED: set[str] = set()
+# Removals under way (:func:`dispose`): shutdown waits for them (:func:`settle`).
+_DISPOSING: set[asyncio.Task[None]] = set()
 # Bytes of one account file (/etc/passwd, /etc/group). Real ones are a few KiB, and a
 # directory of tens of thousands of accounts fits in 1 MiB; the supervisor reads them
 # whole as well. A bigger one is a hostile image.
@@ -86,14 +99,41 @@ async def read_capped(chunks: AsyncIterator[bytes], path: str, limit: int) -> by
     return bytes(buf)
 
 
+@dataclass(frozen=True)
+class ImageRead:
+    """What one reader saw of an image."""
+
+    files: dict[str, bytes | None]  # each path asked for: its content, None when absent
+    link: str = ""  # the first of the paths looked at that is a symbolic link in the image, or ""
+
+
 async def read_image_files(
     podman: PodmanClient, image_id: str, paths: list[str], state_dir: str = "", *, limit: int = ACCOUNT_FILE_LIMIT
 ) -> dict[str, bytes | None]:
     """The content of each path in the image (None when absent), each at most ``limit``
-    bytes (else :class:`TooLarge`).  The reader is labelled with podmand's state directory
-    (and every other label podmand reads, neutral: :func:`names.own_labels`) and listed
-    in :data:`ACTIVE` while in use, so that one left behind (Podman away at removal,
-    podmand killed) can be told from one in use and removed later."""
+    bytes (else :class:`TooLarge`): :func:`read_image`'s files."""
+    return (await read_image(podman, image_id, paths, state_dir, limit=limit)).files
+
+
+async def read_image(
+    podman: PodmanClient,
+    image_id: str,
+    paths: list[str],
+    state_dir: str = "",
+    *,
+    limit: int = ACCOUNT_FILE_LIMIT,
+    links: Sequence[str] = (),
+) -> ImageRead:
+    """The content of each path in the image (None when absent), each at most ``limit``
+    bytes (else :class:`TooLarge`), and the first of ``links`` that is a symbolic link in
+    the image. ``links`` are a path's ancestors, shallowest first, and the path last: each
+    is looked at in turn with the ones before it known to be no links, so a link anywhere
+    on the path is found, and those after a missing one are missing too. Once a link is
+    found no file is read (the image is refused for it). The reader is labelled with
+    podmand's state directory (and every other label podmand reads, neutral:
+    :func:`names.own_labels`) and listed in :data:`ACTIVE` while in use, so that one left
+    behind (Podman away at removal, podmand killed) can be told from one in use and
+    removed later."""
     reader = f"{READER_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
     spec = {
         "name": reader,
@@ -101,19 +141,68 @@ async def read_image_files(
         "entrypoint": ["/nonexistent"],
         "command": [],
         "labels": names.own_labels(state_dir),
+        # The image's own files, not the image's VOLUMEs: Podman would make each an anonymous
+        # volume (empty until a start copies the image's files in, and not removed with the
+        # reader: nothing else would ever remove it).
+        "image_volume_mode": "ignore",
     }
     ACTIVE.add(reader)
+    created = asyncio.ensure_future(podman.create_container(spec))
     try:
-        await podman.create_container(spec)
-        try:
-            return await _copy_out(podman, reader, paths, limit)
-        finally:
-            try:
-                await podman.remove_container(reader, 0)
-            except (PodmanError, PodmanUnavailable):
-                UNREMOVED.add(reader)
+        await asyncio.shield(created)  # cancelled: the create still ends, then the removal follows it
+        if link := await first_link(podman, reader, links):
+            return ImageRead({}, link)
+        return ImageRead(await _copy_out(podman, reader, paths, limit))
     finally:
-        ACTIVE.discard(reader)
+        await dispose(podman, reader, created)
+
+
+async def first_link(podman: PodmanClient, container: str, paths: Sequence[str]) -> str:
+    """The first of ``paths`` (a path's ancestors, shallowest first) that is a symbolic link
+    in ``container``, or "" when none is, up to the first that is missing."""
+    for path in paths:
+        # HEAD of the archive endpoint: only its stat (an lstat: the last component is not followed)
+        resp = await podman.request("HEAD", f"/containers/{quote(container)}/archive", query={"path": path})
+        stat = path_stat(resp.status, resp.headers, f"{path!r} in {container}")
+        if stat is None:
+            return ""
+        if stat.symlink:
+            return path
+    return ""
+
+
+async def dispose(podman: PodmanClient, name: str, created: asyncio.Future[Any]) -> None:
+    """Remove podmand's helper container ``name`` (and take it out of :data:`ACTIVE`) once
+    its create, ``created``, has ended, however it ended: a refused or failed create may
+    still have made it, and one its caller gave up on is made all the same. Shielded from
+    the caller's cancellation: one more leaves the removal running (shutdown waits for it:
+    :func:`settle`). A removal Podman does not answer puts the name in :data:`UNREMOVED`.
+    Bounded by the client's deadlines of the create and of the removal."""
+    removal = asyncio.ensure_future(_remove_after(podman, name, created))
+    _DISPOSING.add(removal)
+    removal.add_done_callback(_DISPOSING.discard)
+    await asyncio.shield(removal)
+
+
+async def _remove_after(podman: PodmanClient, name: str, created: asyncio.Future[Any]) -> None:
+    try:
+        await asyncio.wait((created,))
+        if not created.cancelled():
+            created.exception()  # its failure is the reader's caller's (or moot): retrieved here
+        try:
+            await podman.remove_container(name, 0)  # False: nothing was made, or it is gone
+        except (PodmanError, PodmanUnavailable, PodmanUnreadable):
+            UNREMOVED.add(name)
+    finally:
+        ACTIVE.discard(name)
+
+
+async def settle(podman: PodmanClient) -> list[str]:
+    """At shutdown, once nothing reads any more: wait for the removals under way, then
+    remove the readers Podman did not remove before; what was removed."""
+    while _DISPOSING:
+        await asyncio.wait(set(_DISPOSING))
+    return await remove_unremoved(podman)
 
 
 async def remove_unremoved(podman: PodmanClient) -> list[str]:

@@ -12,6 +12,14 @@ executable and library roots (the supervisor's helpers run from them), of OpenSh
 control paths (the supervisor binary, its secrets, the SSH socket) and of the caller's
 mounts (one at the workdir or above it would hide the volume). Pure: the driver reads
 ``WorkingDir`` from the pinned image and calls :func:`root`.
+
+The path is checked as a string here, and against the image's own files by the driver:
+Podman resolves a mount's destination inside the image's root, following its symbolic
+links, but orders the mounts by the unresolved path's depth, so a link on the workspace's
+path (``/a/b/c/d/e -> /opt/openshell/bin``) would put the volume over the binds podmand
+made before it. Every component of the path (:func:`ancestors`, at most :data:`DEPTH`) is
+looked at in the image (imagefiles.py), and a link anywhere is refused
+(:func:`link_refusal`); so are glob characters, which Podman's stat would expand.
 """
 
 from __future__ import annotations
@@ -26,9 +34,14 @@ from .driverconfig import WHERE, Mount
 IMAGE_WHERE = "sandbox.spec.template.image"
 DEFAULT = names.WORKSPACE_PATH
 KERNEL_ROOTS = ("/proc", "/sys", "/dev")
-SYSTEM_ROOTS = ("/bin", "/sbin", "/lib", "/lib64", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib64")
+SYSTEM_ROOTS = (
+    "/bin", "/sbin", "/lib", "/lib64", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib64", "/usr/local/bin",
+    "/usr/local/sbin",
+)
 CONTROL_ROOTS = tuple(r for r in names.RESERVED_ROOTS if r not in (*KERNEL_ROOTS, DEFAULT))
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_GLOB = re.compile(r"[*?\[\\]")  # what Podman's stat (Go's filepath.Glob) would match rather than name
+DEPTH = 32  # components of a workdir: each is looked at in the image, one request each
 
 
 def _under(path: str, root: str) -> bool:
@@ -50,6 +63,11 @@ def normalized(working_dir: str) -> str:
     parts = working_dir.rstrip("/").split("/")[1:]
     if any(p in ("", ".", "..") for p in parts) or len(working_dir) > 4096:
         raise FailedPrecondition(f"WorkingDir {shown} is not a normalised path (empty, '.' or '..' segments)")
+    if _GLOB.search(working_dir):
+        raise FailedPrecondition(f"WorkingDir {shown} has glob characters (*, ?, [ or \\), which podmand cannot "
+                                 "look up in the image")
+    if len(parts) > DEPTH:
+        raise FailedPrecondition(f"WorkingDir {shown} is deeper than {DEPTH} directories")
     return "/" + "/".join(parts)
 
 
@@ -89,3 +107,20 @@ def root(
                 f"WorkingDir {path!r}"
             )
     return path
+
+
+def ancestors(path: str) -> list[str]:
+    """The normalised ``path``'s ancestors, shallowest first, then the path itself: each
+    is looked at in the image for a symbolic link (``/a/b`` -> ``["/a", "/a/b"]``)."""
+    parts = [p for p in path.split("/") if p]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def link_refusal(image: str, working_dir: str, path: str, link: str) -> FailedPrecondition:
+    """The refusal of ``image`` whose workspace ``path`` (from its ``working_dir``) passes
+    through ``link``, a symbolic link in the image: named by the image and both paths."""
+    where = f"WorkingDir {path!r}" if working_dir not in ("", "/") else f"the workspace {path!r} (no WorkingDir)"
+    return FailedPrecondition(
+        f"{IMAGE_WHERE}: {image}: {where} passes through {link!r}, a symbolic link in the image; podmand mounts "
+        "the workspace only on the image's own directories"
+    )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -183,3 +184,43 @@ def test_readiness_reaches_systemd_through_podman(sidecar_image: str, shared: Pa
             assert "ready: serving" in as_user("podman", "logs", name).stderr
         finally:
             as_user("podman", "rm", "-f", "-t", "5", name, check=False)
+
+
+CACHE_REPORT = """
+import importlib.util, json, os
+loose, stale, otel = [], [], []
+for top, dirs, files in os.walk("/opt/podmand/pex"):
+    for name in dirs + files:
+        path = os.path.join(top, name)
+        st = os.lstat(path)
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            loose.append("%s %o %d" % (path, st.st_mode, st.st_uid))
+        if name.endswith(".py") and not os.path.exists(importlib.util.cache_from_source(path)):
+            stale.append(path)
+        if name == ".otel":
+            otel.append(path)
+print(json.dumps({"loose": loose, "stale": stale, "otel": otel}))
+"""
+
+
+def test_the_images_pex_cache_is_roots_and_every_uid_starts_warm(sidecar_image: str) -> None:
+    """The image's PEX_ROOT is root's and writable by no one else, with OpenTelemetry's wheels and a
+    .pyc for every module already in it (it was a+rwX, writable by every uid in the container):
+    the image's own user, --user 0:0 and any other uid start from it without unpacking anything,
+    traces on or not."""
+    report = json.loads(as_user("podman", "run", "--rm", "--network", "none", "--entrypoint", "python3",
+                                sidecar_image, "-c", CACHE_REPORT).stdout)
+    assert not report["loose"], report["loose"][:10]
+    assert not report["stale"], report["stale"][:10]
+    assert len(report["otel"]) == 1, report["otel"]
+    for user in ([], ["--user", "0:0"], ["--user", "4321:4321"]):
+        run = ["podman", "run", "--rm", "--network", "none", "-e", "PEX_VERBOSE=1", *user, sidecar_image]
+        version = as_user(*run, "--version", check=False)
+        assert version.returncode == 0, version.stderr[-2000:]
+        assert version.stdout.startswith("podmand "), version.stdout
+        assert "unpack" not in version.stderr, version.stderr
+    traced = as_user("podman", "run", "--rm", "--network", "none", "-e", "PEX_VERBOSE=1", sidecar_image, "serve",
+                     "--otlp-endpoint", "http://127.0.0.1:9", "--podman-socket", "/nonexistent",
+                     "--socket", "/tmp/d.sock", "--state-dir", "/tmp/state", check=False)
+    assert traced.returncode == 1 and "traces: exporting spans" in traced.stderr, traced.stderr[-2000:]
+    assert "unpack" not in traced.stderr, traced.stderr

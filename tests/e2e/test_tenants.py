@@ -224,3 +224,26 @@ def test_an_imported_rootfs_runs_only_in_the_sandbox_that_imported_it(
             refused(call, request, code, "sandbox.spec.template.image", "only by the sandbox that imported it")
         assert containers_of(podman_client, other.id) == [] and volumes_of(podman_client, other.id) == []
     assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=owner.id)).deleted
+
+
+def test_reading_an_image_with_volumes_leaves_no_volume(
+    make_podmand: Any, podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """An image's VOLUMEs are not made for podmand's reader of it: Podman would make each an
+    anonymous volume, which the reader's removal leaves behind. The supervisor image here
+    declares two and lacks the binary, so its reader is the only container made from it."""
+    with image_from(podman_client, ["VOLUME=/data", "VOLUME=/etc/more"], "mkdir -p /data /etc/more") as image:
+        before = {v.name for v in podman_client.volumes.list()}
+        daemon = make_podmand({"OPENSHELL_SUPERVISOR_IMAGE": image})
+        watch = daemon.watch()
+        box = sandbox()
+        cleanup.append(box.id)
+        daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+        watch.wait_reason(box.id, "SupervisorImageUnavailable")
+        assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+        left = {v.name for v in podman_client.volumes.list()} - before
+        try:
+            assert left == set()
+        finally:
+            for name in left:
+                podman_client.volumes.get(name).remove(force=True)

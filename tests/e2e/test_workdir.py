@@ -1,7 +1,8 @@
 """The image's working directory as the sandbox's workspace (upstream PR #2715), through the pex
 against real rootless Podman: where the workspace volume is mounted (podman-py's inspect), and
 the main process's cwd and HOME (from inside the container); a refused WorkingDir leaves nothing
-behind. The images come from tests/images/build.sh (sandbox-workdir*).
+behind, one through a symbolic link in the image included (issue 30, item 3). The images come
+from tests/images/build.sh (sandbox-workdir*), the hostile ones are made here (test_tenants.image_from).
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import podman
 import pytest
 
 from podmand import names
+from podmand._proto import compute_driver_pb2 as pb
 from tests.wait import wait_until
 
-from .conftest import SANDBOX_IMAGE, Podmand, containers_of, run_in, sandbox
-from .test_hardening_input import create, nothing_created, refused, running
+from .conftest import SANDBOX_IMAGE, Podmand, Watch, containers_of, run_in, sandbox
+from .test_hardening_input import create, nothing_created, refused, running, validate
+from .test_tenants import image_from
 
 WORKDIR = "localhost/podmand-test/sandbox-workdir"
 # The main process (the image's USER, 1000) says where it runs and shows it can write there.
@@ -84,3 +87,81 @@ def test_a_mount_over_the_workspace_is_refused(open_driver: Podmand, podman_clie
             "sandbox.spec.template.driver_config.mounts[0].target: '/workspace' would hide the workspace at the "
             "image's WorkingDir '/workspace/project'")
     nothing_created(open_driver, podman_client, box.id)
+
+
+
+# An image's own "supervisor", which the old code ran as PID 1, root, with the sandbox's token.
+TROJAN = ("mkdir -p /opt/openshell/bin /etc/openshell/auth /a/b/c/d && "
+          "printf '#!/bin/sh\\necho TROJAN uid=$(id -u)\\nexec sleep 600\\n' > /opt/openshell/bin/openshell-sandbox && "
+          "chmod 0755 /opt/openshell/bin/openshell-sandbox")
+
+
+def readers_of(client: podman.PodmanClient, daemon: Podmand) -> list[str]:
+    mine = {"label": f"{names.STATE_DIR}={daemon.state_dir}"}
+    return [c.name for c in client.containers.list(all=True, filters=mine) if c.name.startswith("podmand-read-")]
+
+
+@pytest.mark.parametrize("target", ["/opt/openshell/bin", "/etc/openshell/auth"])
+def test_a_working_dir_through_a_symbolic_link_is_refused(
+    driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str], target: str
+) -> None:
+    """Issue 30, item 3: WORKDIR /a/b/c/d/e with /a/b/c/d/e -> ``target`` (OpenShell's binary
+    directory, or the token's). Podman would resolve the volume's destination through the
+    link and mount it after podmand's shallower binds, over them: the image's own
+    openshell-sandbox ran as PID 1 (root), or the token was hidden. Refused at create,
+    FAILED_PRECONDITION naming the field, the image and the path; nothing made, no reader
+    left; ValidateSandboxCreate refuses it too once the image was read."""
+    script = f"{TROJAN} && ln -s {target} /a/b/c/d/e"
+    with image_from(podman_client, ["WORKDIR=/a/b/c/d/e"], script) as image:
+        box = sandbox(image=image)
+        cleanup.append(box.id)  # only if it were made
+        needles = (f"sandbox.spec.template.image: {image}: WorkingDir '/a/b/c/d/e' passes through '/a/b/c/d/e', "
+                   "a symbolic link in the image",)
+        refused(create(driver, box), grpc.StatusCode.FAILED_PRECONDITION, *needles)
+        nothing_created(driver, podman_client, box.id)
+        assert readers_of(podman_client, driver) == []
+        refused(validate(driver, box), grpc.StatusCode.FAILED_PRECONDITION, *needles)
+
+
+def test_a_link_higher_up_the_working_dir_is_refused(
+    driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """A link anywhere on the path counts: /srv/app -> /opt/openshell, WORKDIR /srv/app/bin."""
+    script = f"{TROJAN} && mkdir -p /srv && ln -s /opt/openshell /srv/app"
+    with image_from(podman_client, ["WORKDIR=/srv/app/bin"], script) as image:
+        box = sandbox(image=image)
+        cleanup.append(box.id)
+        refused(create(driver, box), grpc.StatusCode.FAILED_PRECONDITION,
+                f"{image}: WorkingDir '/srv/app/bin' passes through '/srv/app', a symbolic link in the image")
+        nothing_created(driver, podman_client, box.id)
+
+
+def test_a_link_at_the_default_workspace_fails_provisioning(
+    driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """No WorkingDir, but /sandbox -> /usr/bin in the image: the workspace volume would replace
+    the directory the root supervisor's helpers run from. The image is read while provisioning:
+    the terminal ImageRefused, naming the image and the path, and no container."""
+    with image_from(podman_client, [], "rm -rf /sandbox && ln -s /usr/bin /sandbox") as image:
+        watch = Watch(driver.stub)
+        box = sandbox(image=image)
+        cleanup.append(box.id)
+        create(driver, box)()
+        snap = watch.wait_reason(box.id, "ImageRefused")
+        message = snap.status.conditions[0].message
+        assert f"{image}: the workspace '/sandbox' (no WorkingDir) passes through '/sandbox'" in message, message
+        assert containers_of(podman_client, box.id) == [] and readers_of(podman_client, driver) == []
+        assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+
+
+def test_usr_local_bin_is_a_refused_root(
+    driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
+) -> None:
+    """The volume there would let the workload put programs on the root helpers' PATH."""
+    with image_from(podman_client, ["WORKDIR=/usr/local/bin"]) as image:
+        box = sandbox(image=image)
+        cleanup.append(box.id)
+        refused(create(driver, box), grpc.StatusCode.FAILED_PRECONDITION,
+                f"sandbox.spec.template.image: {image}: WorkingDir '/usr/local/bin' conflicts with the system root "
+                "'/usr/local/bin'")
+        nothing_created(driver, podman_client, box.id)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from podmand.libpod import PodmanClient, PodmanError, PodmanUnavailable, Timeouts, UnixTransport
+from podmand.libpod.http1 import reusable
 from tests.fakes.libpod import FakeLibpod, Feed, Hang, Stream
 
 DEADLINE = 10.0
@@ -144,6 +145,30 @@ def test_204_without_body_does_not_hang(sock: str) -> None:
 
     run(main())
 
+
+
+def test_an_answer_to_head_has_no_body_whatever_its_head_says(sock: str) -> None:
+    """Go's server answers HEAD with the GET's head and no body: Podman 4.3.1's 404 to a stat
+    says Content-Length 91 (the error it did not send), its 200 says no length at all (a GET's
+    would end at the close). Neither waits for a body, and the connection carries the next
+    request (podmand's stats of the workspace's path: sandbox/imagefiles.py)."""
+    def setup(fake: FakeLibpod) -> None:
+        fake.route("HEAD", "/containers/[^/]+/archive", (404, {}, {"message": "no such file or directory"}))
+
+    async def main() -> None:
+        async with serving(sock, setup, timeout=2.0) as (fake, client):
+            for _ in range(2):
+                resp = await client.request("HEAD", "/containers/x/archive", query={"path": "/a"})
+                assert resp.status == 404 and int(resp.headers["content-length"]) > 0 and resp.body == b""
+            await client.info()  # and the connection is still in sync
+            assert fake.connections == 1
+
+    run(main())
+
+
+def test_head_answers_are_pooled_even_unframed() -> None:
+    assert reusable(200, {}, head=True) and not reusable(200, {})  # a GET's would end at the close
+    assert not reusable(200, {"connection": "close"}, head=True)
 
 def test_non_2xx_becomes_podman_error_with_message(sock: str) -> None:
     """Podman's JSON ``message`` is what reaches logs and gRPC statuses."""

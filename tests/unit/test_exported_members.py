@@ -59,8 +59,8 @@ def test_other_packages_use_only_the_exports(package: str) -> None:
 
 
 def test_a_private_module_used_from_outside_is_caught(tmp_path: Path) -> None:
-    """sandbox.envvars is the sandbox package's own (spec composes it): were
+    """sandbox.resources is the sandbox package's own (spec composes it): were
     driver.core to import it, the check above would name the import."""
-    assert "envvars" not in importlib.import_module("podmand.sandbox").__all__
-    copy = plant_file(tmp_path, "podmand.driver.core", "from ..sandbox import envvars  # noqa")
-    assert ("podmand.driver.core", "envvars") in outside_imports(modules(copy))["podmand.sandbox"]
+    assert "resources" not in importlib.import_module("podmand.sandbox").__all__
+    copy = plant_file(tmp_path, "podmand.driver.core", "from ..sandbox import resources  # noqa")
+    assert ("podmand.driver.core", "resources") in outside_imports(modules(copy))["podmand.sandbox"]

@@ -3,7 +3,7 @@
 Each package imports only the layers before it (docs/architecture.md draws them):
 
     leaves (errors, names, logs, locks, tracing, bytecode)
-      < libpod < config < security < sandbox < host < driver < watch
+      < libpod < config < security < sandbox < pair < host < driver < watch
       < the edge (decoding, negotiation, rpcspans, servicer, server)   cli beside it
       < __main__
 
@@ -26,7 +26,7 @@ PACKAGE = Path(podmand.__file__).parent
 LEAVES = {"podmand", "podmand.errors", "podmand.names", "podmand.logs", "podmand.locks", "podmand.tracing",
           "podmand.bytecode"}
 EDGE = {"podmand.decoding", "podmand.negotiation", "podmand.rpcspans", "podmand.servicer", "podmand.server"}
-ORDER = ["leaves", "libpod", "config", "security", "sandbox", "host", "driver", "watch", "edge", "main"]
+ORDER = ["leaves", "libpod", "config", "security", "sandbox", "pair", "host", "driver", "watch", "edge", "main"]
 CLI_MAY_ALSO = {"podmand.negotiation"}
 
 
@@ -178,5 +178,9 @@ def test_a_planted_cycle_is_caught(tmp_path: Path) -> None:
 def test_a_planted_upward_import_is_caught(tmp_path: Path) -> None:
     edges = plant(tmp_path, "podmand.config.schema", "from ..driver import core  # noqa")
     assert "podmand.config.schema imports podmand.driver.core" in layer_violations(edges)
+    edges = plant(tmp_path / "sandbox", "podmand.sandbox.spec", "from ..pair import tls  # noqa")
+    assert "podmand.sandbox.spec imports podmand.pair.tls" in layer_violations(edges)
+    edges = plant(tmp_path / "pair", "podmand.pair.tls", "from ..host import wsl  # noqa")
+    assert "podmand.pair.tls imports podmand.host.wsl" in layer_violations(edges)
     edges = plant(tmp_path / "cli", "podmand.cli.ctl.view", "from ...watch import hub  # noqa")
     assert "podmand.cli.ctl.view imports podmand.watch.hub" in layer_violations(edges)

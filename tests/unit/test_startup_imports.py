@@ -69,6 +69,16 @@ def test_a_command_imports_what_it_uses(
     assert prefixed(modules, absent) == []
 
 
+def test_serve_loads_no_cryptography_until_tls_is_minted() -> None:
+    """cryptography (the split topology's per-launch TLS, podmand/pair/tls.py) is imported
+    where that material is made: serve's modules and the pair package load without it."""
+    code = ("import sys, podmand.server, podmand.pair, podmand.pair.tls; print('cryptography' in sys.modules); "
+            "podmand.pair.tls.mint('7f0c0a52-2f43-4c5e-9a52-4b5c7b2b9d11'); print('cryptography' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert done.stdout.split() == ["False", "True"]
+
+
 def test_the_modules_named_exist() -> None:
     """An absent module proves nothing if its name is wrong."""
     names = {*SERVING, *SETTINGS, *GRPC, "importlib.metadata", "msgspec", "podmand.cli.ctl", "podmand.cli.doctor",

@@ -698,6 +698,27 @@ def test_a_reader_podman_did_not_remove_is_removed_at_the_next_collection_whatev
     run(body, lambda _t: Settings(gc_grace=3600))
 
 
+
+def test_close_removes_the_readers_podman_did_not_remove_before() -> None:
+    """podmand's stop leaves no reader whose removal Podman refused earlier: the driver's
+    close asks again, by name (issue 30, item 7)."""
+    async def body(rig: Rig) -> None:
+        refuse = {"on": True}
+
+        def remove(req: Request) -> Any:
+            if refuse["on"]:
+                return 500, {}, {"message": "connection reset: Podman is restarting"}
+            return 200, {}, [{"Id": "reader"}]
+
+        rig.fake.route("DELETE", "/containers/podmand-read-[^/]+", remove)
+        await imagefiles.read_image_files(rig.driver.podman, "sha256:img", ["/etc/passwd"], str(rig.driver.state_dir))
+        [left] = imagefiles.UNREMOVED
+        refuse["on"] = False
+        await rig.driver.close()
+        assert rig.fake.count(f"DELETE .*/containers/{left}") == 2 and not imagefiles.UNREMOVED
+
+    run(body)
+
 # ---------------------------------------------------------------- the state directory unwritable
 
 def refusing(code: int) -> Callable[..., None]:

@@ -63,6 +63,40 @@ def test_a_refused_proof_is_raised_and_leaves_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == [] and not imagefiles.ACTIVE
 
 
+
+def test_a_proof_given_up_while_podman_makes_its_container_removes_it_once_made(tmp_path: Path) -> None:
+    """Its container is a reader's (imagefiles.dispose): given up on while Podman makes it, the
+    create is let finish, and only then is it removed (a removal sent first finds nothing)."""
+    seen: list[str] = []
+
+    async def main() -> None:
+        async with libpod() as (fake, client):
+            arrived, release = asyncio.Event(), asyncio.Event()
+
+            async def create(req: Request) -> Reply:
+                arrived.set()
+                await release.wait()
+                seen.append(f"made {req.json()['name']}")
+                return 201, {}, {"Id": "proof", "Warnings": []}
+
+            def remove(req: Request) -> Reply:
+                seen.append(f"removed {req.path.rsplit('/', 1)[-1]}")
+                return 200, {}, [{"Id": "proof"}]
+
+            fake.route("POST", "/containers/create", create)
+            fake.route("DELETE", "/containers/[^/]+", remove)
+            caused = asyncio.ensure_future(eventproof.cause(client, tmp_path))
+            await arrived.wait()
+            caused.cancel()
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await caused
+
+    run(main())
+    [made, removed] = seen
+    assert made.startswith("made podmand-read-events-") and removed == made.replace("made", "removed")
+    assert list(tmp_path.iterdir()) == [] and not imagefiles.ACTIVE
+
 def test_a_proof_ends_as_soon_as_an_event_arrives() -> None:
     async def main() -> tuple[bool, int]:
         proof = Proof()

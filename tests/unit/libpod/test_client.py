@@ -7,6 +7,7 @@ No socket here (tests/faults/test_client.py covers the HTTP layer on a real one)
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import urllib.parse
@@ -30,6 +31,7 @@ from podmand.libpod import (
     Streamed,
     Timeouts,
     UnixTransport,
+    path_stat,
 )
 from podmand.libpod.client import log_configuration
 
@@ -470,3 +472,36 @@ def test_the_socket_transport_takes_the_connect_deadline() -> None:
     assert client.socket_path == "/nonexistent/podman.sock"
     with pytest.raises(TypeError):
         PodmanClient()
+
+
+
+# ---------------------------------------------------------------- a path's stat (the archive endpoint's header)
+
+# As Podman 4.3.1 answered HEAD /containers/<reader>/archive for an image with /a/b/c/d/e -> /opt/openshell/bin
+# and /dangling -> /nowhere (tests/e2e/test_workdir.py makes such an image).
+LINK = ("eyJuYW1lIjoiYmluIiwic2l6ZSI6MTgsIm1vZGUiOjEzNDIxODIzOSwibXRpbWUiOiIyMDI2LTEyLTA2VDA2OjM4OjI4WiIsImlzRGlyIjp0"
+        "cnVlLCJsaW5rVGFyZ2V0IjoiL29wdC9vcGVuc2hlbGwvYmluIn0=")
+
+
+def encoded(**info: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(info).encode()).decode()
+
+
+def test_a_stat_says_whether_the_last_component_is_a_symbolic_link() -> None:
+    link = path_stat(200, {"x-docker-container-path-stat": LINK}, "'/a/b/c/d/e'")
+    assert link is not None and link.symlink and link.link_target == "/opt/openshell/bin" and link.is_dir
+    directory = path_stat(200, {"x-docker-container-path-stat": encoded(name="d", mode=2147484141, isDir=True)}, "")
+    assert directory is not None and not directory.symlink
+    dangling = path_stat(404, {"x-docker-container-path-stat": encoded(name="nowhere", mode=134218239)}, "")
+    assert dangling is not None and dangling.symlink  # a link leading nowhere is still one
+    assert path_stat(404, {"content-length": "91"}, "") is None  # no such path
+
+
+def test_a_stat_podman_could_not_make_or_that_cannot_be_read_is_an_error() -> None:
+    with pytest.raises(PodmanError) as exc:
+        path_stat(500, {}, "'/a' in container r")
+    assert exc.value.status == 500 and "the stat of '/a' in container r failed" in str(exc.value)
+    for header in ({}, {"x-docker-container-path-stat": "not base64!"},
+                   {"x-docker-container-path-stat": encoded(mode="x")}):
+        with pytest.raises(PodmanUnreadable, match="Podman's stat of '/a' is not base64 JSON"):
+            path_stat(200, header, "'/a'")

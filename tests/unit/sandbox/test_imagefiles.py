@@ -1,4 +1,6 @@
-"""podmand.sandbox.imagefiles: an image's files are read as they stream, never past a limit."""
+"""podmand.sandbox.imagefiles: an image's files are read as they stream, never past a limit, and
+the reader container never outlives the read (against the fake libpod's in-memory door, whose
+handlers play Podman making or removing a container however the client goes away)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from podmand.driver.validation import Accounts
+from podmand.driver.validation import Facts, ImageFacts
+from podmand.libpod import PodmanError
+from podmand.sandbox import imagefiles
 from podmand.sandbox.imagefiles import TooLarge, first_file, read_capped
+from tests.fakes.harness import libpod
+from tests.fakes.libpod import Reply, Request
+
+DEADLINE = 10.0
 
 
 def tar_of(name: str, data: bytes, *, pax: bool = False) -> bytes:
@@ -69,14 +77,104 @@ def test_first_file_checks_the_size_again() -> None:
     assert first_file(tar_of("passwd", b"a" * 100), limit=100) == b"a" * 100
 
 
-def test_the_account_cache_is_bounded_in_images_and_in_size() -> None:
-    cache = Accounts(images=3, size=100)
+def test_the_image_cache_is_bounded_in_images_and_in_size() -> None:
+    cache = Facts(images=3, size=100)
     for i in range(5):
-        cache.put(f"img{i}", ("p" * 10, "g" * 10))
+        cache.put(f"img{i}", ImageFacts("p" * 10, "g" * 10, ""))
     assert len(cache) == 3 and cache.get("img0") is None and cache.get("img4") is not None
     cache.get("img2")  # used: kept over img3
-    cache.put("big", ("p" * 50, "g" * 30))
+    cache.put("big", ImageFacts("p" * 50, "g" * 20, "/a" * 5))
     assert cache.kept_size <= 100 and cache.get("img2") is not None and cache.get("img3") is None
-    huge = ("p" * 200, "")
+    huge = ImageFacts("p" * 200, "", "")
     assert cache.put("huge", huge) == huge and cache.get("huge") is None  # used, never kept
     assert cache.kept_size <= 100
+
+
+# ---------------------------------------------------------------- the reader never outlives the read
+
+
+def test_a_read_given_up_while_podman_makes_its_reader_removes_the_reader_once_made() -> None:
+    """Issue 30, item 7: the read is cancelled (podmand stopping) while the create is in
+    flight. Podman makes the container whether or not anyone still waits, and a removal sent
+    before the create is done finds nothing: the create is let finish, then the reader is
+    removed by name. (Before: the create's request was cancelled, and no removal was sent.)"""
+    seen: list[str] = []
+
+    async def main() -> None:
+        async with libpod() as (fake, client):
+            arrived, release = asyncio.Event(), asyncio.Event()
+
+            async def create(req: Request) -> Reply:
+                arrived.set()
+                await release.wait()
+                seen.append(f"made {req.json()['name']}")
+                return 201, {}, {"Id": "reader", "Warnings": []}
+
+            def remove(req: Request) -> Reply:
+                seen.append(f"removed {req.path.rsplit('/', 1)[-1]}")
+                return 200, {}, [{"Id": "reader"}]
+
+            fake.route("POST", "/containers/create", create)
+            fake.route("DELETE", "/containers/[^/]+", remove)
+            read = asyncio.ensure_future(imagefiles.read_image_files(client, "sha256:img", ["/etc/passwd"], "/s"))
+            await asyncio.wait_for(arrived.wait(), DEADLINE)
+            read.cancel()
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await read
+            assert not any("/archive" in call for call in fake.calls())  # nothing read once given up
+
+    asyncio.run(asyncio.wait_for(main(), DEADLINE))
+    [made, removed] = seen
+    assert made.startswith(f"made {imagefiles.READER_PREFIX}") and removed == made.replace("made", "removed")
+    assert not imagefiles.ACTIVE and not imagefiles.UNREMOVED
+
+
+def test_a_cancelled_removal_goes_on_and_shutdown_waits_for_it() -> None:
+    """Cancelled while the reader is being removed (and cancelled again: the caller's deadline),
+    the removal is not cut short: it goes on, and :func:`imagefiles.settle` (shutdown) waits
+    for it. (Before: the removal's request was cancelled with the read.)"""
+    removed: list[str] = []
+
+    async def main() -> None:
+        async with libpod() as (fake, client):
+            arrived, release = asyncio.Event(), asyncio.Event()
+
+            async def remove(req: Request) -> Reply:
+                arrived.set()
+                await release.wait()
+                removed.append(req.path.rsplit("/", 1)[-1])
+                return 200, {}, [{"Id": "reader"}]
+
+            fake.route("DELETE", "/containers/[^/]+", remove)
+            read = asyncio.ensure_future(imagefiles.read_image_files(client, "sha256:img", ["/etc/passwd"], "/s"))
+            await asyncio.wait_for(arrived.wait(), DEADLINE)
+            read.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await read
+            assert removed == [] and imagefiles.ACTIVE  # still being removed: no garbage collection takes it
+            settling = asyncio.ensure_future(imagefiles.settle(client))
+            release.set()
+            assert await settling == []
+
+    asyncio.run(asyncio.wait_for(main(), DEADLINE))
+    [name] = removed
+    assert name.startswith(imagefiles.READER_PREFIX) and not imagefiles.ACTIVE and not imagefiles.UNREMOVED
+
+
+def test_a_refused_create_is_raised_and_its_name_removed_all_the_same() -> None:
+    """Podman's refusal of the create is the caller's error; a removal by name still follows
+    (a create that failed part of the way may have made the container)."""
+
+    async def main() -> list[str]:
+        async with libpod() as (fake, client):
+            fake.route("POST", "/containers/create", (500, {}, {"message": "no space left on device"}))
+            fake.route("DELETE", "/containers/[^/]+", (404, {}, {"message": "no such container", "response": 404}))
+            with pytest.raises(PodmanError, match="no space left"):
+                await imagefiles.read_image_files(client, "sha256:img", ["/etc/passwd"], "/s")
+            return fake.calls()
+
+    calls = asyncio.run(asyncio.wait_for(main(), DEADLINE))
+    assert [c.split(" ")[0] for c in calls] == ["POST", "DELETE"], calls
+    assert calls[1].startswith(f"DELETE /containers/{imagefiles.READER_PREFIX}")
+    assert not imagefiles.ACTIVE and not imagefiles.UNREMOVED

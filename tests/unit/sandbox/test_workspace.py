@@ -20,7 +20,8 @@ def test_fallback_is_the_managed_sandbox(working_dir: str) -> None:
 @pytest.mark.parametrize(
     ("working_dir", "path"),
     [("/workspace/project", "/workspace/project"), ("/app/", "/app"), ("/usr/src/app", "/usr/src/app"),
-     ("/usr/local/bin", "/usr/local/bin"), ("/lib32/app", "/lib32/app"), ("/etc/project", "/etc/project")],
+     ("/usr/local/src/app", "/usr/local/src/app"), ("/lib32/app", "/lib32/app"), ("/etc/project", "/etc/project"),
+     ("/" + "/".join(["d"] * workspace.DEPTH), "/" + "/".join(["d"] * workspace.DEPTH))],
 )
 def test_image_working_dir_becomes_the_workspace(working_dir: str, path: str) -> None:
     assert workspace.root(IMAGE, working_dir, SSH) == path
@@ -36,6 +37,14 @@ def test_image_working_dir_becomes_the_workspace(working_dir: str, path: str) ->
         ("/usr", "WorkingDir '/usr' conflicts with the system root '/usr/bin'"),
         ("/usr/lib/app", "conflicts with the system root '/usr/lib'"),
         ("/bin", "conflicts with the system root '/bin'"),
+        ("/usr/local/bin", "WorkingDir '/usr/local/bin' conflicts with the system root '/usr/local/bin'"),
+        ("/usr/local/sbin/x", "conflicts with the system root '/usr/local/sbin'"),
+        ("/usr/local", "WorkingDir '/usr/local' conflicts with the system root '/usr/local/bin'"),
+        ("/app*", "WorkingDir '/app*' has glob characters"),
+        ("/a/b?", "has glob characters"),
+        ("/a/[b]", "has glob characters"),
+        ("/a\\b", "has glob characters"),
+        ("/" + "/".join(["d"] * (workspace.DEPTH + 1)), f"is deeper than {workspace.DEPTH} directories"),
         ("/etc", "conflicts with OpenShell's control path '/etc/openshell'"),
         ("/var", "conflicts with OpenShell's control path '/var/run/netns'"),
         ("/opt/openshell/bin/x", "conflicts with OpenShell's control path '/opt/openshell'"),
@@ -70,3 +79,20 @@ def test_a_caller_mount_may_not_hide_the_workspace() -> None:
             f"sandbox.spec.template.driver_config.mounts[1].target: {target!r} would hide the workspace at the "
             "image's WorkingDir '/workspace/project'"
         )
+
+
+def test_every_component_of_the_workspace_is_looked_at_shallowest_first() -> None:
+    assert workspace.ancestors("/a/b/c/d/e") == ["/a", "/a/b", "/a/b/c", "/a/b/c/d", "/a/b/c/d/e"]
+    assert workspace.ancestors("/sandbox") == ["/sandbox"]
+    assert workspace.ancestors("/") == []
+
+
+def test_a_link_on_the_workspace_path_is_refused_naming_the_image_and_both_paths() -> None:
+    refused = workspace.link_refusal(IMAGE, "/a/b/c/d/e", "/a/b/c/d/e", "/a/b/c/d/e")
+    assert refused.message == (
+        f"sandbox.spec.template.image: {IMAGE}: WorkingDir '/a/b/c/d/e' passes through '/a/b/c/d/e', a symbolic "
+        "link in the image; podmand mounts the workspace only on the image's own directories"
+    )
+    assert "the workspace '/sandbox' (no WorkingDir) passes through '/sandbox'" in (
+        workspace.link_refusal(IMAGE, "", "/sandbox", "/sandbox").message
+    )

@@ -573,11 +573,11 @@ def test_a_resumed_create_rechecks_binds_before_starting_the_container_it_adopts
 
         async def create(req: Request) -> Any:
             sandbox_id = (req.json().get("labels") or {}).get(names.SANDBOX_ID)
-            if sandbox_id is not None and any(b["Config"]["Labels"].get(names.SANDBOX_ID) == sandbox_id
-                                              for b in rig.boxes.boxes.values()):
+            if sandbox_id and any(b["Config"]["Labels"].get(names.SANDBOX_ID) == sandbox_id
+                                   for b in rig.boxes.boxes.values()):
                 return 500, {}, {"message": "container name is already in use"}  # Podman 4.3.1's answer
             reply = rig.boxes.create(req)
-            if sandbox_id is not None:  # made, but podmand is gone before it hears so
+            if sandbox_id:  # made, but podmand is gone before it hears so
                 made.set()
                 await answer.wait()
             return reply

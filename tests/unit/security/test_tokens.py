@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from podmand.errors import InvalidArgument
+from podmand.errors import FailedPrecondition, InvalidArgument
 from podmand.security import tokens
 
 SANDBOX = "sbx-1234"
@@ -304,8 +304,14 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("path", "value", "match"), [
-    ("supervisor.gateway_expires_at", 0, "supervisor.gateway_expires_at must be positive"),
-    ("supervisor.sandbox_expires_at", -1, "supervisor.sandbox_expires_at must be positive"),
+    ("supervisor.gateway_expires_at", -1, "supervisor.gateway_expires_at must not be negative"),
+    ("supervisor.sandbox_expires_at", -(2**63), "supervisor.sandbox_expires_at must not be negative"),
+    ("supervisor.session_id", "", "supervisor.session_id must be a canonical UUID"),
+    ("supervisor.session_id", "7F0C0A52-2F43-4C5E-9A52-4B5C7B2B9D11", "supervisor.session_id must be a canonical"),
+    ("supervisor.session_id", "7f0c0a522f434c5e9a524b5c7b2b9d11", "supervisor.session_id must be a canonical"),
+    ("supervisor.session_id", "{7f0c0a52-2f43-4c5e-9a52-4b5c7b2b9d11}", "supervisor.session_id must be a canonical"),
+    ("supervisor.session_id", "urn:uuid:7f0c0a52-2f43-4c5e-9a52-4b5c7b2b9d11", "supervisor.session_id must be"),
+    ("supervisor.session_id", GW_TOKEN, "supervisor.session_id must be a canonical"),
     ("supervisor.gateway_expires_at", 2**63, "supervisor.gateway_expires_at is out of range"),
     ("supervisor.runtime_generation", "", "supervisor.runtime_generation: generation ID is required"),
     ("supervisor.runtime_generation", "Bad_Gen", "supervisor.runtime_generation: .*unsupported character"),
@@ -337,7 +343,6 @@ def test_bundle_field_rules(path: str, value: Any, match: str) -> None:
     ("supervisor.auth_epoch", "3", r"Expected `int`, got `str` - at `\$.supervisor.auth_epoch`"),
     ("supervisor.session_rotation", True, r"got `bool`"),
     ("supervisor.gateway_token", 5, r"\$.supervisor.gateway_token"),
-    ("supervisor.extra", 1, "unknown field `extra`"),
     ("extra", 1, "unknown field `extra`"),
     ("verification_keys.0.comment", "x", "unknown field `comment`"),
     ("verification_keys.0.public_key_pem", PEM, r"Expected `array`, got `str`"),
@@ -379,6 +384,51 @@ def test_every_rejection_carries_where() -> None:
 
 
 def test_structs_round_trip_through_msgspec() -> None:
-    """The structs encode back to the gateway's shape (PEM as a number array)."""
+    """The decoded parts encode back to the gateway's shape (PEM as a number array)."""
     bundle = tokens.decode_launch_authentication(encode(bundle_doc()), BUNDLE_WHERE)
-    assert json.loads(msgspec.json.encode(bundle)) == bundle_doc()
+    parts = {"supervisor": bundle.supervisor, "gateway_id": bundle.gateway_id,
+             "verification_keys": bundle.verification_keys}
+    assert json.loads(msgspec.json.encode(parts)) == bundle_doc()
+
+
+@pytest.mark.parametrize("expiry", [0, 1, 2**63 - 1])
+def test_expiries_zero_means_never(expiry: int) -> None:
+    """0 is the gateway's "never expires" (contract §2.1): accepted, as is any i64 above it."""
+    doc = mutate("supervisor.gateway_expires_at", expiry)
+    doc["supervisor"]["sandbox_expires_at"] = expiry
+    bundle = tokens.decode_launch_authentication(encode(doc), BUNDLE_WHERE)
+    assert bundle.supervisor.gateway_expires_at == bundle.supervisor.sandbox_expires_at == expiry
+
+
+def test_supervisor_object_is_kept_as_sent() -> None:
+    """The supervisor object's own bytes are kept, spacing, order and fields podmand does not
+    know included (a newer gateway's ``ssh_host_private_key``, contract §9): they become
+    auth.json. The top level and the keys stay strict."""
+    supervisor = (b'{ "ssh_host_private_key" : "-----BEGIN OPENSSH PRIVATE KEY-----\\nAAAA\\n",\n'
+                  b' "sandbox_expires_at": 0, "gateway_expires_at": 0, "session_id": '
+                  b'"0b7d3f0e-5c1e-4c61-8f0f-2f5d7c1b9a10", "runtime_generation": "g1", "session_rotation": 1,'
+                  b' "auth_epoch": 1, "gateway_token": "' + GW_TOKEN.encode() + b'", "sandbox_token": "'
+                  + SBX_TOKEN.encode() + b'", "future": {"nested": [1, 2.5, null]}}')
+    rest = encode({k: v for k, v in bundle_doc().items() if k != "supervisor"})
+    data = b'{"supervisor":' + supervisor + b", " + rest[1:]
+    bundle = tokens.decode_launch_authentication(data, BUNDLE_WHERE)
+    assert bundle.supervisor_json == supervisor
+    assert bundle.supervisor.gateway_token == GW_TOKEN and bundle.supervisor.runtime_generation == "g1"
+    with pytest.raises(InvalidArgument, match="unknown field `extra`"):
+        tokens.decode_launch_authentication(data[:-1] + b', "extra": 1}', BUNDLE_WHERE)
+
+
+def test_refusal_class_is_the_callers() -> None:
+    """The split topology refuses a bad bundle FAILED_PRECONDITION (contract §2.1), every rule alike."""
+    for doc in (b"{}", encode(mutate("gateway_id", "")), encode(mutate("supervisor.runtime_generation", "A")),
+                encode(mutate("supervisor.session_id", "x"))):
+        with pytest.raises(FailedPrecondition, match=r"^start\.launch_authentication: "):
+            tokens.decode_launch_authentication(doc, "start.launch_authentication", refuse=FailedPrecondition)
+
+
+def test_repr_leaves_the_tokens_out() -> None:
+    bundle = tokens.decode_launch_authentication(encode(bundle_doc()), BUNDLE_WHERE)
+    shown = repr(bundle) + repr(bundle.supervisor) + str(bundle)
+    for secret in (GW_TOKEN, SBX_TOKEN, *GW_TOKEN.split("."), *SBX_TOKEN.split(".")):
+        assert secret not in shown
+    assert "0b7d3f0e-5c1e-4c61-8f0f-2f5d7c1b9a10" in shown
