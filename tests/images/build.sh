@@ -22,12 +22,25 @@
 #   localhost/podmand-test/supervisor:1      just /openshell-sandbox, the static test stand-in
 #                                            for the OpenShell supervisor, built from
 #                                            supervisor/openshell-sandbox.c
+# The split topology of OpenShell 0.1.x (rootless store only; docs/development.md):
+#   localhost/podmand-test/runtime:1         just /openshell-sandbox, the Python stand-in of the
+#                                            0.1.x workload runtime (runtime/openshell-sandbox),
+#                                            which a driver bind-mounts into the workload
+#   localhost/podmand-test/supervisor2:1     Debian bookworm + python3 + grpcio + cryptography,
+#                                            /openshell-supervisor (supervisor2/openshell-supervisor),
+#                                            the stand-in of the 0.1.x supervisor, as ENTRYPOINT
+#   localhost/podmand-test/workload:1        the same rootfs (one tar for both), USER sandbox
+#                                            (1000:1000, home /sandbox): a sandbox image the
+#                                            runtime stand-in can run in
+#   The Python rootfs starts from tests/images/pybase.sh's debootstrap tar; the wheels
+#   (PY_WHEELS, manylinux, CPython 3.11 as in bookworm) come from PyPI once, through the
+#   test virtualenv's pip, into $CACHE/wheels-cp311-<arch>.
 #
 # Rootfs tars are cached in /var/cache/podmand-test and rebuilt only when their
-# inputs (this script, the C source, /bin/busybox) change. The tars are
-# reproducible (sorted, fixed mtime), and each image carries a label with the
-# sha256 of its tar plus its config, so a store is only touched when that
-# label differs.
+# inputs (this script, the C source, the stand-in scripts, /bin/busybox, the Python
+# base tar, the wheels) change. The tars are reproducible (sorted, fixed mtime,
+# hash-checked .pyc files), and each image carries a label with the sha256 of its
+# tar plus its config, so a store is only touched when that label differs.
 set -euo pipefail
 
 TEST_USER="${PODMAND_TEST_USER:-podmand}"
@@ -40,6 +53,14 @@ SANDBOX_NOUSER_IMAGE=localhost/podmand-test/sandbox-nouser:1
 SANDBOX_UID_IMAGE=localhost/podmand-test/sandbox-uid:1
 SANDBOX_ROOT_IMAGE=localhost/podmand-test/sandbox-root:1
 SUPERVISOR_IMAGE=localhost/podmand-test/supervisor:1
+RUNTIME_IMAGE=localhost/podmand-test/runtime:1
+SUPERVISOR2_IMAGE=localhost/podmand-test/supervisor2:1
+WORKLOAD_IMAGE=localhost/podmand-test/workload:1
+RUNTIME_SRC="$HERE/runtime/openshell-sandbox"
+SUPERVISOR2_SRC="$HERE/supervisor2/openshell-supervisor"
+PY_WHEELS=(grpcio==1.85.4 cryptography==50.0.2)
+PY_SITE=/usr/local/lib/python3.11/dist-packages
+VENV="${PODMAND_TEST_VENV:-/var/lib/podmand-test/venv}"
 WORKDIR_IMAGE=localhost/podmand-test/sandbox-workdir
 PATH_ENV=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
@@ -117,9 +138,59 @@ supervisor_rootfs() {
     install -d -m 1777 "$1/tmp"
 }
 
+# ---------------------------------------------------------------- the Python stand-ins
+host_python() {  # a CPython with pip: the test virtualenv's (tests/run.sh makes it first), else python3
+    if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+        echo "$VENV/bin/python"
+    else
+        echo python3
+    fi
+}
+
+wheels_dir() { echo "$CACHE/wheels-cp311-$(uname -m)"; }
+
+python_wheels() {  # grpcio and cryptography (and their dependencies) for bookworm's CPython 3.11
+    local dir key py
+    dir=$(wheels_dir)
+    key="${PY_WHEELS[*]}"
+    if [ -d "$dir" ] && [ "$(cat "$dir.key" 2>/dev/null)" = "$key" ]; then return 0; fi
+    py=$(host_python)
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    "$py" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+        --python-version 3.11 --implementation cp --platform "manylinux2014_$(uname -m)" \
+        --platform "manylinux_2_28_$(uname -m)" -d "$dir" "${PY_WHEELS[@]}" >"$dir.log" 2>&1 \
+        || { grep -v '^WARNING: Location' "$dir.log" >&2; fail "pip download of ${PY_WHEELS[*]} (log: $dir.log)"; }
+    echo "$key" >"$dir.key"
+    say "downloaded $(ls "$dir" | tr '\n' ' ')"
+}
+
+python_rootfs() {  # pybase + the wheels + a sandbox account + the supervisor stand-in
+    local d=$1 py
+    py=$(host_python)
+    tar -C "$d" -xf "$CACHE/pybase.tar"
+    chmod 0755 "$d"     # pybase.tar's "./" is mktemp's 0700: non-root could not reach anything
+    mkdir -p "$d$PY_SITE"
+    "$py" -m pip install --quiet --disable-pip-version-check --no-index --find-links "$(wheels_dir)" \
+        --no-compile --target "$d$PY_SITE" "${PY_WHEELS[@]}" >&2
+    # bytecode checked by hash, not mtime: the tar stays reproducible and imports stay fast
+    "$py" -m compileall -q -j 0 --invalidation-mode unchecked-hash -d "$PY_SITE" "$d$PY_SITE" >/dev/null
+    grep -q '^sandbox:' "$d/etc/passwd" || echo 'sandbox:x:1000:1000:sandbox user:/sandbox:/bin/sh' >>"$d/etc/passwd"
+    grep -q '^sandbox:' "$d/etc/group" || echo 'sandbox:x:1000:' >>"$d/etc/group"
+    install -d -m 0755 -o 1000 -g 1000 "$d/sandbox"
+    install -m 0755 "$SUPERVISOR2_SRC" "$d/openshell-supervisor"
+}
+
+runtime_rootfs() {
+    install -m 0755 "$RUNTIME_SRC" "$1/openshell-sandbox"
+}
+
 # podman import flags for each image (also part of the content label)
 SANDBOX_CHANGES=(--change "ENV=PATH=$PATH_ENV" --change 'CMD=["/bin/sh"]')
 SUPERVISOR_CHANGES=(--change "ENV=PATH=$PATH_ENV" --change 'CMD=["/openshell-sandbox"]')
+RUNTIME_CHANGES=(--change "ENV=PATH=$PATH_ENV" --change 'CMD=["/openshell-sandbox"]')
+SUPERVISOR2_CHANGES=(--change "ENV=PATH=$PATH_ENV" --change 'ENTRYPOINT=["/openshell-supervisor"]')
+WORKLOAD_CHANGES=(--change "ENV=PATH=$PATH_ENV" --change 'USER=sandbox' --change 'CMD=["/bin/sh"]')
 
 # ---------------------------------------------------------------- stores
 user_env() {
@@ -139,11 +210,20 @@ podman_in() {
     fi
 }
 
+# tar_sha TAR: its sha256, remembered beside it for as long as its size and mtime stay
+tar_sha() {
+    local stamp; stamp=$(stat -c '%s %Y' "$1")
+    if [ "$(sed -n 1p "$1.sha256" 2>/dev/null)" != "$stamp" ]; then
+        printf '%s\n%s\n' "$stamp" "$(sha "$1")" >"$1.sha256"
+    fi
+    sed -n 2p "$1.sha256"
+}
+
 # load STORE IMAGE TAR CHANGES...: import TAR unless the store has this content
 load() {
     local store=$1 image=$2 tar=$3; shift 3
     local want have old
-    want=$(printf '%s\n' "$(sha "$tar")" "$@" | sha256sum | cut -c1-64)
+    want=$(printf '%s\n' "$(tar_sha "$tar")" "$@" | sha256sum | cut -c1-64)
     have=$(podman_in "$store" image inspect --format "{{index .Labels \"$LABEL\"}}" "$image" 2>/dev/null || true)
     [ "$have" = "$want" ] && return 0
     old=$(podman_in "$store" image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
@@ -160,7 +240,7 @@ for t in "${targets[@]}"; do
 done
 
 if [ -n "${PODMAND_IMAGES_CACHED:-}" ]; then
-    for f in sandbox sandbox-workdir supervisor; do
+    for f in sandbox sandbox-workdir supervisor runtime python-standin; do
         [ -s "$CACHE/$f.tar" ] || fail "$CACHE/$f.tar missing: run 'bash tests/images/build.sh cache' where it is made"
     done
 else
@@ -170,6 +250,11 @@ else
     fresh_or_build sandbox    "$self $(sha /bin/busybox)"                    sandbox_rootfs
     fresh_or_build supervisor "$self $(sha "$CACHE/openshell-sandbox")"      supervisor_rootfs
     fresh_or_build sandbox-workdir "$self $(sha /bin/busybox)"               workdir_rootfs
+    fresh_or_build runtime    "$self $(sha "$RUNTIME_SRC")"                  runtime_rootfs
+    [ -s "$CACHE/pybase.tar" ] || bash "$HERE/pybase.sh" tar
+    python_wheels
+    fresh_or_build python-standin "$self $(sha "$SUPERVISOR2_SRC") $(stat -c '%s %Y' "$CACHE/pybase.tar") $(ls "$(wheels_dir)" | tr '\n' ' ')" \
+        python_rootfs
 fi
 
 for t in "${targets[@]}"; do
@@ -186,4 +271,9 @@ for t in "${targets[@]}"; do
         load "$t" "$WORKDIR_IMAGE${w%%:*}:1" "$CACHE/sandbox-workdir.tar" "${SANDBOX_CHANGES[@]}" \
             --change 'USER=sandbox' --change "WORKDIR=${w#*:}"
     done
+    if [ "$t" = rootless ]; then  # the split topology runs only on the rootless store
+        load "$t" "$RUNTIME_IMAGE"     "$CACHE/runtime.tar"        "${RUNTIME_CHANGES[@]}"
+        load "$t" "$SUPERVISOR2_IMAGE" "$CACHE/python-standin.tar" "${SUPERVISOR2_CHANGES[@]}"
+        load "$t" "$WORKLOAD_IMAGE"    "$CACHE/python-standin.tar" "${WORKLOAD_CHANGES[@]}"
+    fi
 done

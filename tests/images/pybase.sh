@@ -3,6 +3,8 @@
 # for building containers/Containerfile in CI (podman build --from ...).
 #
 #   bash tests/images/pybase.sh        (run as root; loads it into the rootless test user's store)
+#   bash tests/images/pybase.sh tar    (only the cached rootfs tar: tests/images/build.sh's
+#                                       Python stand-in images start from it)
 #
 # Debian bookworm minbase + python3 via debootstrap (about 40 s once; the rootfs
 # tar is cached in /var/cache/podmand-test), trimmed of docs and apt lists.
@@ -25,6 +27,7 @@ if [ ! -s "$TAR" ]; then
     chmod 0644 "$TAR"
     rm -rf "$root"
 fi
+[ "${1:-}" != tar ] || exit 0
 home=$(getent passwd "$TEST_USER" | cut -d: -f6)
 uid=$(id -u "$TEST_USER")
 as_user() {  # from /: rootless podman returns to the caller's directory, maybe not ours to enter
