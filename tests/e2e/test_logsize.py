@@ -19,6 +19,7 @@ import subprocess
 import tarfile
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import podman
 import pytest
@@ -68,16 +69,22 @@ def as_user(*cmd: str) -> str:
     return done.stdout
 
 
-def test_a_sandbox_log_never_grows_past_log_size_max(make_podmand: Callable[..., Podmand],
-                                                     podman_client: podman.PodmanClient, cleanup: list[str],
-                                                     flooding_supervisor: str) -> None:
-    daemon = make_podmand({"PODMAND_LOG_SIZE_MAX": str(BOUND), "OPENSHELL_SUPERVISOR_IMAGE": flooding_supervisor})
+def running_container(daemon: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]) -> Any:
+    """A new sandbox of ``daemon``, running: its container, inspected."""
     watch = daemon.watch()
     box = sandbox()
     cleanup.append(box.id)
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     watch.wait_reason(box.id, "ContainerRunning")
     [container] = containers_of(podman_client, box.id)
+    return container
+
+
+def test_a_sandbox_log_never_grows_past_log_size_max(make_podmand: Callable[..., Podmand],
+                                                     podman_client: podman.PodmanClient, cleanup: list[str],
+                                                     flooding_supervisor: str) -> None:
+    daemon = make_podmand({"PODMAND_LOG_SIZE_MAX": str(BOUND), "OPENSHELL_SUPERVISOR_IMAGE": flooding_supervisor})
+    container = running_container(daemon, podman_client, cleanup)
     log = container.attrs["HostConfig"]["LogConfig"]
     # Once the last line is logged (after every earlier one), the file is what conmon keeps.
     wait_until(lambda: END in as_user("tail", "-c", "200", log["Path"]), DEADLINE, f"{END} in {log['Path']}")
@@ -89,11 +96,5 @@ def test_a_sandbox_log_never_grows_past_log_size_max(make_podmand: Callable[...,
 def test_the_default_bound_is_ten_mib(make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient,
                                       cleanup: list[str]) -> None:
     """No setting: 10 MiB (10485760 bytes, "10.49MB" in Podman's decimal words)."""
-    daemon = make_podmand()
-    watch = daemon.watch()
-    box = sandbox()
-    cleanup.append(box.id)
-    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-    watch.wait_reason(box.id, "ContainerRunning")
-    [container] = containers_of(podman_client, box.id)
+    container = running_container(make_podmand(), podman_client, cleanup)
     assert container.attrs["HostConfig"]["LogConfig"]["Size"] == "10.49MB", container.attrs["HostConfig"]

@@ -162,6 +162,29 @@ async def libpod() -> AsyncIterator[tuple[FakeLibpod, PodmanClient]]:
         await fake.close()
 
 
+class HeldCreate:
+    """A container create the fake holds until :attr:`release` is set (Podman still making it
+    while its caller gives up), and the removal after it: ``seen`` says "made <name>" and
+    "removed <name>" in the order Podman carried them out."""
+
+    def __init__(self, fake: FakeLibpod, container_id: str) -> None:
+        self.arrived, self.release = asyncio.Event(), asyncio.Event()
+        self.seen: list[str] = []
+
+        async def create(req: Request) -> Reply:
+            self.arrived.set()
+            await self.release.wait()
+            self.seen.append(f"made {req.json()['name']}")
+            return 201, {}, {"Id": container_id, "Warnings": []}
+
+        def remove(req: Request) -> Reply:
+            self.seen.append(f"removed {req.path.rsplit('/', 1)[-1]}")
+            return 200, {}, [{"Id": container_id}]
+
+        fake.route("POST", "/containers/create", create)
+        fake.route("DELETE", "/containers/[^/]+", remove)
+
+
 @dataclass
 class Rig:
     driver: Driver

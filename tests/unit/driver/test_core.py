@@ -675,20 +675,27 @@ def test_a_garbage_collection_pass_lists_containers_once() -> None:
     run(body, lambda _t: Settings(gc_grace=3600))
 
 
+async def reader_left(rig: Rig) -> tuple[dict[str, bool], str]:
+    """An image read whose reader Podman refuses to remove (it is restarting) while
+    ``refuse["on"]``: the switch, and the reader's name, left in UNREMOVED."""
+    refuse = {"on": True}
+
+    def remove(req: Request) -> Any:
+        if refuse["on"]:
+            return 500, {}, {"message": "connection reset: Podman is restarting"}
+        return 200, {}, [{"Id": "reader"}]
+
+    rig.fake.route("DELETE", "/containers/podmand-read-[^/]+", remove)
+    await imagefiles.read_image_files(rig.driver.podman, "sha256:img", ["/etc/passwd"], str(rig.driver.state_dir))
+    [left] = imagefiles.UNREMOVED
+    return refuse, left
+
+
 def test_a_reader_podman_did_not_remove_is_removed_at_the_next_collection_whatever_its_pace() -> None:
     """Podman restarting while podmand reads an image leaves the reader: the next call of
     collect_garbage removes it by name (no list), even between the full passes."""
     async def body(rig: Rig) -> None:
-        refuse = {"on": True}
-
-        def remove(req: Request) -> Any:
-            if refuse["on"]:
-                return 500, {}, {"message": "connection reset: Podman is restarting"}
-            return 200, {}, [{"Id": "reader"}]
-
-        rig.fake.route("DELETE", "/containers/podmand-read-[^/]+", remove)
-        await imagefiles.read_image_files(rig.driver.podman, "sha256:img", ["/etc/passwd"], str(rig.driver.state_dir))
-        [left] = imagefiles.UNREMOVED
+        refuse, left = await reader_left(rig)
         assert await rig.driver.collect_garbage() == []  # the first full pass: Podman still refuses
         refuse["on"] = False
         lists = rig.fake.count("GET .*/containers/json")
@@ -703,16 +710,7 @@ def test_close_removes_the_readers_podman_did_not_remove_before() -> None:
     """podmand's stop leaves no reader whose removal Podman refused earlier: the driver's
     close asks again, by name (issue 30, item 7)."""
     async def body(rig: Rig) -> None:
-        refuse = {"on": True}
-
-        def remove(req: Request) -> Any:
-            if refuse["on"]:
-                return 500, {}, {"message": "connection reset: Podman is restarting"}
-            return 200, {}, [{"Id": "reader"}]
-
-        rig.fake.route("DELETE", "/containers/podmand-read-[^/]+", remove)
-        await imagefiles.read_image_files(rig.driver.podman, "sha256:img", ["/etc/passwd"], str(rig.driver.state_dir))
-        [left] = imagefiles.UNREMOVED
+        refuse, left = await reader_left(rig)
         refuse["on"] = False
         await rig.driver.close()
         assert rig.fake.count(f"DELETE .*/containers/{left}") == 2 and not imagefiles.UNREMOVED

@@ -15,7 +15,7 @@ from podmand.host import eventproof
 from podmand.host.eventproof import Proof
 from podmand.libpod import PodmanError
 from podmand.sandbox import imagefiles
-from tests.fakes.harness import libpod
+from tests.fakes.harness import HeldCreate, libpod
 from tests.fakes.libpod import Reply, Request
 
 DEADLINE = 10.0
@@ -71,26 +71,14 @@ def test_a_proof_given_up_while_podman_makes_its_container_removes_it_once_made(
 
     async def main() -> None:
         async with libpod() as (fake, client):
-            arrived, release = asyncio.Event(), asyncio.Event()
-
-            async def create(req: Request) -> Reply:
-                arrived.set()
-                await release.wait()
-                seen.append(f"made {req.json()['name']}")
-                return 201, {}, {"Id": "proof", "Warnings": []}
-
-            def remove(req: Request) -> Reply:
-                seen.append(f"removed {req.path.rsplit('/', 1)[-1]}")
-                return 200, {}, [{"Id": "proof"}]
-
-            fake.route("POST", "/containers/create", create)
-            fake.route("DELETE", "/containers/[^/]+", remove)
+            held = HeldCreate(fake, "proof")
             caused = asyncio.ensure_future(eventproof.cause(client, tmp_path))
-            await arrived.wait()
+            await held.arrived.wait()
             caused.cancel()
-            release.set()
+            held.release.set()
             with pytest.raises(asyncio.CancelledError):
                 await caused
+            seen.extend(held.seen)
 
     run(main())
     [made, removed] = seen

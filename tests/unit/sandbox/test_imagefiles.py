@@ -15,7 +15,7 @@ from podmand.driver.validation import Facts, ImageFacts
 from podmand.libpod import PodmanError
 from podmand.sandbox import imagefiles
 from podmand.sandbox.imagefiles import TooLarge, first_file, read_capped
-from tests.fakes.harness import libpod
+from tests.fakes.harness import HeldCreate, libpod
 from tests.fakes.libpod import Reply, Request
 
 DEADLINE = 10.0
@@ -102,27 +102,15 @@ def test_a_read_given_up_while_podman_makes_its_reader_removes_the_reader_once_m
 
     async def main() -> None:
         async with libpod() as (fake, client):
-            arrived, release = asyncio.Event(), asyncio.Event()
-
-            async def create(req: Request) -> Reply:
-                arrived.set()
-                await release.wait()
-                seen.append(f"made {req.json()['name']}")
-                return 201, {}, {"Id": "reader", "Warnings": []}
-
-            def remove(req: Request) -> Reply:
-                seen.append(f"removed {req.path.rsplit('/', 1)[-1]}")
-                return 200, {}, [{"Id": "reader"}]
-
-            fake.route("POST", "/containers/create", create)
-            fake.route("DELETE", "/containers/[^/]+", remove)
+            held = HeldCreate(fake, "reader")
             read = asyncio.ensure_future(imagefiles.read_image_files(client, "sha256:img", ["/etc/passwd"], "/s"))
-            await asyncio.wait_for(arrived.wait(), DEADLINE)
+            await asyncio.wait_for(held.arrived.wait(), DEADLINE)
             read.cancel()
-            release.set()
+            held.release.set()
             with pytest.raises(asyncio.CancelledError):
                 await read
             assert not any("/archive" in call for call in fake.calls())  # nothing read once given up
+            seen.extend(held.seen)
 
     asyncio.run(asyncio.wait_for(main(), DEADLINE))
     [made, removed] = seen
