@@ -30,6 +30,7 @@ from .files import ensure_dir, unwritable, write_atomic
 from .imagefiles import SUPERVISOR_LIMIT, TooLarge, read_image_files
 
 MODE = 0o555
+CHECKED = 1024  # fingerprints remembered (a path forgotten is hashed again at its next check)
 BINARY = "openshell-sandbox"
 DIGEST = BINARY + ".sha256"  # beside the binary, never mounted: "<image id> <sha256>"
 
@@ -52,7 +53,7 @@ class SupervisorCache:
         self.podman = podman
         self.root = state_dir / "supervisor"
         self._lock = asyncio.Lock()
-        self._checked: dict[Path, tuple[int, ...]] = {}  # path -> fingerprint last found intact
+        self._checked: dict[Path, tuple[int, ...]] = {}  # path -> fingerprint last found intact, oldest first
 
     def path_for(self, image_id: str) -> Path:
         return self.root / image_id.replace(":", "-") / BINARY
@@ -92,7 +93,7 @@ class SupervisorCache:
         if self._checked.get(path) != _fingerprint(st):
             if _sha256(path) != recorded[1]:
                 return None
-            self._checked[path] = _fingerprint(st)
+            self._remember(path, _fingerprint(st))
         return recorded[1]
 
     async def _extract(self, image_id: str, path: Path) -> str:
@@ -121,9 +122,17 @@ class SupervisorCache:
             ensure_dir(path.parent)
             write_atomic(path.parent / DIGEST, f"{image_id} {digest}\n".encode(), 0o444)
             write_atomic(path, data, MODE)
-            self._checked[path] = _fingerprint(os.lstat(path))
+            self._remember(path, _fingerprint(os.lstat(path)))
         except OSError as exc:
             raise unwritable(self.root.parent, exc) from None
+
+    def _remember(self, path: Path, fingerprint: tuple[int, ...]) -> None:
+        """Keep ``path``'s intact fingerprint, the oldest dropped past CHECKED (each sandbox
+        with a copy of its own adds one: the driver's memory stays bounded)."""
+        self._checked.pop(path, None)
+        self._checked[path] = fingerprint
+        while len(self._checked) > CHECKED:
+            del self._checked[next(iter(self._checked))]
 
     async def check(self, path: str) -> None:
         """Before a start: the binary a container binds at ``path`` (a supervisor cache's or a

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from podmand.errors import FailedPrecondition
+from podmand.sandbox import supervisor
 from podmand.sandbox.files import StateDirUnwritable
 from podmand.sandbox.supervisor import BINARY, DIGEST, SupervisorCache
 
@@ -83,3 +84,14 @@ def test_an_unwritable_state_directory_is_one_clear_error(tmp_path: Path) -> Non
     (own_dir / DIGEST).mkdir(parents=True)
     with pytest.raises(StateDirUnwritable, match=r"state directory .* is not writable"):
         run(sup.binary(IMAGE, own_dir))
+
+
+def test_the_fingerprints_kept_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One fingerprint per sandbox copy: past the bound the oldest go, and a path forgotten
+    is hashed again at its next check (and found intact)."""
+    monkeypatch.setattr(supervisor, "CHECKED", 3)
+    sup, _ = cache(tmp_path)
+    copies = [run(sup.binary(IMAGE, tmp_path / "state" / "sandboxes" / f"sb{i}")) for i in range(5)]
+    assert len(sup._checked) == 3 and copies[0] not in sup._checked and copies[-1] in sup._checked
+    assert sup.intact(copies[0], IMAGE) == hashlib.sha256(DATA).hexdigest()
+    assert copies[0] in sup._checked and len(sup._checked) == 3
