@@ -3,10 +3,11 @@ or imported from a staged rootfs tar), its image mounts, and what podmand reads 
 Its own module because it is all Podman's image store, done again on every attempt from
 what podmand remembers, while making the container (creation.py) needs only its result.
 
-Each image is pinned by ID (images.py) and refused when it is unfit, a workspace path
-through a symbolic link in it included; the identity the supervisor will select comes
-from the image's own accounts; the upstream proxy files are written again for each
-container. Every failure is reported with a reason of its own.
+Each image is pinned by ID (images.py) and refused when it is unfit, a mount destination
+through a symbolic link in it included (a caller's mount target: MountRefused); the
+identity the supervisor will select comes from the image's own accounts; the upstream
+proxy files are written again for each container. Every failure is reported with a
+reason of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from .. import names, tracing
 from ..errors import FailedPrecondition, InvalidArgument
 from ..libpod import ImageInspect, PodmanError
-from ..sandbox import imagechecks, proxy, rootfs, usernamespace, workspace
+from ..sandbox import imagechecks, mountlinks, proxy, rootfs, usernamespace, workspace
 from ..sandbox.identity import Resolved
 from ..sandbox.supervisor import SupervisorCache
 from .context import Context
@@ -33,6 +34,7 @@ log = logging.getLogger("podmand.driver")
 
 ROOTFS_FAILED = "RootfsImportFailed"
 IMAGE_REFUSED = "ImageRefused"  # terminal: the image itself is what is wrong (imagechecks.py)
+MOUNT_REFUSED = "MountRefused"  # terminal: a caller's mount cannot be made safely (here: through a link in the image)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,13 @@ class Preparation:
             workdir = workspace.root(plan.image, image.config.working_dir, (plan.ssh_socket_path,), plan.mounts)
         except FailedPrecondition as exc:
             raise ProvisionFailed(IMAGE_REFUSED, exc.message) from exc
+        try:  # every mount's destination
+            walks = mountlinks.walks(workdir, plan.mounts, mountlinks.image_volumes(plan.image, image.config.volumes))
+        except FailedPrecondition as exc:
+            raise ProvisionFailed(IMAGE_REFUSED, exc.message) from exc
+        if inside := mountlinks.nested(walks):
+            reason = MOUNT_REFUSED if "caller" in (inside[0].whose, inside[1].whose) else IMAGE_REFUSED
+            raise ProvisionFailed(reason, mountlinks.nested_refusal(plan.image, *inside).message)
         mount_images = {}  # driver_config image mounts: pulled with the sandbox's policy, pinned by ID
         for m in plan.mounts:
             if m.kind != "image":
@@ -88,12 +97,12 @@ class Preparation:
                 raise ProvisionFailed(IMAGE_REFUSED, f"image mount {m.source}: {why}")
             mount_images[m.source] = mounted.id
         try:
-            facts = await self.validator.facts(image.id, workdir)  # the image's own files, once per image ID
+            facts = await self.validator.facts(image.id, walks)  # the image's own files, once per image ID
         except FailedPrecondition as exc:
             raise ProvisionFailed("WorkloadIdentityInvalid", exc.message) from exc
-        if facts.link:  # the workspace's path passes through a symbolic link in the image
-            refused = workspace.link_refusal(plan.image, image.config.working_dir, workdir, facts.link)
-            raise ProvisionFailed(IMAGE_REFUSED, refused.message)
+        if link := mountlinks.found(walks, facts.paths):  # a destination passes through a symbolic link in the image
+            refused = mountlinks.refusal(plan.image, image.config.working_dir, *link)
+            raise ProvisionFailed(MOUNT_REFUSED if link[0].whose == "caller" else IMAGE_REFUSED, refused.message)
         try:
             workload = await self.validator.resolve_identity(plan, image.id, image.config.user, facts)
         except FailedPrecondition as exc:

@@ -1,7 +1,8 @@
 """Checking a create request against Podman before anything is made, and what podmand
 reads of an image's own files (once per image ID): the identity the supervisor will
-select from its account files, and whether the workspace's path passes through a
-symbolic link in it (sandbox/workspace.py says why that is refused)."""
+select from its account files, and whether a mount's destination passes through a
+symbolic link in it (sandbox/mountlinks.py says why that is refused; each path looked up
+is kept, since the caller's mount targets differ from one request to the next)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import dataclasses
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -17,7 +19,7 @@ from ..config import Settings
 from ..errors import FailedPrecondition
 from ..host import wsl
 from ..libpod import ImageInspect, PodmanClient, PodmanError, versions
-from ..sandbox import cdi, identity, imagechecks, rootfs, workspace
+from ..sandbox import cdi, identity, imagechecks, mountlinks, rootfs, workspace
 from ..sandbox.identity import Resolved
 from ..sandbox.imagefiles import TooLarge, read_image
 from ..sandbox.plan import Plan
@@ -33,25 +35,35 @@ ACCOUNT_FILES = ("/etc/passwd", "/etc/group")
 READS = 4  # image reads at a time: each holds up to two files of imagefiles.ACCOUNT_FILE_LIMIT
 CACHED_IMAGES = 256  # images whose files are kept...
 CACHED_BYTES = 8 * 1024 * 1024  # ...in at most this many characters together
+CACHED_PATHS = 1024  # paths looked up kept per image, the latest (each a few dozen bytes more than its name)
+PATH_COST = 64  # what a kept path counts for beside its characters
 
 
 class ImageFacts(NamedTuple):
-    """What podmand reads of an image's own files (one reader each time)."""
+    """What podmand has read of an image's own files (a reader each time something more
+    is needed)."""
 
-    passwd: str
-    group: str
-    # The first symbolic link on the workspace's path in the image, or "". The path comes
-    # from the image's WorkingDir, so it too is the image ID's; with a link, the image is
-    # refused and its account files are not read ("").
-    link: str
+    # /etc/passwd and /etc/group; None until read (a read that finds a link reads no file).
+    accounts: tuple[str, str] | None
+    # Each path looked up, shallowest components first: what it is in the image
+    # (mountlinks.LINK, HERE, FILE or ABSENT).
+    paths: dict[str, str]
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.accounts or ())) + sum(len(p) + PATH_COST for p in self.paths)
+
+
+NOTHING = ImageFacts(None, {})
 
 
 class Facts:
     """Image ID -> :class:`ImageFacts`, least recently used dropped first, bounded in
-    images and in size (the files are the images', chosen by callers)."""
+    images and in size (the files are the images', chosen by callers, and so are the
+    mount targets looked up: at most ``paths`` kept per image, the latest)."""
 
-    def __init__(self, images: int = CACHED_IMAGES, size: int = CACHED_BYTES) -> None:
-        self.images, self.size = images, size
+    def __init__(self, images: int = CACHED_IMAGES, size: int = CACHED_BYTES, paths: int = CACHED_PATHS) -> None:
+        self.images, self.size, self.paths = images, size, paths
         self._kept: OrderedDict[str, ImageFacts] = OrderedDict()
         self._size = 0
 
@@ -62,17 +74,21 @@ class Facts:
         return facts
 
     def put(self, image_id: str, facts: ImageFacts) -> ImageFacts:
-        """Keep ``facts`` unless they alone are over the size; give them back."""
-        size = sum(map(len, facts))
+        """Keep ``facts`` (its latest :attr:`paths` paths) unless they alone are over the
+        size; give them back whole."""
+        kept = facts
+        if len(facts.paths) > self.paths:
+            kept = facts._replace(paths=dict(list(facts.paths.items())[-self.paths:]))
+        size = kept.size
         if size > self.size:
             return facts
         if (old := self._kept.pop(image_id, None)) is not None:
-            self._size -= sum(map(len, old))
-        self._kept[image_id] = facts
+            self._size -= old.size
+        self._kept[image_id] = kept
         self._size += size
         while len(self._kept) > self.images or self._size > self.size:
             _, dropped = self._kept.popitem(last=False)
-            self._size -= sum(map(len, dropped))
+            self._size -= dropped.size
         return facts
 
     def __len__(self) -> int:
@@ -107,9 +123,10 @@ class Validator:
         """``staged=False``: leave the staged rootfs tar unchecked (create checks it
         after the identical-retry check: the first create may have imported it).
         ``read`` (a create, not ValidateSandboxCreate, which makes no container): an image
-        present with a WorkingDir of its own is read now, unless read before, so that a
-        symbolic link on its path is refused before anything is made (the default
-        ``/sandbox`` is looked at when the image is read anyway, while provisioning)."""
+        present with a WorkingDir of its own or mounts from the caller is read now, unless
+        read before, so that a symbolic link in it on a mount's way is refused before
+        anything is made; otherwise the image is read while provisioning (what an earlier
+        read found is refused here too)."""
         plan = validate(sandbox, self.settings, podman=await self.features())
         if plan.gpu_count:  # peek: only a create takes devices
             self.gpus.peek(plan.gpu_count)
@@ -133,18 +150,25 @@ class Validator:
             if why := image_refusal(plan, image):
                 raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {why}")
             path = workspace.root(plan.image, image.config.working_dir, (plan.ssh_socket_path,), plan.mounts)
-            facts = self._facts.get(image.id)  # only files read before, unless ``read`` says
+            volumes = mountlinks.image_volumes(plan.image, image.config.volumes)
+            walks = mountlinks.walks(path, plan.mounts, volumes)
+            if inside := mountlinks.nested(walks):
+                raise mountlinks.nested_refusal(plan.image, *inside)
+            facts = self._facts.get(image.id)  # only what was read before, unless ``read`` says
             try:
-                if facts is None and read and path != workspace.DEFAULT:
-                    facts = await self.facts(image.id, path)
-                if facts is not None and not facts.link:
-                    self._resolve_from(plan, image.id, image.config.user, facts)
-                elif facts is None:
+                if read and (path != workspace.DEFAULT or plan.mounts) and not complete(facts, walks):
+                    facts = await self.facts(image.id, walks)
+            except FailedPrecondition as exc:
+                raise FailedPrecondition(f"{workspace.IMAGE_WHERE}: {plan.image}: {exc.message}") from exc
+            if facts is not None and (link := mountlinks.found(walks, facts.paths)):
+                raise mountlinks.refusal(plan.image, image.config.working_dir, *link)
+            try:
+                if facts is not None and facts.accounts is not None:
+                    self._resolve_from(plan, image.id, image.config.user, facts.accounts)
+                else:
                     self._check_declaration(plan, image.config.user)
             except FailedPrecondition as exc:
                 raise FailedPrecondition(f"{workspace.IMAGE_WHERE}: {plan.image}: {exc.message}") from exc
-            if facts is not None and facts.link:
-                raise workspace.link_refusal(plan.image, image.config.working_dir, path, facts.link)
         return plan
 
     def check_rootfs(self, plan: Plan) -> None:
@@ -194,37 +218,58 @@ class Validator:
         log.info("sandbox %s: assigned GPU(s) %s", plan.sandbox_id, ", ".join(devices))
         return dataclasses.replace(plan, cdi_devices=tuple(devices), gpu_count=0)
 
-    def _resolve_from(self, plan: Plan, image_id: str, image_user: str, facts: ImageFacts) -> Resolved:
+    def _resolve_from(self, plan: Plan, image_id: str, image_user: str, accounts: tuple[str, str]) -> Resolved:
         limit = userns_id_limit(self.settings, plan.userns, self.features.known)
+        passwd, group = accounts
         return identity.resolve(
-            plan.workload_user, plan.workload_group, image_user, facts.passwd, facts.group, image_id, id_limit=limit
+            plan.workload_user, plan.workload_group, image_user, passwd, group, image_id, id_limit=limit
         )
 
-    async def facts(self, image_id: str, path: str) -> ImageFacts:
-        """What podmand reads of the image's own files, from a never-started container, once
-        per image ID while cached: whether the workspace's ``path`` (workspace.root's, from
-        the image's WorkingDir) passes through a symbolic link in the image, and unless it
-        does, /etc/passwd and /etc/group. FailedPrecondition when an account file is over
-        the limit (imagefiles.py): the image's fault."""
+    async def facts(self, image_id: str, walks: Sequence[mountlinks.Walk]) -> ImageFacts:
+        """What podmand reads of the image's own files, from a never-started container,
+        once per image ID while cached: whether each of ``walks`` (mountlinks.walks: every
+        mount's destination) passes through a symbolic link in the image (only the paths
+        not looked up before are), and unless one does, /etc/passwd and /etc/group.
+        FailedPrecondition when an account file is over the limit (imagefiles.py): the
+        image's fault."""
         facts = self._facts.get(image_id)
-        if facts is not None:
+        if complete(facts, walks):
+            assert facts is not None
             return facts
         async with self._reads:
-            if (facts := self._facts.get(image_id)) is not None:  # read meanwhile
+            facts = self._facts.get(image_id)  # read meanwhile?
+            if complete(facts, walks):
+                assert facts is not None
                 return facts
+            facts = facts or NOTHING
+            files = list(ACCOUNT_FILES) if facts.accounts is None else []
             try:
-                read = await read_image(self.podman, image_id, list(ACCOUNT_FILES), str(self.state_dir),
-                                        links=workspace.ancestors(path))
+                read = await read_image(self.podman, image_id, files, str(self.state_dir),
+                                        walks=[w.path for w in walks], known=facts.paths)
             except TooLarge as exc:
                 raise FailedPrecondition(
                     f"{exc.path} of image {image_id} is larger than {exc.limit // 1024} KiB, "
                     "the most podmand reads of an account file"
                 ) from None
-        passwd, group = ((read.files.get(p) or b"").decode(errors="replace") for p in ACCOUNT_FILES)
-        return self._facts.put(image_id, ImageFacts(passwd, group, read.link))
+            accounts = facts.accounts
+            if files and not read.link:
+                passwd, group = ((read.files.get(p) or b"").decode(errors="replace") for p in ACCOUNT_FILES)
+                accounts = (passwd, group)
+            return self._facts.put(image_id, ImageFacts(accounts, {**facts.paths, **read.looked}))
 
     async def resolve_identity(self, plan: Plan, image_id: str, image_user: str, facts: ImageFacts) -> Resolved:
         """The identity the supervisor will select, from the image's own /etc/passwd and
-        /etc/group (:meth:`facts`)."""
+        /etc/group (:meth:`facts`, which found no link on the way of a mount)."""
         await self.features()  # the user namespace's id limit may need them
-        return self._resolve_from(plan, image_id, image_user, facts)
+        assert facts.accounts is not None
+        return self._resolve_from(plan, image_id, image_user, facts.accounts)
+
+
+def complete(facts: ImageFacts | None, walks: Sequence[mountlinks.Walk]) -> bool:
+    """Whether ``facts`` answers a create with these ``walks``: a link found on one, or
+    none on any and the account files read."""
+    if facts is None:
+        return False
+    if mountlinks.found(walks, facts.paths):
+        return True
+    return facts.accounts is not None and mountlinks.answered(walks, facts.paths)

@@ -218,11 +218,12 @@ class PodmanClient:
         await self.call("POST", f"/containers/{quote(name)}/unpause")
 
     async def remove_container(self, name: str, timeout: int) -> bool:
-        """Force-remove; False when it was already gone."""
+        """Force-remove, with its anonymous volumes (an image's VOLUMEs, never a named one:
+        libpod's ``volumes``, 4.3.1 and 5.x alike); False when it was already gone."""
         resp = await self.request(
             "DELETE",
             f"/containers/{quote(name)}",
-            query={"force": True, "timeout": timeout},
+            query={"force": True, "timeout": timeout, "volumes": True},
             timeout=timeout + self.timeouts.remove_grace,
         )
         return _removed(resp)

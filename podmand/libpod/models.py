@@ -169,6 +169,9 @@ class ImageConfig(msgspec.Struct, rename="pascal"):
     working_dir: str = ""  # WorkingDir: where the sandbox's workspace goes (sandbox/workspace.py)
     env: list[str] | None = None
     labels: dict[str, str] | None = None  # copied onto every container made from the image
+    # VOLUME paths (the values are empty objects): each an anonymous volume of every container
+    # made from the image (sandbox/mountlinks.py looks where Podman would place them)
+    volumes: dict[str, Any] | None = None
 
 
 class ImageInspect(msgspec.Struct, rename="pascal"):

@@ -8,7 +8,8 @@ that spec is made of.
 - the container: ``plan``, ``spec``, ``envvars``, ``ownmounts``, ``selinux``,
   ``proxy``, ``registryauth``, ``pullprogress``, ``supervisor`` (its cache),
   ``imagefiles`` and ``imagechecks`` (reading and refusing images), ``files``
-  (the per-sandbox host files), ``workspace`` (where the workspace volume goes).
+  (the per-sandbox host files), ``workspace`` (where the workspace volume goes),
+  ``mountlinks`` (every mount's destination against the image's symbolic links).
 - reading it back: ``snapshots`` (Podman's view as contract snapshots).
 - ``settings``: each feature's check of the operator settings it reads.
 
@@ -26,6 +27,7 @@ __all__ = [
     "identity",
     "imagechecks",
     "imagefiles",
+    "mountlinks",
     "ownmounts",
     "plan",
     "proxy",

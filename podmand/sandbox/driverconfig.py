@@ -9,6 +9,12 @@ what Podman needs to be asked (volume labels, image pulls) happens in the driver
 which also hands in what the connected Podman supports (versions.py): a
 ``subpath`` only where it would be honoured, since an older Podman ignores the field
 and mounts the whole source.
+
+Each target is also looked up in the sandbox's image, one component at a time
+(mountlinks.py: Podman would follow a symbolic link there), so a target has at most
+:data:`DEPTH` components and no glob characters, and all of a request's targets
+together at most :data:`LOOKUPS` distinct components; and none is below another
+mount but a tmpfs (a link in a volume's, a bind's or an image's files would move it).
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ WHERE = "sandbox.spec.template.driver_config"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_TMPFS_BYTES = 2**50  # 1 PiB, as memory limits
 MAX_PATH = 4096
+DEPTH = 32  # components of a path podmand looks up in an image, one request to Podman each
+LOOKUPS = 256  # distinct components of all of a request's mount targets together, likewise
+GLOB = re.compile(r"[*?\[\\]")  # what Podman's stat (Go's filepath.Glob) would match rather than name
 SELINUX_LABELS = {"shared": "z", "private": "Z"}  # upstream's names, Podman's relabel options
 # userns modes in which the user owning Podman's storage is not mapped into the sandbox:
 # Podman cannot mount an image volume there (containers/podman#23211, open; checked on 4.3.1).
@@ -101,10 +110,18 @@ def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
+def ancestors(path: str) -> list[str]:
+    """The normalised ``path``'s ancestors, shallowest first, then the path itself: each
+    is looked at in the image for a symbolic link (``/a/b`` -> ``["/a", "/a/b"]``)."""
+    parts = [p for p in path.split("/") if p]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
 def normalize_target(where: str, target: Any, control_paths: tuple[str, ...] = ()) -> str:
     """An absolute, normalised container path, not '/', clear of the reserved paths
     (OpenShell's own and the kernel's /proc, /sys and /dev; a trailing '/' is
-    dropped, as upstream does)."""
+    dropped, as upstream does), that podmand can look up in the image: at most
+    :data:`DEPTH` components, no glob characters."""
     if not isinstance(target, str) or not target.startswith("/") or target != target.strip() or _CONTROL.search(target):
         raise InvalidArgument(f"{where}: mount target must be an absolute path")
     if len(target) > MAX_PATH:
@@ -113,6 +130,11 @@ def normalize_target(where: str, target: Any, control_paths: tuple[str, ...] = (
     if not parts or any(p in ("", ".", "..") for p in parts):
         raise InvalidArgument(f"{where}: mount target {target!r} must be normalised and not '/'")
     norm = "/" + "/".join(parts)
+    if GLOB.search(norm):
+        raise InvalidArgument(f"{where}: mount target {norm!r} has glob characters (*, ?, [ or \\), which podmand "
+                              "cannot look up in the image")
+    if len(parts) > DEPTH:
+        raise InvalidArgument(f"{where}: mount target is deeper than {DEPTH} directories")
     for root in names.RESERVED_ROOTS:
         if _overlaps(norm, root):
             raise InvalidArgument(f"{where}: mount target {norm!r} conflicts with reserved path {root!r}")
@@ -297,6 +319,18 @@ def parse(
             raise InvalidArgument(f"{WHERE}.mounts[{i}].target: duplicate mount target {mount.target!r}")
         seen.add(mount.target)
         mounts.append(mount)
+    for i, inner in enumerate(mounts):  # a link in the outer mount's files would move the inner one (mountlinks.py)
+        for j, outer in enumerate(mounts):
+            if outer.kind != "tmpfs" and inner.target.startswith(outer.target + "/"):
+                raise InvalidArgument(
+                    f"{WHERE}.mounts[{i}].target: {inner.target!r} is inside mounts[{j}] ({outer.kind} at "
+                    f"{outer.target!r}), whose files are not the image's: a symbolic link there would move it; "
+                    "podmand mounts nothing below a volume, bind or image mount"
+                )
+    looked = len({a for m in mounts for a in ancestors(m.target)})
+    if looked > LOOKUPS:  # each is a request to Podman at create (mountlinks.py)
+        raise InvalidArgument(f"{WHERE}.mounts: the targets have {looked} distinct directories together, more than "
+                              f"{LOOKUPS} (podmand looks each up in the image)")
     tar = rootfs.check_path(cfg[rootfs.KEY], settings) if rootfs.KEY in cfg else ""
     return DriverConfig(tuple(mounts), tuple(devices), bool(caller), tar, asked)
 

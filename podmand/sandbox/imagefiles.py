@@ -3,8 +3,8 @@
 A container is created from the pinned image ID, never started; files are
 copied out through the libpod archive API, and the container is removed.
 Used for the supervisor binary and for the image's account files; the same reader
-says whether a path's components are symbolic links in the image (the workspace's:
-workspace.py), from the archive endpoint's stat of each, nothing copied.
+says whether the components of paths are symbolic links in the image (every mount's
+destination: mountlinks.py), from the archive endpoint's stat of each, nothing copied.
 
 A reader never outlives its read, however the read ends (the image's refusal, an error,
 the caller giving up, podmand's stop): the create runs to its answer even when the read
@@ -26,12 +26,13 @@ import io
 import os
 import tarfile
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import names
 from ..libpod import PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable, path_stat, quote
+from . import mountlinks
 
 READER_PREFIX = "podmand-read-"
 ACTIVE: set[str] = set()  # names of this process's readers in use
@@ -103,8 +104,14 @@ async def read_capped(chunks: AsyncIterator[bytes], path: str, limit: int) -> by
 class ImageRead:
     """What one reader saw of an image."""
 
-    files: dict[str, bytes | None]  # each path asked for: its content, None when absent
-    link: str = ""  # the first of the paths looked at that is a symbolic link in the image, or ""
+    files: dict[str, bytes | None]  # each path asked for: its content, None when absent; {} when not read
+    # Each path looked up: mountlinks.LINK, HERE, FILE or ABSENT (only those not known before).
+    looked: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def link(self) -> bool:
+        """Whether a symbolic link was found (then no file was read)."""
+        return mountlinks.LINK in self.looked.values()
 
 
 async def read_image_files(
@@ -122,14 +129,13 @@ async def read_image(
     state_dir: str = "",
     *,
     limit: int = ACCOUNT_FILE_LIMIT,
-    links: Sequence[str] = (),
+    walks: Sequence[str] = (),
+    known: Mapping[str, str] | None = None,
 ) -> ImageRead:
     """The content of each path in the image (None when absent), each at most ``limit``
-    bytes (else :class:`TooLarge`), and the first of ``links`` that is a symbolic link in
-    the image. ``links`` are a path's ancestors, shallowest first, and the path last: each
-    is looked at in turn with the ones before it known to be no links, so a link anywhere
-    on the path is found, and those after a missing one are missing too. Once a link is
-    found no file is read (the image is refused for it). The reader is labelled with
+    bytes (else :class:`TooLarge`), and what each component of ``walks`` is in the image
+    (:func:`look`; ``known``: what is known of it already). Once a symbolic link is found
+    no file is read (the request is refused for it). The reader is labelled with
     podmand's state directory (and every other label podmand reads, neutral:
     :func:`names.own_labels`) and listed in :data:`ACTIVE` while in use, so that one left
     behind (Podman away at removal, podmand killed) can be told from one in use and
@@ -150,25 +156,33 @@ async def read_image(
     created = asyncio.ensure_future(podman.create_container(spec))
     try:
         await asyncio.shield(created)  # cancelled: the create still ends, then the removal follows it
-        if link := await first_link(podman, reader, links):
-            return ImageRead({}, link)
-        return ImageRead(await _copy_out(podman, reader, paths, limit))
+        looked = await look(podman, reader, walks, known or {})
+        if mountlinks.LINK in looked.values():
+            return ImageRead({}, looked)
+        return ImageRead(await _copy_out(podman, reader, paths, limit) if paths else {}, looked)
     finally:
         await dispose(podman, reader, created)
 
 
-async def first_link(podman: PodmanClient, container: str, paths: Sequence[str]) -> str:
-    """The first of ``paths`` (a path's ancestors, shallowest first) that is a symbolic link
-    in ``container``, or "" when none is, up to the first that is missing."""
-    for path in paths:
-        # HEAD of the archive endpoint: only its stat (an lstat: the last component is not followed)
-        resp = await podman.request("HEAD", f"/containers/{quote(container)}/archive", query={"path": path})
-        stat = path_stat(resp.status, resp.headers, f"{path!r} in {container}")
-        if stat is None:
-            return ""
-        if stat.symlink:
-            return path
-    return ""
+async def look(podman: PodmanClient, container: str, walks: Sequence[str], known: Mapping[str, str]) -> dict[str, str]:
+    """What each component of each of ``walks`` is in ``container`` (mountlinks.LINK,
+    HERE, FILE or ABSENT), shallowest first, until its walk ends (a link, an absent one,
+    a file, the path itself); only those ``known`` does not say, each once. Podman's stat of a path
+    follows links in all but its last component: looked at shallowest first, a link is
+    found where it is."""
+    looked: dict[str, str] = {}
+    while todo := mountlinks.to_look(walks, {**known, **looked}):
+        for path in todo:
+            # HEAD of the archive endpoint: only its stat (an lstat: the last component is not followed)
+            resp = await podman.request("HEAD", f"/containers/{quote(container)}/archive", query={"path": path})
+            stat = path_stat(resp.status, resp.headers, f"{path!r} in {container}")
+            looked[path] = (
+                mountlinks.ABSENT if stat is None
+                else mountlinks.LINK if stat.symlink
+                else mountlinks.HERE if stat.is_dir
+                else mountlinks.FILE
+            )
+    return looked
 
 
 async def dispose(podman: PodmanClient, name: str, created: asyncio.Future[Any]) -> None:

@@ -1,6 +1,10 @@
 """podmand's own mounts in a sandbox container: the network-namespace tmpfs, the
 supervisor binary, and root-only per-sandbox copies of its secrets (the token or
-credential, TLS material, the corporate proxy's credential and CA bundle)."""
+credential, TLS material, the corporate proxy's credential and CA bundle).
+
+:func:`destinations` lists every destination these may have, whatever the settings:
+each is looked up in the sandbox's image before the container is made (mountlinks.py),
+since Podman would follow a symbolic link the image has on the way."""
 
 from __future__ import annotations
 
@@ -10,6 +14,15 @@ from .. import names
 from ..config import Settings
 from . import proxy, selinux
 from .plan import Plan, Provision
+
+TLS_FILES = ("ca.crt", "tls.crt", "tls.key")
+
+
+def destinations() -> tuple[str, ...]:
+    """Every destination :func:`own_mounts` may give a sandbox, under any settings."""
+    tls = tuple(f"{names.TLS_DIR}/{f}" for f in TLS_FILES)
+    return (names.NETNS_DIR, names.SUPERVISOR_BIN, names.TOKEN_PATH, names.CREDENTIAL_PATH, *tls, proxy.AUTH_PATH,
+            proxy.CA_BUNDLE_PATH)
 
 
 def own_mounts(plan: Plan, settings: Settings, prov: Provision) -> list[dict[str, Any]]:
@@ -34,7 +47,7 @@ def own_mounts(plan: Plan, settings: Settings, prov: Provision) -> list[dict[str
     if settings.tls_enabled:  # per-sandbox copies, so private like the token
         mounts += [
             _secret_mount(f"{names.TLS_DIR}/{f}", f"{secrets}/{f}", relabel=prov.selinux)
-            for f in ("ca.crt", "tls.crt", "tls.key")
+            for f in TLS_FILES
         ]
     return mounts + _proxy_mounts(settings, secrets, relabel=prov.selinux)
 

@@ -13,13 +13,13 @@ control paths (the supervisor binary, its secrets, the SSH socket) and of the ca
 mounts (one at the workdir or above it would hide the volume). Pure: the driver reads
 ``WorkingDir`` from the pinned image and calls :func:`root`.
 
-The path is checked as a string here, and against the image's own files by the driver:
-Podman resolves a mount's destination inside the image's root, following its symbolic
-links, but orders the mounts by the unresolved path's depth, so a link on the workspace's
-path (``/a/b/c/d/e -> /opt/openshell/bin``) would put the volume over the binds podmand
-made before it. Every component of the path (:func:`ancestors`, at most :data:`DEPTH`) is
-looked at in the image (imagefiles.py), and a link anywhere is refused
-(:func:`link_refusal`); so are glob characters, which Podman's stat would expand.
+The path is checked as a string here, and against the image's own files by the driver
+with every other mount's destination (mountlinks.py): Podman resolves a mount's
+destination inside the image's root, following its symbolic links, but orders the mounts
+by the unresolved path's depth, so a link on the workspace's path
+(``/a/b/c/d/e -> /opt/openshell/bin``) would put the volume over the binds podmand made
+before it. A link anywhere on the path is refused (:func:`link_refusal`); so are more
+than :data:`DEPTH` components and glob characters, which Podman's stat would expand.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 
 from .. import names
 from ..errors import FailedPrecondition
-from .driverconfig import WHERE, Mount
+from .driverconfig import DEPTH, GLOB, WHERE, Mount
 
 IMAGE_WHERE = "sandbox.spec.template.image"
 DEFAULT = names.WORKSPACE_PATH
@@ -40,8 +40,6 @@ SYSTEM_ROOTS = (
 )
 CONTROL_ROOTS = tuple(r for r in names.RESERVED_ROOTS if r not in (*KERNEL_ROOTS, DEFAULT))
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_GLOB = re.compile(r"[*?\[\\]")  # what Podman's stat (Go's filepath.Glob) would match rather than name
-DEPTH = 32  # components of a workdir: each is looked at in the image, one request each
 
 
 def _under(path: str, root: str) -> bool:
@@ -63,7 +61,7 @@ def normalized(working_dir: str) -> str:
     parts = working_dir.rstrip("/").split("/")[1:]
     if any(p in ("", ".", "..") for p in parts) or len(working_dir) > 4096:
         raise FailedPrecondition(f"WorkingDir {shown} is not a normalised path (empty, '.' or '..' segments)")
-    if _GLOB.search(working_dir):
+    if GLOB.search(working_dir):
         raise FailedPrecondition(f"WorkingDir {shown} has glob characters (*, ?, [ or \\), which podmand cannot "
                                  "look up in the image")
     if len(parts) > DEPTH:
@@ -107,13 +105,6 @@ def root(
                 f"WorkingDir {path!r}"
             )
     return path
-
-
-def ancestors(path: str) -> list[str]:
-    """The normalised ``path``'s ancestors, shallowest first, then the path itself: each
-    is looked at in the image for a symbolic link (``/a/b`` -> ``["/a", "/a/b"]``)."""
-    parts = [p for p in path.split("/") if p]
-    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def link_refusal(image: str, working_dir: str, path: str, link: str) -> FailedPrecondition:

@@ -164,7 +164,7 @@ async def read_all(stream: AbstractAsyncContextManager[AsyncIterator[bytes]]) ->
     (lambda c: c.start_container("x"), "POST", "/v4.0.0/libpod/containers/x/start"),
     (lambda c: c.unpause_container("x"), "POST", "/v4.0.0/libpod/containers/x/unpause"),
     (lambda c: c.stop_container("x", 7), "POST", "/v4.0.0/libpod/containers/x/stop?timeout=7"),
-    (lambda c: c.remove_container("x", 3), "DELETE", "/v4.0.0/libpod/containers/x?force=true&timeout=3"),
+    (lambda c: c.remove_container("x", 3), "DELETE", "/v4.0.0/libpod/containers/x?force=true&timeout=3&volumes=true"),
     (lambda c: c.remove_volume("v"), "DELETE", "/v4.0.0/libpod/volumes/v?force=true"),
     (lambda c: c.remove_network("n"), "DELETE", "/v4.0.0/libpod/networks/n"),
     (lambda c: read_all(c.archive("x", "/etc/passwd")), "GET",

@@ -169,6 +169,13 @@ def test_subpath_shape_is_checked_whatever_the_podman(subpath: Any) -> None:
         ({"type": "tmpfs", "target": "/run/netns/x"}, OPEN, InvalidArgument, ".target", "/run/netns"),
         ({"type": "image", "target": "/etc/openshell-tls", "source": "a:1"}, OPEN, InvalidArgument, ".target",
          "reserved"),
+        # each component is looked up in the image (mountlinks.py): no glob, at most DEPTH of them
+        ({"type": "tmpfs", "target": "/data*"}, OPEN, InvalidArgument, ".target", "glob characters"),
+        ({"type": "tmpfs", "target": "/a/b?"}, OPEN, InvalidArgument, ".target", "glob characters"),
+        ({"type": "tmpfs", "target": "/a/[b]"}, OPEN, InvalidArgument, ".target", "glob characters"),
+        ({"type": "tmpfs", "target": "/a\\b"}, OPEN, InvalidArgument, ".target", "glob characters"),
+        ({"type": "tmpfs", "target": "/d" * (driverconfig.DEPTH + 1)}, OPEN, InvalidArgument, ".target",
+         f"deeper than {driverconfig.DEPTH} directories"),
     ],
 )
 def test_refusals_name_the_field(
@@ -209,6 +216,54 @@ def test_unrelated_paths_are_not_reserved() -> None:
     wanted = ["/etc/openshell-tools", "/run/agent-2", "/devices", "/system", "/process", "/srv/proc", "/home/dev"]
     targets = [m.target for m in parse(*({"type": "tmpfs", "target": t} for t in wanted))]
     assert targets == wanted
+
+
+def test_a_target_as_deep_as_podmand_looks_is_fine() -> None:
+    deepest = "/d" * driverconfig.DEPTH
+    assert [m.target for m in parse({"type": "tmpfs", "target": deepest})] == [deepest]
+
+
+def test_the_components_looked_up_for_all_targets_together_are_bounded() -> None:
+    """Each distinct component of the targets is a request to Podman at create: 256 at most,
+    shared ones counted once (the mounts are refused as a whole, naming the list)."""
+    fits = [{"type": "tmpfs", "target": f"/t{i}" + "/d" * 31} for i in range(8)]  # 8 * 32 = 256
+    assert len(parse(*fits)) == 8
+    shared = [{"type": "tmpfs", "target": "/s" + "/d" * 30 + f"/x{i}"} for i in range(200)]  # 31 + 200
+    assert len(parse(*shared)) == 200
+    with pytest.raises(InvalidArgument) as exc:
+        parse(*fits, {"type": "tmpfs", "target": "/one-more"})
+    assert exc.value.message == (
+        "sandbox.spec.template.driver_config.mounts: the targets have 257 distinct directories together, more "
+        f"than {driverconfig.LOOKUPS} (podmand looks each up in the image)")
+
+
+@pytest.mark.parametrize("outer", [
+    {"type": "volume", "source": "v", "target": "/x"},
+    {"type": "bind", "source": "/srv/x", "target": "/x"},
+    {"type": "image", "source": "localhost/d:1", "target": "/x"},
+])
+def test_no_target_is_inside_a_volume_bind_or_image_mount(outer: dict[str, Any]) -> None:
+    """A symbolic link in the outer mount's files (podmand cannot look there) would move the
+    inner one: a link in a volume at /x, a/b/c/d -> /opt/openshell/bin, put a second volume at
+    /x/a/b/c/d over the supervisor on Podman 4.3.1."""
+    with pytest.raises(InvalidArgument) as exc:
+        parse({"type": "tmpfs", "target": "/x/a/b/c/d"}, outer, settings=OPEN)
+    assert exc.value.message == (
+        f"sandbox.spec.template.driver_config.mounts[0].target: '/x/a/b/c/d' is inside mounts[1] ({outer['type']} "
+        "at '/x'), whose files are not the image's: a symbolic link there would move it; podmand mounts nothing "
+        "below a volume, bind or image mount")
+
+
+def test_a_tmpfs_may_hold_other_mounts() -> None:
+    mounts = parse({"type": "tmpfs", "target": "/x"}, {"type": "volume", "source": "v", "target": "/x/y"},
+                   {"type": "tmpfs", "target": "/xy"})
+    assert [m.target for m in mounts] == ["/x", "/x/y", "/xy"]
+
+
+def test_ancestors_are_every_component_shallowest_first() -> None:
+    assert driverconfig.ancestors("/a/b/c/d/e") == ["/a", "/a/b", "/a/b/c", "/a/b/c/d", "/a/b/c/d/e"]
+    assert driverconfig.ancestors("/sandbox") == ["/sandbox"]
+    assert driverconfig.ancestors("/") == []
 
 
 def test_duplicate_targets_of_different_kinds() -> None:

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from podmand.driver.validation import Facts, ImageFacts
+from podmand.driver.validation import PATH_COST, Facts, ImageFacts
 from podmand.libpod import PodmanError
-from podmand.sandbox import imagefiles
+from podmand.sandbox import imagefiles, mountlinks
 from podmand.sandbox.imagefiles import TooLarge, first_file, read_capped
 from tests.fakes.harness import HeldCreate, libpod
 from tests.fakes.libpod import Reply, Request
@@ -80,16 +80,34 @@ def test_first_file_checks_the_size_again() -> None:
 def test_the_image_cache_is_bounded_in_images_and_in_size() -> None:
     cache = Facts(images=3, size=100)
     for i in range(5):
-        cache.put(f"img{i}", ImageFacts("p" * 10, "g" * 10, ""))
+        cache.put(f"img{i}", ImageFacts(("p" * 10, "g" * 10), {}))
     assert len(cache) == 3 and cache.get("img0") is None and cache.get("img4") is not None
     cache.get("img2")  # used: kept over img3
-    cache.put("big", ImageFacts("p" * 50, "g" * 20, "/a" * 5))
+    cache.put("big", ImageFacts(("p" * 50, "g" * 20), {}))
     assert cache.kept_size <= 100 and cache.get("img2") is not None and cache.get("img3") is None
-    huge = ImageFacts("p" * 200, "", "")
+    huge = ImageFacts(("p" * 200, ""), {})
     assert cache.put("huge", huge) == huge and cache.get("huge") is None  # used, never kept
     assert cache.kept_size <= 100
 
 
+def test_the_paths_looked_up_count_and_only_the_latest_are_kept_per_image() -> None:
+    """The caller's mount targets differ per request: each path kept counts its characters
+    and PATH_COST, at most ``paths`` of them per image (the latest); the caller of put gets
+    them all back, for the request in hand."""
+    assert ImageFacts(("pp", "g"), {"/a": mountlinks.HERE, "/a/b": mountlinks.LINK}).size == 3 + 2 + 4 + 2 * PATH_COST
+    cache = Facts(images=8, size=10 * 1024, paths=3)
+    looked = {f"/p{i}": mountlinks.ABSENT for i in range(5)}
+    given = cache.put("img", ImageFacts(None, looked))
+    assert given.paths == looked
+    kept = cache.get("img")
+    assert kept is not None and list(kept.paths) == ["/p2", "/p3", "/p4"]
+    assert cache.kept_size == kept.size == 3 * (3 + PATH_COST)
+    many = {f"/q{i}": mountlinks.HERE for i in range(3)}
+    cache.put("other", ImageFacts(None, many))
+    small = Facts(images=8, size=4 * (3 + PATH_COST), paths=3)
+    small.put("a", ImageFacts(None, dict(list(looked.items())[:3])))
+    small.put("b", ImageFacts(None, many))  # 6 paths over a size of 4: the least recent image goes
+    assert small.get("a") is None and small.get("b") is not None
 # ---------------------------------------------------------------- the reader never outlives the read
 
 

@@ -81,12 +81,6 @@ def test_a_caller_mount_may_not_hide_the_workspace() -> None:
         )
 
 
-def test_every_component_of_the_workspace_is_looked_at_shallowest_first() -> None:
-    assert workspace.ancestors("/a/b/c/d/e") == ["/a", "/a/b", "/a/b/c", "/a/b/c/d", "/a/b/c/d/e"]
-    assert workspace.ancestors("/sandbox") == ["/sandbox"]
-    assert workspace.ancestors("/") == []
-
-
 def test_a_link_on_the_workspace_path_is_refused_naming_the_image_and_both_paths() -> None:
     refused = workspace.link_refusal(IMAGE, "/a/b/c/d/e", "/a/b/c/d/e", "/a/b/c/d/e")
     assert refused.message == (
