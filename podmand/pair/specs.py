@@ -61,7 +61,8 @@ _SECONDS = 10**9
 
 def launches_as_root(identity: WorkloadIdentity, *, rootless: bool) -> bool:
     """Whether the runtime starts as root to chown the workspace, then drops for good: under
-    rootless Podman (its archive upload leaves a named volume's contents root-owned) and for
+    rootless Podman (a new volume's root comes out as the image's directory there, or the
+    container user's, whatever the upload said: see ``archives``) and for
     an identity podmand made up for an image without USER (contract §3.2)."""
     return rootless or identity.source == "default"
 
