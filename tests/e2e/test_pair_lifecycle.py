@@ -239,7 +239,8 @@ def probes(workload: str) -> list[dict[str, Any]]:
 def channel_and_supervisor_files(box: Sandbox) -> tuple[dict[str, Any], dict[str, Any]]:
     channel = stats(box.pair.workload_name, "/.openshell/channel", "/.openshell/channel/sandbox",
                     "/.openshell/channel/sandbox/bootstrap.json", "/.openshell/channel/sandbox/server.crt",
-                    "/.openshell/channel/sandbox/server.key", "/.openshell/channel/sandbox/control.sock", "/sandbox")
+                    "/.openshell/channel/sandbox/server.key", "/.openshell/channel/sandbox/control.sock", "/sandbox",
+                    names.SUPERVISOR_CA_DIR)
     supervisor = stats(box.pair.supervisor_name, "/.openshell", "/.openshell/supervisor",
                        names.RUNTIME_DESCRIPTOR_PATH, names.AUTH_BUNDLE_PATH, names.RESTART_METADATA_PATH,
                        "/.openshell/channel/sandbox/control.sock", "/run", "/run/openshell",
