@@ -285,6 +285,8 @@ def test_pair_create_stop_start_delete(runtime_bin: Path, launcher: bool) -> Non
         env = {e.partition("=")[0] for e in w["Config"]["Env"] or []}
         image_keys = {e.partition("=")[0] for e in box.image_env}
         assert not env & image_keys and not any(k.startswith("OPENSHELL_") for k in env), env
+        # not empty as the spec asks: Podman sets these four whatever "env" says
+        assert env <= {"container", "TERM", "HOSTNAME", "HOME"}, env
         s = inspect(supervisor)
         assert s["HostConfig"]["NetworkMode"] == "host" and s["Config"]["User"] == f"{IDENTITY}:{IDENTITY}"
         assert not s["EffectiveCaps"], s["EffectiveCaps"]
