@@ -58,6 +58,7 @@ class Pair:
     workspace_volume: str
     channel_labels: Mapping[str, str]
     stop_timeout: int
+    workspace_path: str = names.WORKSPACE_PATH  # the workspace volume's destination (``Provision.workspace``)
     channel_volume: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -163,7 +164,7 @@ async def create(
         docs = await _mint(client, pair, session, str(uuid.uuid4()), identity, child_env)
         await _upload(client, pair.workload_name, names.CHANNEL_DIR, archives.channel(docs, identity),
                       "channel archive")
-        await _upload(client, pair.workload_name, names.WORKSPACE_PATH, archives.workspace(identity),
+        await _upload(client, pair.workload_name, pair.workspace_path, archives.workspace(identity),
                       "workspace archive")
         await _step(f"create the supervisor {pair.supervisor_name}", client.create_container(pair.supervisor))
         made_containers.append(pair.supervisor_name)

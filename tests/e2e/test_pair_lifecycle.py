@@ -134,7 +134,7 @@ class Sandbox:
             built["labels"] = {**built["labels"], names.OWNER: OWNER}
         self.pair = lifecycle.Pair(
             sandbox_id=self.sandbox_id, workload=workload, supervisor=supervisor,
-            workspace_volume=self.plan.volume_name,
+            workspace_volume=self.plan.volume_name, workspace_path=self.prov.workspace,
             channel_labels={names.OWNER: OWNER, names.SANDBOX_ID: self.sandbox_id}, stop_timeout=STOP_TIMEOUT)
         self.made = Made([self.pair.supervisor_name, self.pair.workload_name],
                          [self.pair.channel_volume, self.pair.workspace_volume])
