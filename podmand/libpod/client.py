@@ -109,7 +109,7 @@ class PodmanClient:
     # ------------------------------------------------------------ requests
 
     async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, json: Any = None,
-                      timeout: float | None = None) -> Response:
+                      timeout: float | None = None, tar: bytes | None = None) -> Response:
         """Any answer, errors included; PodmanUnavailable when there is none within
         ``timeout`` seconds (default: ``timeouts.request``)."""
         headers: dict[str, str] = {}
@@ -117,6 +117,8 @@ class PodmanClient:
         if json is not None:
             headers["Content-Type"] = "application/json"
             body = msgspec.json.encode(json)
+        elif tar is not None:
+            headers["Content-Type"], body = "application/x-tar", tar
         request = Request(method, _target(path, query), headers, body)
         return await self._send(request, timeout or self.timeouts.request, f"{method} {path}")
 
@@ -207,12 +209,8 @@ class PodmanClient:
 
     async def stop_container(self, name: str, timeout: int) -> None:
         """Stop, with ``timeout`` seconds from SIGTERM to SIGKILL."""
-        await self.call(
-            "POST",
-            f"/containers/{quote(name)}/stop",
-            query={"timeout": timeout},
-            timeout=timeout + self.timeouts.stop_grace,
-        )
+        await self.call("POST", f"/containers/{quote(name)}/stop", query={"timeout": timeout},
+                        timeout=timeout + self.timeouts.stop_grace)
 
     async def unpause_container(self, name: str) -> None:
         await self.call("POST", f"/containers/{quote(name)}/unpause")
@@ -249,6 +247,12 @@ class PodmanClient:
         """A tar of ``path`` in the container, as it arrives (its reader decides how much
         to hold); PodmanError 404 when there is no such path."""
         return self._chunks("GET", f"/containers/{quote(name)}/archive", query={"path": path})
+
+    async def put_archive(self, name: str, path: str, tar: bytes) -> None:
+        """Unpack ``tar`` into the (possibly stopped) container at ``path``, keeping the tar's
+        owners: libpod's default (``copyUIDGID``) chowns every entry to the container's user."""
+        query = {"path": path, "copyUIDGID": False}
+        await self.call("PUT", f"/containers/{quote(name)}/archive", query=query, tar=tar)
 
     @contextlib.asynccontextmanager
     async def container_logs(

@@ -18,17 +18,19 @@ Modules, each one thing, all pure (bytes and data in, bytes and data out):
 ``tls`` (the per-launch authority and server certificate), ``documents`` (the JSON
 files, the identity, the resource claims), ``outerfence`` (the fence's guarantees
 from the workload's inspect), ``archives`` (the tar uploads) and ``specs`` (the two
-containers' libpod specs). Wire names (paths, labels, volume and container names)
-are the leaf ``names``'.
+containers' libpod specs). ``lifecycle`` alone has side effects: it carries their
+bytes to Podman in the order of contract §4 (create, start, stop, delete). Wire
+names (paths, labels, volume and container names) are the leaf ``names``'.
 
 Sits above ``sandbox`` (whose spec pieces it reuses) and below ``host``: may import
 the leaves, ``libpod``, ``config``, ``security`` and ``sandbox``; nothing above.
-The driver composes it; nothing here talks to Podman.
+The driver composes it; only ``lifecycle`` talks to Podman.
 """
 
 __all__ = [
     "archives",
     "documents",
+    "lifecycle",
     "outerfence",
     "specs",
     "tls",

@@ -15,9 +15,14 @@ containers (contract §2.4), built in memory.
   root filesystem, never a volume, so the tokens are nowhere the workload can mount.
 
 GNU headers, numeric owners only (no user or group names for Podman to look up), mtime
-0: the same launch gives the same bytes, and the owners are the identity's wherever
-Podman keeps an archive's owners (it leaves some rootless named volumes root-owned:
-§2.4's caveat, which the runtime's launcher form answers by chowning the workspace).
+0: the same launch gives the same bytes. Podman keeps these owners only when told to
+(``PodmanClient.put_archive`` sends ``copyUIDGID=false``; libpod's default chowns every
+entry to the container's user: §2.4's caveat, seen on rootless 4.3.1). One thing the
+upload cannot hold: a volume root's own owner and mode (the ``.`` entries). Podman's
+first mount of a new volume gives its root the owner and mode of the image's directory
+at that path (else the container user's), after the upload: the workspace root comes
+out as the image's ``/sandbox`` (0755 for the test image), which the runtime's launcher
+form chowns to the identity.
 """
 
 from __future__ import annotations

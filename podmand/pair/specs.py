@@ -16,7 +16,7 @@
   with its descriptor, auth bundle and health socket flags; the host network and the
   host user namespace (rootless Podman cannot give a container the host network inside
   another's user namespace), the workload's uid:gid and groups, no capability, the
-  channel volume read-only, tmpfs ``/run``, ``/var/log`` and ``/tmp``, podmand's own
+  channel volume read-only, tmpfs ``/run``, ``/var/log`` and ``/tmp`` (the identity's), podmand's own
   per-sandbox files for the gateway (its TLS client files, the corporate proxy's) and
   the environment of §3.3. Its limits are the workload's, as upstream's are.
 
@@ -61,7 +61,8 @@ _SECONDS = 10**9
 
 def launches_as_root(identity: WorkloadIdentity, *, rootless: bool) -> bool:
     """Whether the runtime starts as root to chown the workspace, then drops for good: under
-    rootless Podman (its archive upload leaves a named volume's contents root-owned) and for
+    rootless Podman (a new volume's root comes out as the image's directory there, or the
+    container user's, whatever the upload said: see ``archives``) and for
     an identity podmand made up for an image without USER (contract §3.2)."""
     return rootless or identity.source == "default"
 
@@ -158,7 +159,10 @@ def supervisor_spec(plan: Plan, settings: Settings, prov: Provision, *, supervis
     # container's user. Not the netns tmpfs nor the runtime binary: those are the workload's.
     own = [m for m in ownmounts.own_mounts(plan, settings, prov)
            if m["destination"] not in (names.NETNS_DIR, names.SUPERVISOR_BIN)]
-    tmpfs = [{"destination": d, "type": "tmpfs", "source": "tmpfs", "options": [*_TMPFS, "size=64m"]}
+    # "U" as well as upstream's mode=0777: Podman 4.3.1 mounts these root's and 0755 whatever the
+    # mode says (seen: the supervisor, as the identity, could not create /run/openshell); U gives
+    # each to the container's user, the identity, on every version
+    tmpfs = [{"destination": d, "type": "tmpfs", "source": "tmpfs", "options": [*_TMPFS, "size=64m", "U"]}
              for d in SUPERVISOR_TMPFS]
     hosts = ["host.containers.internal", "host.openshell.internal"]
     channel = ["ro", *([selinux.SHARED] if prov.selinux else [])]

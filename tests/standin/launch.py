@@ -172,6 +172,11 @@ class Launch:
                 "tls": {"server_name": self.server_name, "trust_anchor_pem": self.tls.anchor_pem},
                 "host_gateway_ip": "127.0.0.1", "resource_claims": self.claims(), "outer_fence": self.fence()}
 
+    def bundle(self) -> bytes:
+        """This launch as the gateway sends it (``launch_authentication``, §2.1)."""
+        keys = [{"key_id": self.kid, "public_key_pem": list(pem_public(self.key).encode())}]
+        return compact({"supervisor": self.auth(), "gateway_id": self.gateway_id, "verification_keys": keys})
+
     def auth(self) -> dict[str, Any]:
         now = int(time.time())
         return {"session_id": self.session_id, "runtime_generation": self.generation, "session_rotation": 1,

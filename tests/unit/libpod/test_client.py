@@ -176,6 +176,23 @@ def test_endpoint_request_lines(call: Callable[[PodmanClient], Awaitable[Any]], 
     assert (rec.last.method, rec.last.target) == (method, target)
 
 
+def test_put_archive_sends_the_tar_as_the_body() -> None:
+    rec = Recorder(lambda _r: ok(status=200))
+    run(client_with(rec).put_archive("x", "/.openshell/channel", b"TAR"))
+    assert rec.last.method == "PUT"
+    # copyUIDGID=false: the tar's owners stay (libpod's default chowns all to the container's user)
+    assert rec.last.target == "/v4.0.0/libpod/containers/x/archive?path=%2F.openshell%2Fchannel&copyUIDGID=false"
+    assert rec.last.headers == {"Content-Type": "application/x-tar"} and rec.last.body == b"TAR"
+
+
+def test_put_archive_raises_podmans_refusal() -> None:
+    rec = Recorder(lambda _r: ok({"cause": "no such file", "message": "no such file or directory", "response": 404},
+                                 status=404))
+    with pytest.raises(PodmanError) as exc:
+        run(client_with(rec).put_archive("x", "/nope", b"TAR"))
+    assert exc.value.status == 404 and "no such file" in exc.value.message
+
+
 def test_pull_sends_credentials_only_with_the_pull_and_yields_lines() -> None:
     body = b'{"stream":"Trying"}\n{"id":"sha256:abc","images":["sha256:abc"]}\n'
     rec = Recorder(lambda _r: Streamed(200, {}, chunks(body[:5], body[5:])))

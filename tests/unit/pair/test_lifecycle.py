@@ -1,0 +1,113 @@
+"""The pair's lifecycle (podmand/pair/lifecycle.py) on its fault paths, through MockTransport:
+what a failure undoes and in which order. Its behaviour on real Podman is
+tests/e2e/test_pair_lifecycle.py; here only what real Podman cannot be made to do on cue
+(a 500 at one step)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+import pytest
+
+from podmand.errors import FailedPrecondition
+from podmand.libpod import MockTransport, PodmanClient, PodmanError, Request, Response
+from podmand.pair import lifecycle
+from tests.unit.pair.launches import SANDBOX, bundle, identity
+
+WORKLOAD = "openshell-ws--box-box-1"
+SUPERVISOR = "openshell-supervisor-box-1"
+CHANNEL = "openshell-channel-box-1"
+WORKSPACE = "openshell-sandbox-box-1-workspace"
+
+
+class Podman:
+    """Answers every call the lifecycle makes; ``fail`` maps "METHOD path-regex" to a status."""
+
+    def __init__(self, fail: dict[str, int] | None = None, network: str = "none", status: str = "created") -> None:
+        self.fail = fail or {}
+        self.network = network
+        self.status = status
+        self.seen: list[str] = []
+
+    def __call__(self, request: Request) -> Response:
+        path = request.target.removeprefix("/v4.0.0/libpod").partition("?")[0]
+        call = f"{request.method} {path}"
+        self.seen.append(call)
+        for pattern, status in self.fail.items():
+            if re.fullmatch(pattern, call):
+                return Response(status, {}, json.dumps({"message": f"injected {status}", "response": status}).encode())
+        if call.endswith("/json") and request.method == "GET":
+            name = path.split("/")[2]
+            return self.answer({"Id": "9a" * 32, "Name": name, "State": {"Status": self.status},
+                                "HostConfig": {"NetworkMode": self.network}})
+        if call == "POST /containers/create":
+            return self.answer({"Id": "9a" * 32, "Warnings": []}, 201)
+        return Response(204 if request.method != "PUT" else 200, {}, b"")
+
+    @staticmethod
+    def answer(body: Any, status: int = 200) -> Response:
+        return Response(status, {}, json.dumps(body).encode())
+
+
+def pair() -> lifecycle.Pair:
+    return lifecycle.Pair(sandbox_id=SANDBOX, workload={"name": WORKLOAD}, supervisor={"name": SUPERVISOR},
+                          workspace_volume=WORKSPACE, channel_labels={"k": "v"}, stop_timeout=3)
+
+
+def create(podman: Podman) -> None:
+    async def main() -> None:
+        client = PodmanClient(transport=MockTransport(podman))
+        session = lifecycle.Session(bundle=bundle(), host_gateway_ip="127.0.0.1", userns="auto")
+        await lifecycle.create(client, pair(), session, identity(), {"PATH": "/bin"})
+
+    asyncio.run(main())
+
+
+def test_create_in_order() -> None:
+    podman = Podman()
+    create(podman)
+    assert podman.seen == [
+        "POST /volumes/create", "POST /containers/create", f"GET /containers/{WORKLOAD}/json",
+        f"PUT /containers/{WORKLOAD}/archive", f"PUT /containers/{WORKLOAD}/archive",
+        "POST /containers/create", f"PUT /containers/{SUPERVISOR}/archive",
+        f"POST /containers/{WORKLOAD}/start", f"POST /containers/{SUPERVISOR}/start",
+    ]
+
+
+def test_a_failed_create_removes_what_it_made_supervisor_first() -> None:
+    podman = Podman(fail={f"PUT /containers/{SUPERVISOR}/archive": 500})
+    with pytest.raises(PodmanError, match=f"upload the supervisor archive to {SUPERVISOR}:/: injected 500") as exc:
+        create(podman)
+    assert exc.value.status == 500
+    assert podman.seen[-3:] == [f"DELETE /containers/{SUPERVISOR}", f"DELETE /containers/{WORKLOAD}",
+                                f"DELETE /volumes/{CHANNEL}"]
+    assert f"DELETE /volumes/{WORKSPACE}" not in podman.seen, "the caller's workspace volume is the caller's"
+
+
+def test_a_refused_fence_uploads_nothing_and_removes_the_workload() -> None:
+    podman = Podman(network="slirp4netns")
+    with pytest.raises(FailedPrecondition, match="network mode is 'slirp4netns'"):
+        create(podman)
+    assert not any("archive" in call or "start" in call for call in podman.seen)
+    assert podman.seen[-2:] == [f"DELETE /containers/{WORKLOAD}", f"DELETE /volumes/{CHANNEL}"]
+
+
+def test_a_supervisor_that_does_not_start_stops_the_workload() -> None:
+    podman = Podman(fail={f"POST /containers/{SUPERVISOR}/start": 500})
+    with pytest.raises(PodmanError, match=f"start the supervisor {SUPERVISOR}"):
+        create(podman)
+    stop = podman.seen.index(f"POST /containers/{WORKLOAD}/stop")
+    assert stop < podman.seen.index(f"DELETE /containers/{WORKLOAD}")
+
+
+def test_stop_is_supervisor_first_and_skips_what_does_not_run() -> None:
+    podman = Podman(status="exited")
+
+    async def main() -> bool:
+        return await lifecycle.stop(PodmanClient(transport=MockTransport(podman)), pair())
+
+    assert asyncio.run(main()) is True
+    assert podman.seen == [f"GET /containers/{SUPERVISOR}/json", f"GET /containers/{WORKLOAD}/json"]
