@@ -251,8 +251,7 @@ class PodmanClient:
     async def put_archive(self, name: str, path: str, tar: bytes) -> None:
         """Unpack ``tar`` into the (possibly stopped) container at ``path``, keeping the tar's
         owners: libpod's default (``copyUIDGID``) chowns every entry to the container's user."""
-        query = {"path": path, "copyUIDGID": False}
-        await self.call("PUT", f"/containers/{quote(name)}/archive", query=query, tar=tar)
+        await self.call("PUT", f"/containers/{quote(name)}/archive", query={"path": path, "copyUIDGID": False}, tar=tar)
 
     @contextlib.asynccontextmanager
     async def container_logs(
