@@ -939,7 +939,8 @@ def test_https_proxy_needs_a_supervisor_newer_than_2f7fb65(box: Box) -> None:
     """2f7fb65 refuses an https:// proxy; a newer one (upstream PR #2512) dials it over TLS and
     takes an auth file without --upstream-proxy-auth-allow-insecure (the credential is inside TLS)."""
     write(PROXY_AUTH, f"{PROXY_SECRET}\n")(box)
-    https = ("--workdir", "/sandbox", "--upstream-proxy=https://proxy.corp:3130", f"--upstream-proxy-auth-file={PROXY_AUTH}")
+    https = ("--workdir", "/sandbox", "--upstream-proxy=https://proxy.corp:3130",
+             f"--upstream-proxy-auth-file={PROXY_AUTH}")
     old = box.run(args=https)
     assert old.proc.returncode == 1, old.stderr
     assert ("--upstream-proxy is invalid: unsupported proxy scheme 'https': only http:// forward proxies are "
