@@ -36,7 +36,8 @@ def drop_veth(daemon: Podmand, container: Any) -> None:
         env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
         cmd = ["runuser", "-u", daemon.user, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                "podman", "unshare", *cmd]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    # from /: the checkout may be a directory the rootless user cannot enter (a private clone)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False, cwd="/")
     assert done.returncode == 0, done.stderr
 
 
