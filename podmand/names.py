@@ -77,6 +77,8 @@ RESERVED_ROOTS = (
     "/run/netns",
     "/var/run/netns",
     "/sandbox",
+    "/.openshell",  # the split topology's channel (CHANNEL_DIR), and what the supervisor keeps
+    "/run/openshell-supervisor-ca",  # the workload runtime installs the supervisor's proxy CA there
     # The kernel's: a mount there would replace procfs, sysfs or the device nodes
     # under the root supervisor (it reads /proc and /sys/fs/cgroup; GPUs come through CDI).
     "/proc",
@@ -208,6 +210,18 @@ def sandbox_of(name: str, labels: Mapping[str, str]) -> str:
         return ""
     expected = container_name(labels.get(SANDBOX_WORKSPACE, ""), labels.get(SANDBOX_NAME, ""), sandbox_id)
     return sandbox_id if name.removeprefix("/") == expected else ""
+
+
+def supervisor_of(name: str, labels: Mapping[str, str]) -> str:
+    """The sandbox id of a podmand sandbox's supervisor container (the split topology),
+    else "": podmand's labels, the supervisor role and the name :func:`supervisor_name`
+    gives for that id (only podmand names a container so)."""
+    sandbox_id = labels.get(SANDBOX_ID, "")
+    if not sandbox_id or labels.get(MANAGED) != "true" or labels.get(OWNER) != OWNER_VALUE:
+        return ""
+    if labels.get(ISOLATION_ROLE) != ROLE_SUPERVISOR:
+        return ""
+    return sandbox_id if name.removeprefix("/") == supervisor_name(sandbox_id) else ""
 
 
 def own_labels(state_dir: str = "") -> dict[str, str]:

@@ -19,13 +19,7 @@ from .schema import Setting, Settings
 ADMISSION_JSON_ENV = "OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON"
 # Set by upstream's launcher (e2e/with-podman-gateway.sh) for its standalone driver, and
 # deliberately ignored by podmand, so they are not reported as unknown at start:
-IGNORED_ENV = frozenset(
-    {
-        # The V2 split topology's sandbox runtime image; podmand runs the supervisor
-        # from OPENSHELL_SUPERVISOR_IMAGE inside the one sandbox container.
-        "OPENSHELL_SANDBOX_RUNTIME_IMAGE",
-    }
-)
+IGNORED_ENV: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

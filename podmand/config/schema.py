@@ -177,9 +177,16 @@ class _Sandboxes(_Podman):
         "OPENSHELL_SANDBOX_IMAGE_PULL_POLICY", "--sandbox-image-pull-policy",
         "when to pull an image (upstream's Always, IfNotPresent, Never, Newer are accepted too)",
     )] = "missing"
+    topology: Annotated[Literal["split", "single"], S(
+        "PODMAND_TOPOLOGY", "--topology", "split: a workload and a supervisor container per sandbox (OpenShell "
+        "0.1.x); single: the pre-0.1 one-container layout (deprecated)", see="sandboxes.md",
+    )] = "split"
+    sandbox_runtime_image: Annotated[str, S("OPENSHELL_SANDBOX_RUNTIME_IMAGE", "--sandbox-runtime-image",
+        "split: image holding /openshell-sandbox, the workload's entrypoint", see="sandboxes.md",
+    )] = "ghcr.io/nvidia/openshell/sandbox:latest"
     supervisor_image: Annotated[str, S(
         "OPENSHELL_SUPERVISOR_IMAGE", "--supervisor-image",
-        "image holding /openshell-sandbox",
+        "split: the supervisor's image (/openshell-supervisor); single: image holding /openshell-sandbox",
     )] = "ghcr.io/nvidia/openshell/supervisor:latest"
     registry_auth_file: Annotated[str, S(
         "PODMAND_REGISTRY_AUTH_FILE", "--registry-auth-file",

@@ -18,14 +18,14 @@ from pathlib import Path
 from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
-from ..errors import InvalidArgument, NotFound, Unauthenticated
+from ..errors import FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
 from ..libpod import ContainerListEntry, PodmanClient, VolumeInspect
 from ..locks import LockTable
 from ..sandbox import imagefiles
 from ..sandbox.cdi import GpuSelector
 from ..sandbox.files import SandboxFiles
 from ..sandbox.plan import Plan
-from ..sandbox.spec import check_name
+from ..sandbox.spec import check_name, launch_bundle
 from ..security import tokens
 from ..security.credentials import BadCredential, CredentialSigner
 from . import lookup, records
@@ -68,7 +68,10 @@ class Driver:
         self.provisioning = Provisioner(
             ctx, self.tasks, self.locks, self.networks, self.validator, self.signer, self.index,
         )
-        self.observer = Observer(podman, settings, self.files, sink, self.tasks, self.index)
+        self.observer = Observer(
+            podman, settings, self.files, sink, self.tasks, self.index,
+            busy=lambda sandbox_id: self.locks.locked(sandbox_id) or self.provisioning.get(sandbox_id) is not None,
+        )
         self.startstop = StartStop(ctx, self.locks, self.index, self.provisioning)
         self.removal = Removal(ctx, self.locks, self.index, self.networks, self.observer, self.provisioning)
         self.collector = Collector(
@@ -153,6 +156,11 @@ class Driver:
         """Whether podmand itself is still creating the sandbox's container."""
         return self.provisioning.get(sandbox_id) is not None
 
+    def workload_of(self, sandbox_id: str) -> str | None:
+        """The container the sandbox is reported by (a pair's workload), as the index knows it."""
+        ids = self.index.containers(sandbox_id)
+        return ids[0] if ids else None
+
     def changed(self, entry: ContainerListEntry) -> bool:
         """Whether a list shows the container other than the hub last observed it."""
         return self.index.changed(entry)
@@ -213,15 +221,18 @@ class Driver:
         check_name("sandbox_id", sandbox_id, required=True)
         if generation_id:
             tokens.check_generation("generation_id", generation_id)
+        split = self.settings.topology == "split"
+        if split and not launch_authentication:  # every start re-mints the pair's session from it
+            raise FailedPrecondition("launch_authentication: required (OpenShell 0.1.x's Sandbox Protocol)")
+        # its token becomes the sandbox's: it must be this sandbox's
         bundle = (
-            tokens.decode_launch_authentication(launch_authentication, "launch_authentication")
+            launch_bundle(launch_authentication, sandbox_id, "launch_authentication",
+                          FailedPrecondition if split else InvalidArgument)
             if launch_authentication
             else None
         )
-        if bundle is not None:  # its token becomes the sandbox's: it must be this sandbox's
-            where = "launch_authentication.supervisor.gateway_token"
-            tokens.check_sandbox_token(bundle.supervisor.gateway_token, sandbox_id, where=where)
-        return await self.startstop.start(sandbox_id, bundle, generation_id, expected_runtime_identity)
+        return await self.startstop.start(sandbox_id, bundle, generation_id, expected_runtime_identity,
+                                          launch_authentication)
 
     async def authenticate(self, credential: str) -> tuple[str, str]:
         """Check podmand's own bootstrap credential: (sandbox id, runtime identity)."""

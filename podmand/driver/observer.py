@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
@@ -42,7 +43,7 @@ from ..libpod import (
 from ..sandbox import snapshots
 from ..sandbox.files import SandboxFiles, StateDirUnwritable
 from ..security import fence
-from . import exitfiles
+from . import exitfiles, pairs
 from .events import EventSink, platform_event
 from .index import Index, known_from_inspect
 from .tasks import Tasks
@@ -77,6 +78,13 @@ def changes_state(event: Event) -> bool:
     """Whether a Podman event may change what a podmand sandbox's snapshot says."""
     attrs = event.Actor.attributes or {}
     return event.Action in STATE_ACTIONS and bool(names.sandbox_of(attrs.get("name", ""), attrs))
+
+
+def supervisor_change(event: Event) -> str:
+    """The sandbox whose supervisor container this event changed (its workload's snapshot
+    folds the supervisor in: contract §4.6), else ""."""
+    attrs = event.Actor.attributes or {}
+    return names.supervisor_of(attrs.get("name", ""), attrs) if event.Action in STATE_ACTIONS else ""
 
 
 def ended_before(finished_at: str, since: float) -> bool:
@@ -115,8 +123,10 @@ class Observer:
         sink: EventSink,
         tasks: Tasks,
         index: Index,
+        busy: Callable[[str], bool] = lambda sandbox_id: False,
     ) -> None:
         self.podman = podman
+        self.busy = busy  # whether a create, start or stop of the sandbox is under way (its pair is in flux)
         self.settings = settings
         self.files = files
         self.sink = sink
@@ -133,7 +143,22 @@ class Observer:
     async def read(self, container_id: str) -> pb.DriverSandbox | None:
         """A fresh snapshot of one container, or None when it is gone."""
         info = await self.podman.inspect_container_or_none(container_id)
-        return None if info is None else self._snapshot(info, self._facts_of(info))
+        if info is None:
+            return None
+        snap = self._snapshot(info, self._facts_of(info))
+        await self._fold(info, snap)
+        return snap
+
+    async def _fold(self, info: ContainerInspect, snap: pb.DriverSandbox) -> tuple[str, str] | None:
+        """A split sandbox's workload: its supervisor's state folded into the Ready condition
+        (pairs.fold); what it said, if anything."""
+        if info.labels.get(names.ISOLATION_ROLE) != names.ROLE_WORKLOAD:
+            return None
+        folded = pairs.fold(info, await pairs.supervisor_of(self.podman, info))
+        if folded is not None:
+            ready = snap.status.conditions[0]
+            ready.status, ready.reason, ready.message = "False", folded[0], folded[1]
+        return folded
 
     def from_list(self, entry: ContainerListEntry, sandbox_id: str) -> pb.DriverSandbox:
         """A snapshot from a list entry and what earlier inspects cached. A container not
@@ -221,8 +246,23 @@ class Observer:
             if self.settings.health_check_interval and info.config.healthcheck:
                 self.tasks.ensure(("probe", info.id), lambda: self._probe(info.id, sandbox_id))
         snap = self._snapshot(info, facts)
+        folded = await self._fold(info, snap)
+        if folded is not None and folded[0] == pairs.SUPERVISOR_GONE and not self.busy(sandbox_id):
+            self.tasks.ensure(("orphan", info.id), lambda: self._stop_orphan(info.id, sandbox_id, folded[1]))
         self._announce_exit(sandbox_id, info, snap)
         return snap
+
+    async def _stop_orphan(self, container_id: str, sandbox_id: str, why: str) -> None:
+        """No workload runs without its supervisor (contract §4.6): stopped at once, and the
+        watch stream is told why (the exit that follows is reported as ever)."""
+        log.warning("sandbox %s: %s; stopping its workload", sandbox_id, why)
+        self.sink.publish(platform_event(sandbox_id, pairs.SUPERVISOR_GONE, f"{why}; the workload is stopped",
+                                         warning=True))
+        try:
+            await self.podman.stop_container(container_id, 0)
+        except (PodmanError, PodmanUnavailable) as exc:
+            log.warning("sandbox %s: could not stop its workload: %s", sandbox_id, exc)
+        self.sink.refresh(container_id, sandbox_id)
 
     def drop(self, container_id: str) -> None:
         """Forget a container that no longer exists."""

@@ -34,6 +34,8 @@ log = logging.getLogger("podmand.driver")
 
 ROOTFS_FAILED = "RootfsImportFailed"
 IMAGE_REFUSED = "ImageRefused"  # terminal: the image itself is what is wrong (imagechecks.py)
+RUNTIME_UNAVAILABLE = "RuntimeImageUnavailable"  # split: no openshell-sandbox from the runtime image
+RESERVED_HIERARCHY = names.CHANNEL_DIR.rsplit("/", 1)[0]  # /.openshell: the pair's, never the image's
 MOUNT_REFUSED = "MountRefused"  # terminal: a caller's mount cannot be made safely (here: through a link in the image)
 
 
@@ -46,6 +48,7 @@ class Prepared:
     mount_images: dict[str, str]  # image mount reference -> pinned image ID
     identity: Resolved
     workspace: str  # the workspace volume's path, from the image's WorkingDir
+    supervisor_image_id: str = ""  # split: the supervisor container's image, pinned
 
 
 class Preparation:
@@ -62,14 +65,22 @@ class Preparation:
         with the reason the sandbox is reported with."""
         plan, s = pending.plan, self.ctx.settings
         pull = self._image
+        split = s.topology == "split"
         sup = await pull(s.supervisor_image, supervisor_pull_policy(s.supervisor_image),
                          "SupervisorImageUnavailable", plan.sandbox_id)
+        # The binary bound into the sandbox: split, the runtime image's openshell-sandbox (the
+        # supervisor image runs as a container of its own); single, the supervisor image's.
+        binary_image, binary_reason = sup, "SupervisorImageUnavailable"
+        if split:
+            binary_reason = RUNTIME_UNAVAILABLE
+            binary_image = await pull(s.sandbox_runtime_image, supervisor_pull_policy(s.sandbox_runtime_image),
+                                      RUNTIME_UNAVAILABLE, plan.sandbox_id)
         # A sandbox whose root is podmand's uid gets a copy of its own (supervisor.py).
         own = self.ctx.files.dir(plan.sandbox_id) if usernamespace.maps_own_uid(plan.userns, s) else None
         try:
-            supervisor_path = await self.supervisor.binary(sup.id, own)
+            supervisor_path = await self.supervisor.binary(binary_image.id, own)
         except FailedPrecondition as exc:
-            raise ProvisionFailed("SupervisorImageUnavailable", exc.message) from exc
+            raise ProvisionFailed(binary_reason, exc.message) from exc
         if plan.rootfs_tar:
             image = await self.import_rootfs(pending)
         else:
@@ -103,6 +114,9 @@ class Preparation:
         if link := mountlinks.found(walks, facts.paths):  # a destination passes through a symbolic link in the image
             refused = mountlinks.refusal(plan.image, image.config.working_dir, *link)
             raise ProvisionFailed(MOUNT_REFUSED if link[0].whose == "caller" else IMAGE_REFUSED, refused.message)
+        if split and facts.paths.get(RESERVED_HIERARCHY, mountlinks.ABSENT) != mountlinks.ABSENT:
+            raise ProvisionFailed(IMAGE_REFUSED, f"image {plan.image}: a workload image must not ship "
+                                  f"{RESERVED_HIERARCHY} (the Sandbox Protocol's reserved hierarchy)")
         try:
             workload = await self.validator.resolve_identity(plan, image.id, image.config.user, facts)
         except FailedPrecondition as exc:
@@ -123,7 +137,7 @@ class Preparation:
                 },
             )
         )
-        return Prepared(image, supervisor_path, mount_images, workload, workdir)
+        return Prepared(image, supervisor_path, mount_images, workload, workdir, sup.id if split else "")
 
     async def import_rootfs(self, pending: Pending) -> ImageInspect:
         """Import the staged tar as the sandbox's image, pin its ID, delete the slot.

@@ -31,6 +31,7 @@ from .creation import Creation, finished
 from .events import platform_event, sandbox_event
 from .index import Index
 from .networks import Networks
+from .pairs import Pairs, split
 from .pending import STOPPED_EARLY, STOPPED_EARLY_MESSAGE, Pending, ProvisionFailed
 from .preparation import Preparation
 from .tasks import Tasks, cancel
@@ -61,6 +62,7 @@ class Provisioner:
         self.index = index  # the hub's sandbox -> containers (read only here)
         self.preparation = Preparation(ctx, validator, say=self._set)
         self.creation = Creation(ctx, networks, validator, self.preparation.supervisor)
+        self.pairs = Pairs(ctx, self.preparation.supervisor)
         self._pending: dict[str, Pending] = {}
 
     # ------------------------------------------------------------ the pending table
@@ -233,11 +235,16 @@ class Provisioner:
         prepared = await self.preparation.prepare(pending)
         self._set(pending, "ContainerStarting", "Creating the sandbox container")
         step = {"sandbox.id": plan.sandbox_id}
-        with tracing.span("podman.create_container", step):
-            container_id = await self.creation.create(pending, prepared)
-        plan = pending.plan  # with its devices assigned
-        with tracing.span("podman.start_container", step):
-            await self.creation.start(plan, container_id, str(prepared.supervisor_path))
+        if split(self.ctx):
+            plan = pending.plan = self.validator.assign_gpus(plan)  # a retry keeps the devices
+            with tracing.span("podman.create_pair", step):
+                container_id = await self.pairs.create(pending, prepared, await self.creation.relabel())
+        else:
+            with tracing.span("podman.create_container", step):
+                container_id = await self.creation.create(pending, prepared)
+            plan = pending.plan  # with its devices assigned
+            with tracing.span("podman.start_container", step):
+                await self.creation.start(plan, container_id, str(prepared.supervisor_path))
         self._pending.pop(plan.sandbox_id, None)
         self.ctx.sink.publish(
             platform_event(

@@ -101,7 +101,11 @@ async def _record(prov: Provisioner, plan: Plan, sandbox: pb.DriverSandbox, inst
     else what the volume already there records. Files written here go again when no
     record is made."""
     try:
-        prov.ctx.files.write_secrets(plan.sandbox_id, gateway_token(sandbox.spec), _tls_files(prov.ctx.settings))
+        split = prov.ctx.settings.topology == "split"
+        token = "" if split else gateway_token(sandbox.spec)
+        prov.ctx.files.write_secrets(plan.sandbox_id, token, _tls_files(prov.ctx.settings))
+        if split:  # the pair's bundle: validate() required it
+            prov.ctx.files.write_launch(plan.sandbox_id, sandbox.spec.launch_authentication)
         prov.new_generation(plan.sandbox_id, instance, plan.generation)
         labels = intent_labels(plan, instance, str(prov.ctx.state_dir))
         await prov.ctx.podman.create_volume(plan.volume_name, labels)
@@ -200,12 +204,14 @@ async def resume(
 
 
 def _never_started(prov: Provisioner, sandbox_id: str, entry: ContainerListEntry, intent: dict[str, str]) -> bool:
-    """Created for this very create (same instance), never started, not stopped since."""
-    return (
-        entry.state in ("created", "configured", "initialized")
-        and (entry.labels or {}).get(names.INSTANCE) == intent.get(names.INSTANCE)
-        and not prov.ctx.files.stopped_container(sandbox_id)
-    )
+    """Created for this very create (same instance), never started, not stopped since; or,
+    the split topology's, a pair whose create did not finish (its launch bundle is dropped
+    only once the pair is made: pairs.py)."""
+    if (entry.labels or {}).get(names.INSTANCE) != intent.get(names.INSTANCE):
+        return False
+    if prov.ctx.files.stopped_container(sandbox_id):
+        return False
+    return entry.state in ("created", "configured", "initialized") or prov.ctx.files.launch(sandbox_id) is not None
 
 
 async def _resume_one(

@@ -28,6 +28,7 @@ from ..security import admission, tokens
 from . import lookup
 from .context import Context
 from .index import Index
+from .pairs import split
 from .pending import Pending
 from .provisioning import Provisioner
 from .teardown import retried
@@ -41,9 +42,12 @@ class StartStop:
         self.locks = locks
         self.index = index
         self.provisioning = provisioning
+        self.pairs = provisioning.pairs
 
     async def stop(self, sandbox_id: str) -> None:
         async with self.locks[sandbox_id]:
+            if split(self.ctx):  # the supervisor first, even when its workload is gone (contract §4.3)
+                await self.pairs.stop_supervisor(sandbox_id)
             entry = await self._container_or_pending(sandbox_id)
             if isinstance(entry, Pending):
                 made = await self.provisioning.stop_early(entry)
@@ -54,7 +58,8 @@ class StartStop:
         self.ctx.sink.refresh(entry.id, sandbox_id)
 
     async def start(
-        self, sandbox_id: str, bundle: tokens.LaunchAuthentication | None, generation_id: str, expected: str
+        self, sandbox_id: str, bundle: tokens.LaunchAuthentication | None, generation_id: str, expected: str,
+        raw: bytes = b"",
     ) -> str:
         """Start a stopped sandbox (idempotent), with its launch bundle if the request
         brought one; the new runtime identity.
@@ -70,11 +75,17 @@ class StartStop:
             entry = await self._container_or_pending(sandbox_id)
             if isinstance(entry, Pending):
                 _check_expected(expected, entry.instance)
+                if split(self.ctx) and raw:  # its pair is made from the newest bundle
+                    self.ctx.files.write_launch(sandbox_id, raw)
                 await self.provisioning.resume_stopped(entry)  # admission under today's policy
                 return identity(sandbox_id, entry.instance)
             instance = (entry.labels or {}).get(names.INSTANCE, "")
             _check_expected(expected, instance)
             wanted = generation_id or (bundle.supervisor.runtime_generation if bundle else "")
+            if split(self.ctx) and bundle is not None:
+                await self._start_pair(sandbox_id, entry, raw, wanted)
+                self.ctx.sink.refresh(entry.id, sandbox_id)
+                return identity(sandbox_id, instance)
             running = entry.state == "running"
             if running and (not wanted or wanted == self.ctx.files.generation(sandbox_id)):
                 self.ctx.files.clear_stopped(sandbox_id)
@@ -102,6 +113,23 @@ class StartStop:
             self.ctx.files.clear_stopped(sandbox_id)
         self.ctx.sink.refresh(entry.id, sandbox_id)
         return identity(sandbox_id, instance)
+
+    async def _start_pair(self, sandbox_id: str, entry: ContainerListEntry, raw: bytes, generation: str) -> None:
+        """StartSandbox of a pair (contract §4.2): nothing when this generation runs already
+        (both containers running), else admitted under today's policy and started again with
+        every per-session file minted from the new bundle. Reported stopped (Suspended), not
+        as an exit, until it runs; still so when the start fails."""
+        ctx = self.ctx
+        if entry.state == "running" and generation == ctx.files.generation(sandbox_id):
+            supervisor = await ctx.podman.inspect_container_or_none(names.supervisor_name(sandbox_id))
+            if supervisor is not None and supervisor.state.running:
+                ctx.files.clear_stopped(sandbox_id)
+                return
+        await admission.admit_start(ctx.podman, ctx.settings, str(ctx.state_dir), entry.id, entry.labels or {})
+        ctx.files.mark_stopped(sandbox_id, entry.id)
+        await self.pairs.start(sandbox_id, lookup.entry_name(entry), raw, generation)
+        self.provisioning.new_generation(sandbox_id, (entry.labels or {}).get(names.INSTANCE, ""), generation)
+        ctx.files.clear_stopped(sandbox_id)
 
     async def _container_or_pending(self, sandbox_id: str) -> ContainerListEntry | Pending:
         """The sandbox's container, or else its create still being provisioned; NotFound

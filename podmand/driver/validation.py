@@ -19,6 +19,7 @@ from ..config import Settings
 from ..errors import FailedPrecondition
 from ..host import wsl
 from ..libpod import ImageInspect, PodmanClient, PodmanError, versions
+from ..pair import documents
 from ..sandbox import cdi, identity, imagechecks, mountlinks, rootfs, workspace
 from ..sandbox.identity import Resolved
 from ..sandbox.imagefiles import TooLarge, read_image
@@ -127,7 +128,9 @@ class Validator:
         read before, so that a symbolic link in it on a mount's way is refused before
         anything is made; otherwise the image is read while provisioning (what an earlier
         read found is refused here too)."""
-        plan = validate(sandbox, self.settings, podman=await self.features())
+        # ValidateSandboxCreate does not require the launch bundle (the gateway mints it after);
+        # a create does, in the split topology (contract §1.1, §2.1)
+        plan = validate(sandbox, self.settings, podman=await self.features(), recorded=not read)
         if plan.gpu_count:  # peek: only a create takes devices
             self.gpus.peek(plan.gpu_count)
         await admission.admit_mounts(self.podman, self.settings, str(self.state_dir), plan.workspace, plan.mounts)
@@ -221,9 +224,12 @@ class Validator:
     def _resolve_from(self, plan: Plan, image_id: str, image_user: str, accounts: tuple[str, str]) -> Resolved:
         limit = userns_id_limit(self.settings, plan.userns, self.features.known)
         passwd, group = accounts
-        return identity.resolve(
+        resolved = identity.resolve(
             plan.workload_user, plan.workload_group, image_user, passwd, group, image_id, id_limit=limit
         )
+        if self.settings.topology == "split":  # the workload runtime refuses root (contract §5)
+            documents.identity_of(resolved)
+        return resolved
 
     async def facts(self, image_id: str, walks: Sequence[mountlinks.Walk]) -> ImageFacts:
         """What podmand reads of the image's own files, from a never-started container,

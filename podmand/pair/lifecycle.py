@@ -35,9 +35,11 @@ __all__ = [
     "Session",
     "create",
     "delete",
+    "discard",
     "read_restart_metadata",
     "start",
     "stop",
+    "stop_supervisor",
 ]
 
 log = logging.getLogger(__name__)
@@ -191,6 +193,19 @@ async def _halt(client: PodmanClient, name: str, timeout: int) -> ContainerInspe
     except TimeoutError:
         raise PodmanUnavailable(f"stop {name}: it did not exit within {timeout + _WAIT_GRACE} s") from None
     return inspect
+
+
+async def stop_supervisor(client: PodmanClient, pair: Pair) -> None:
+    """The supervisor stopped until exited (a stop's first step); nothing when there is none."""
+    await _halt(client, pair.supervisor_name, pair.stop_timeout)
+
+
+async def discard(client: PodmanClient, pair: Pair) -> None:
+    """Undo a made pair (its record could not be kept): the supervisor, the workload and
+    the channel volume removed, each failure logged."""
+    for name in (pair.supervisor_name, pair.workload_name):
+        await _quietly(f"remove {name}", lambda n=name: client.remove_container(n, 0))  # type: ignore[misc]
+    await _quietly(f"remove the volume {pair.channel_volume}", lambda: client.remove_volume(pair.channel_volume))
 
 
 async def stop(client: PodmanClient, pair: Pair) -> bool:

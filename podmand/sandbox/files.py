@@ -20,6 +20,7 @@ from ..errors import FailedPrecondition
 from . import proxy
 
 DIR_MODE = 0o711
+LAUNCH = "launch.json"  # the split topology's launch bundle, until its pair is made
 FIXES = {  # what to do when writing the state directory fails with this errno
     errno.EROFS: "remount its filesystem read-write",
     errno.ENOSPC: "free space on its filesystem",
@@ -121,6 +122,24 @@ class SandboxFiles:
 
     def set_generation(self, sandbox_id: str, generation: str) -> None:
         self._put(sandbox_id, "generation", generation.encode())
+
+    def write_launch(self, sandbox_id: str, bundle: bytes) -> None:
+        """The split topology's launch bundle (its JSON bytes, both tokens), kept 0400 only
+        until the pair it launches is made: a restart finishes the create from it."""
+        self.write(sandbox_id, LAUNCH, bundle)
+
+    def launch(self, sandbox_id: str) -> bytes | None:
+        try:
+            return (self.dir(sandbox_id) / LAUNCH).read_bytes()
+        except (OSError, ValueError):
+            return None
+
+    def drop_launch(self, sandbox_id: str) -> None:
+        """The pair holds the bundle now (its supervisor's ``auth.json``): none is kept here."""
+        try:
+            (self.dir(sandbox_id) / LAUNCH).unlink(missing_ok=True)
+        except OSError as exc:
+            raise unwritable(self.root.parent, exc) from None
 
     def has_token(self, sandbox_id: str) -> bool:
         return names.is_id(sandbox_id) and (self.dir(sandbox_id) / "sandbox.jwt").exists()

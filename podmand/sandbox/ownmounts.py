@@ -19,10 +19,11 @@ TLS_FILES = ("ca.crt", "tls.crt", "tls.key")
 
 
 def destinations() -> tuple[str, ...]:
-    """Every destination :func:`own_mounts` may give a sandbox, under any settings."""
+    """Every destination :func:`own_mounts` may give a sandbox, under any settings, and the
+    split topology's workload's own (``pair.specs``: the channel, the proxy CA's tmpfs)."""
     tls = tuple(f"{names.TLS_DIR}/{f}" for f in TLS_FILES)
     return (names.NETNS_DIR, names.SUPERVISOR_BIN, names.TOKEN_PATH, names.CREDENTIAL_PATH, *tls, proxy.AUTH_PATH,
-            proxy.CA_BUNDLE_PATH)
+            proxy.CA_BUNDLE_PATH, names.CHANNEL_DIR, names.SUPERVISOR_CA_DIR)
 
 
 def own_mounts(plan: Plan, settings: Settings, prov: Provision) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from typing import Any
 from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
-from ..errors import FailedPrecondition, InvalidArgument
+from ..errors import DriverError, FailedPrecondition, InvalidArgument
 from ..libpod import versions
 from ..libpod.versions import Features
 from ..names import is_image_reference
@@ -78,6 +78,21 @@ def gateway_token(spec: pb.DriverSandboxSpec) -> str:
         return spec.sandbox_token.strip()
     where = "sandbox.spec.launch_authentication"
     return tokens.decode_launch_authentication(spec.launch_authentication, where).supervisor.gateway_token
+
+
+def launch_bundle(
+    raw: bytes, sandbox_id: str, where: str, refuse: type[DriverError] = InvalidArgument
+) -> tokens.LaunchAuthentication:
+    """The gateway's launch bundle, decoded strictly and validated, and this sandbox's: its
+    gateway token names ``sandbox_id``. Otherwise ``refuse`` naming ``where`` (the split
+    topology's create and start answer FailedPrecondition, contract §2.1)."""
+    bundle = tokens.decode_launch_authentication(raw, where, refuse=refuse)
+    try:
+        tokens.check_sandbox_token(bundle.supervisor.gateway_token, sandbox_id,
+                                   where=f"{where}.supervisor.gateway_token")
+    except InvalidArgument as exc:
+        raise refuse(exc.message) from None
+    return bundle
 
 
 def strip_secrets(sandbox: pb.DriverSandbox) -> pb.DriverSandbox:
@@ -148,19 +163,24 @@ def validate(
     else:  # the operator's setting: a bad one is a server-side problem
         where = "ssh_socket_path (--sandbox-ssh-socket-path / OPENSHELL_SANDBOX_SSH_SOCKET_PATH)"
         ssh_socket = requestchecks.check_socket_path(where, settings.ssh_socket_path, FailedPrecondition)
-    token = spec.sandbox_token.strip()
+    split = settings.topology == "split"
+    token = "" if split else spec.sandbox_token.strip()  # split: the supervisor's bearer is auth.json's
     if token:
         if len(token) > MAX_TOKEN_BYTES:
             raise InvalidArgument("sandbox.spec.sandbox_token: longer than 64 KiB")
         tokens.check_sandbox_token(token, sandbox.id)
     generation = "0"
     if spec.launch_authentication:
-        bundle = tokens.decode_launch_authentication(spec.launch_authentication, "sandbox.spec.launch_authentication")
+        bundle = launch_bundle(spec.launch_authentication, sandbox.id, "sandbox.spec.launch_authentication",
+                               FailedPrecondition if split else InvalidArgument)
         generation = bundle.supervisor.runtime_generation
-        if not token:
-            where = "sandbox.spec.launch_authentication.supervisor.gateway_token"
-            tokens.check_sandbox_token(bundle.supervisor.gateway_token, sandbox.id, where=where)
+        if not token and not split:
             token = bundle.supervisor.gateway_token
+    elif split and not recorded:
+        raise FailedPrecondition(
+            "sandbox.spec.launch_authentication: required (OpenShell 0.1.x's Sandbox Protocol: the supervisor's "
+            "credentials and the workload's bootstrap come from it)"
+        )
     elif settings.require_launch_auth and not recorded:
         raise FailedPrecondition("sandbox.spec.launch_authentication: podmand is configured to require it")
     requestchecks.check_text("sandbox.spec.workload_identity.user", spec.workload_identity.user)

@@ -247,9 +247,9 @@ async def admit_volumes(
 
 
 def attached_volumes(facts: ContainerInspect, sandbox_id: str) -> list[str]:
-    """Named volumes a sandbox's container has, besides its own workspace volume."""
-    own = names.volume_name(sandbox_id)
-    return [m.name for m in facts.mounts or () if m.type == "volume" and m.name and m.name != own]
+    """Named volumes a sandbox's container has, besides its own workspace and channel volumes."""
+    own = (names.volume_name(sandbox_id), names.channel_volume_name(sandbox_id))
+    return [m.name for m in facts.mounts or () if m.type == "volume" and m.name and m.name not in own]
 
 
 def caller_binds(facts: ContainerInspect) -> list[MountPoint]:

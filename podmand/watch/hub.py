@@ -27,7 +27,7 @@ import grpc
 
 from .. import names
 from .._proto import compute_driver_pb2 as pb
-from ..driver.observer import changes_state
+from ..driver.observer import changes_state, supervisor_change
 from ..errors import Unavailable
 from ..libpod import BadEvent, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 from .fanout import Fanout
@@ -52,6 +52,8 @@ class Sandboxes(Listing, Protocol):
     def creating(self, sandbox_id: str) -> bool: ...
 
     def unwatched(self) -> None: ...
+
+    def workload_of(self, sandbox_id: str) -> str | None: ...
 
 
 class Hub:
@@ -198,6 +200,10 @@ class Hub:
                         self.inbox.seen_start(event.Actor.id)
                     return  # before provisioning asked its look after the start: that look reads newer
                 self._look(event.Actor.id, sandbox_id, removed=event.Action == "remove")
+            case PodmanEvent(event) if sandbox_id := supervisor_change(event):
+                workload = self.sandboxes.workload_of(sandbox_id)  # its snapshot folds the supervisor in
+                if workload is not None:
+                    self._look(workload, sandbox_id)
 
     def _look(self, container_id: str, sandbox_id: str, *, removed: bool = False) -> None:
         self.looks.look(container_id, sandbox_id, self._count, self._subscription, removed=removed)

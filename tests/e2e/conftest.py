@@ -163,6 +163,9 @@ class Podmand:
             "OPENSHELL_SANDBOX_IMAGE": SANDBOX_IMAGE,
             "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR_IMAGE,
             "OPENSHELL_STOP_TIMEOUT": "5",
+            # The pre-0.1 single-container layout, which these tests were written for; the
+            # split topology's tests (test_pair_*.py) say PODMAND_TOPOLOGY=split
+            "PODMAND_TOPOLOGY": "single",
             "PODMAND_STATE_DIR": str(self.state_dir),
             "OPENSHELL_LOG_LEVEL": "debug",
             **COVERAGE_ENV,

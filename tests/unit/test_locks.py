@@ -84,7 +84,7 @@ def test_unknown_ids_leave_the_driver_lock_table_empty() -> None:
             fake = FakeLibpod()
             await fake.start(f"{tmp}/podman.sock")
             podman = PodmanClient(fake.path)
-            driver = Driver(Settings(), podman, Path(tmp) / "state", Sink())
+            driver = Driver(Settings(topology="single"), podman, Path(tmp) / "state", Sink())
             driver.files.setup()
             try:
                 for i in range(500):

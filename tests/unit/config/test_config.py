@@ -307,7 +307,7 @@ def test_http_endpoint_with_tls_warns(tmp_path: Path) -> None:
 
 
 def test_unknown_openshell_env_named_in_one_warning() -> None:
-    """Unknown OPENSHELL_* names, sorted, in one line; values never; known and ignored names not."""
+    """Unknown OPENSHELL_* names, sorted, in one line; values never; known names not."""
     env = {
         "OPENSHELL_ZED": "secret-value",
         "OPENSHELL_NETWROK_NAME": "typo",
@@ -368,6 +368,8 @@ BAD: dict[str, tuple[str | int, str]] = {
     "sandbox_image": (1, "expected a string, got 1"),
     "image_pull_policy": ("sometimes", "expected one of: always, missing, never, newer"),
     "supervisor_image": (1, "expected a string, got 1"),
+    "sandbox_runtime_image": (1, "expected a string, got 1"),
+    "topology": ("both", "expected one of: split, single; got 'both'"),
     "grpc_endpoint": ("https://gw:17670", "needs TLS material"),
     "gateway_port": ("http", "expected a whole number, got 'http'"),
     "network_name": ("-bad", "must match"),

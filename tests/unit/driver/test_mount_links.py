@@ -27,7 +27,7 @@ DEADLINE = 30.0
 DIRECTORY = (1 << 31) | 0o755  # Go's os.ModeDir | 0755, as the stat says of a directory
 SYMLINK = (1 << 27) | 0o777  # Go's os.ModeSymlink | 0777
 FILE = 0o644
-OWN_ROOTS = ["/etc", "/opt", "/run"]  # where podmand's own destinations begin: absent from these images
+OWN_ROOTS = ["/.openshell", "/etc", "/opt", "/run"]  # where podmand's own destinations begin: absent from these images
 
 
 def stat(name: str, mode: int, target: str) -> str:
@@ -73,7 +73,7 @@ def tmpfs(target: str) -> dict[str, Any]:
 
 def run(body: Any, **settings: Any) -> None:
     async def main() -> None:
-        async with driver_on(lambda _t: Settings(**settings)) as rig:
+        async with driver_on(lambda _t: Settings(topology="single", **settings)) as rig:
             await body(rig)
 
     asyncio.run(asyncio.wait_for(main(), DEADLINE))
@@ -107,7 +107,7 @@ def test_a_deep_link_in_the_working_dir_is_refused_at_create_and_nothing_is_made
         with pytest.raises(FailedPrecondition, match="passes through '/a/b/c/d/e'"):
             await rig.driver.validate(box("sb-3"))
         # shallowest first: each round looks at the next component of every walk not ended yet
-        assert looked == ["/a", *OWN_ROOTS, "/a/b", "/a/b/c", "/a/b/c/d", "/a/b/c/d/e"]
+        assert looked == [*sorted(["/a", *OWN_ROOTS]), "/a/b", "/a/b/c", "/a/b/c/d", "/a/b/c/d/e"]
         [reader] = rig.fake.created()
         assert reader.startswith(imagefiles.READER_PREFIX)
         assert rig.fake.count(f"DELETE .*/containers/{reader}") == 1 and rig.fake.count("/archive") == len(looked)
@@ -145,7 +145,8 @@ def test_a_working_dir_without_links_is_read_once_for_the_create_and_its_provisi
         looked = image_with(rig, "/workspace/project/sub", {}, ("/workspace",))
         await rig.driver.create(box("sb-1"))
         await eventually(lambda: any(s == "sb-1" for _c, s in rig.sink.refreshes), "sb-1 started")
-        assert looked == ["/etc", "/opt", "/run", "/workspace", "/workspace/project"]  # nothing below a missing one
+        # nothing below a missing one
+        assert looked == ["/.openshell", "/etc", "/opt", "/run", "/workspace", "/workspace/project"]
         assert passwd_reads(rig) == 1 and len(readers(rig)) == 2  # the accounts and links, and the supervisor binary
 
     run(body)
@@ -206,7 +207,7 @@ def test_each_path_is_looked_up_once_per_image_and_only_new_ones_need_a_reader()
     async def body(rig: Rig) -> None:
         looked = image_with(rig, "", {}, ("/data",))
         await rig.driver.create(box("sb-1", tmpfs("/data")))
-        assert sorted(looked) == ["/data", "/etc", "/opt", "/run", "/sandbox"]
+        assert sorted(looked) == ["/.openshell", "/data", "/etc", "/opt", "/run", "/sandbox"]
         looked.clear()
         await rig.driver.create(box("sb-2", tmpfs("/data/cache/x")))
         assert looked == ["/data/cache"]

@@ -25,7 +25,7 @@ BUNDLE = make_launch("abc123", "g0000000000000001")
 
 def make_plan(settings: Settings, **spec_fields: Any) -> Plan:
     sandbox = pb.DriverSandbox(id="abc123", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(**spec_fields))
-    return spec.validate(sandbox, settings)
+    return spec.validate(sandbox, settings, recorded=True)  # a plan to build from: no bundle checked
 
 
 def prov(identity: Resolved = IDENTITY, **over: Any) -> Provision:
@@ -106,7 +106,7 @@ def test_the_callers_mounts_gpus_limits_and_userns_go_to_the_workload_only() -> 
                                                            {"type": "volume", "source": "data", "target": "/d"}],
                                                 "cdi_devices": ["nvidia.com/gpu=0"]})
     sandbox.spec.resource_requirements.gpu.count = 1
-    plan = spec.validate(sandbox, settings)
+    plan = spec.validate(sandbox, settings, recorded=True)
     built = specs.workload_spec(plan, settings, prov(), rootless=True)
     assert {"destination": "/m", "type": "bind", "source": "/srv/m", "options": ["rbind", "ro"]} in built["mounts"]
     assert {"Name": "data", "Dest": "/d", "Options": ["ro"]} in built["volumes"]

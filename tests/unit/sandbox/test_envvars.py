@@ -21,14 +21,14 @@ IDENTITY = Resolved(uid=1000, gid=1000, supplementary=(), source="image", digest
 def plan_with(environment: dict[str, str]) -> Plan:
     box = pb.DriverSandbox(id="abc123", name="demo", workspace="ws",
                            spec=pb.DriverSandboxSpec(environment=environment))
-    return spec.validate(box, Settings())
+    return spec.validate(box, Settings(topology="single"))
 
 
 def container(plan: Plan, image_env: tuple[str, ...] = ()) -> dict[str, Any]:
     prov = Provision(image_id="sha256:feed", image_user="", image_env=image_env, network="openshell-ws",
                           supervisor_path="/cache/openshell-sandbox", secrets_dir="/s", instance="i",
                           identity=IDENTITY)
-    return spec.container_spec(plan, Settings(), prov)
+    return spec.container_spec(plan, Settings(topology="single"), prov)
 
 
 # Held back since this change; each one's reader is in the module docstring.

@@ -33,7 +33,7 @@ def test_every_destination_podmand_mounts_is_walked_whatever_the_settings(
 ) -> None:
     """ownmounts.destinations lists what own_mounts gives a sandbox, under any settings."""
     files = {"proxy_auth_file": str(tmp_path / "auth"), "proxy_ca_bundle": str(tmp_path / "ca")} if proxy else {}
-    settings = Settings(tls_ca="/tls/ca.crt" if tls else "", **files)  # type: ignore[arg-type]
+    settings = Settings(topology="single", tls_ca="/tls/ca.crt" if tls else "", **files)  # type: ignore[arg-type]
     plan = Plan.__new__(Plan)
     object.__setattr__(plan, "has_token", token)
     prov = Provision.__new__(Provision)
@@ -65,7 +65,7 @@ def test_what_to_look_at_next_is_the_first_unknown_component_of_each_open_walk_o
 def test_found_names_the_first_walk_through_a_known_link_and_answered_says_all_are_known() -> None:
     walks = mountlinks.walks("/sandbox", (Mount("tmpfs", "/a/b/c"),))
     known = {"/etc": HERE, "/etc/openshell": ABSENT, "/opt": ABSENT, "/run": HERE, "/run/netns": ABSENT,
-             "/sandbox": HERE}
+             "/run/openshell-supervisor-ca": ABSENT, "/.openshell": ABSENT, "/sandbox": HERE}
     assert mountlinks.found(walks, known) is None and not mountlinks.answered(walks, known)
     known["/a"] = HERE
     known["/a/b"] = LINK

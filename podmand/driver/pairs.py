@@ -1,0 +1,236 @@
+"""The split topology in the driver: each sandbox a workload and a supervisor container
+(``pair``), made from what preparation found, started again with a new launch bundle,
+stopped supervisor first and removed with its channel volume.
+
+``pair`` owns what goes where and in which order; this module owns what the driver keeps
+around it: the launch bundle in the state directory until its pair is made (then the
+supervisor's ``auth.json`` is the only copy), the generation recorded per start, the
+leftovers of an interrupted create cleared before a new attempt (only this create's,
+by its instance label), the binds admitted and the runtime binary checked before any
+start, and Podman's answers turned into the reasons a sandbox is reported with. The
+supervisor's state as the workload's snapshot shows it is :func:`fold`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from .. import names
+from ..errors import DriverError, FailedPrecondition
+from ..host import hostgateway
+from ..libpod import ContainerInspect, PodmanClient, PodmanError
+from ..pair import documents, lifecycle, specs
+from ..sandbox.plan import Plan, Provision
+from ..sandbox.spec import launch_bundle
+from ..sandbox.supervisor import SupervisorCache
+from ..security import admission, tokens
+from .context import Context
+from .pending import Pending, ProvisionFailed
+from .preparation import Prepared
+
+log = logging.getLogger("podmand.driver")
+
+LAUNCH_WHERE = "sandbox.spec.launch_authentication"
+DEFAULT_HOST_GATEWAY_IP = "127.0.0.1"  # the supervisor shares the host's network (contract §2.4)
+SUPERVISOR_GONE = "SupervisorExited"  # the workload stopped because its supervisor is not running
+
+
+def split(ctx: Context) -> bool:
+    return ctx.settings.topology == "split"
+
+
+def pair_of(
+    ctx: Context, plan: Plan, prov: Provision, *, rootless: bool, supervisor_image_id: str = ""
+) -> lifecycle.Pair:
+    """The pair ``plan`` is made of; ``supervisor_image_id`` only matters to a create."""
+    s = ctx.settings
+    return lifecycle.Pair(
+        sandbox_id=plan.sandbox_id,
+        workload=specs.workload_spec(plan, s, prov, rootless=rootless),
+        supervisor=specs.supervisor_spec(plan, s, prov, supervisor_image_id=supervisor_image_id),
+        workspace_volume=plan.volume_name,
+        channel_labels={names.OWNER: names.OWNER_VALUE, names.SANDBOX_ID: plan.sandbox_id,
+                        names.INSTANCE: prov.instance},
+        stop_timeout=s.stop_timeout,
+        workspace_path=prov.workspace,
+    )
+
+
+def bare_pair(ctx: Context, sandbox_id: str, workload_name: str) -> lifecycle.Pair:
+    """The names of an existing pair (what stop, start and delete act on), no specs."""
+    return lifecycle.Pair(
+        sandbox_id=sandbox_id,
+        workload={"name": workload_name},
+        supervisor={"name": names.supervisor_name(sandbox_id)},
+        workspace_volume=names.volume_name(sandbox_id),
+        channel_labels={},
+        stop_timeout=ctx.settings.stop_timeout,
+    )
+
+
+def session(ctx: Context, bundle: tokens.LaunchAuthentication, userns: str) -> lifecycle.Session:
+    where = "host_gateway_ip (--host-gateway-ip / OPENSHELL_PODMAN_HOST_GATEWAY_IP)"
+    address = documents.host_gateway_ip(ctx.settings.host_gateway_ip or DEFAULT_HOST_GATEWAY_IP, where)
+    return lifecycle.Session(bundle=bundle, host_gateway_ip=address, userns=userns)
+
+
+class Pairs:
+    """The driver's side of each sandbox's pair (the split topology)."""
+
+    def __init__(self, ctx: Context, runtime: SupervisorCache) -> None:
+        self.ctx = ctx
+        self.runtime = runtime  # the runtime binary every workload binds: checked before each start
+
+    async def rootless(self) -> bool:
+        return (await self.ctx.podman.served_info()).host.security.rootless
+
+    # ------------------------------------------------------------ create
+
+    async def create(self, pending: Pending, prepared: Prepared, selinux: bool) -> str:
+        """Make and start the pending sandbox's pair from the launch bundle its create
+        recorded; the workload's ID. What an interrupted earlier attempt of this create left
+        is removed first; a failure leaves nothing of this attempt (``lifecycle.create``)."""
+        files, podman, plan = self.ctx.files, self.ctx.podman, pending.plan
+        image = prepared.image
+        prov = Provision(
+            image_id=image.id,
+            image_user=image.config.user,
+            image_env=tuple(image.config.env or ()),
+            network="",  # the workload has none; the supervisor is on the host's
+            supervisor_path=str(prepared.supervisor_path),
+            secrets_dir=str(files.dir(plan.sandbox_id)),
+            instance=pending.instance,
+            identity=prepared.identity,
+            selinux=selinux,
+            mount_images=prepared.mount_images,
+            workspace=prepared.workspace,
+        )
+        raw = files.launch(plan.sandbox_id)
+        if raw is None:
+            raise ProvisionFailed("LaunchAuthenticationMissing", "the launch bundle is gone from the state directory; "
+                                  "start the sandbox with a fresh one, or recreate it")
+        try:
+            bundle = launch_bundle(raw, plan.sandbox_id, LAUNCH_WHERE, FailedPrecondition)
+        except FailedPrecondition as exc:  # e.g. its gateway token expired while the image was pulled
+            raise ProvisionFailed("LaunchAuthenticationInvalid", exc.message) from exc
+        try:  # Podman resolves bind sources at the start: checked now, just before it
+            await admission.admit_binds(podman, self.ctx.settings, str(self.ctx.state_dir), plan.mounts)
+        except FailedPrecondition as exc:
+            raise ProvisionFailed("MountRefused", exc.message) from exc
+        try:  # the runtime binary every workload runs, unchanged (supervisor.py)
+            await self.runtime.check(prov.supervisor_path)
+        except FailedPrecondition as exc:
+            raise ProvisionFailed("RuntimeImageUnavailable", exc.message) from exc
+        try:
+            pair = pair_of(self.ctx, plan, prov, rootless=await self.rootless(),
+                           supervisor_image_id=prepared.supervisor_image_id)
+            sess = session(self.ctx, bundle, plan.userns)
+            identity = documents.identity_of(prov.identity)
+        except FailedPrecondition as exc:
+            raise ProvisionFailed("WorkloadIdentityInvalid", exc.message) from exc
+        await self._clear_leftovers(pair, prov.instance)
+        child_env = documents.child_env(prov.image_env, plan.user_env)
+
+        async def make() -> tuple[str, list[str]]:
+            return await lifecycle.create(podman, pair, sess, identity, child_env), []
+
+        # Podman carries out what it was sent when podmand stops waiting: a delete waits for
+        # this (creation.finished), and the create removes what it made when it fails
+        call = pending.creating = asyncio.ensure_future(make())
+        try:
+            workload_id, _ = await asyncio.shield(call)
+        except FailedPrecondition as exc:  # the fence did not hold
+            raise ProvisionFailed("FenceRefused", exc.message) from exc
+        except PodmanError as exc:
+            if hostgateway.unresolved(exc.message):
+                raise ProvisionFailed(hostgateway.REASON, hostgateway.explanation(exc.message)) from exc
+            raise ProvisionFailed("ContainerCreateFailed", f"making the sandbox's pair failed: {exc.message}") from exc
+        try:
+            files.mark_created(plan.sandbox_id, workload_id)
+            files.set_generation(plan.sandbox_id, bundle.supervisor.runtime_generation)
+            files.drop_launch(plan.sandbox_id)
+        except DriverError:  # the state directory: no pair without its record
+            await lifecycle.discard(podman, pair)
+            raise
+        return workload_id
+
+    async def _clear_leftovers(self, pair: lifecycle.Pair, instance: str) -> None:
+        """Remove what an interrupted attempt of this very create left (its instance label):
+        a pair is made whole or not at all. Another's container or volume under these names
+        is a conflict, left alone."""
+        podman = self.ctx.podman
+        for name in (pair.supervisor_name, pair.workload_name):
+            info = await podman.inspect_container_or_none(name)
+            if info is None:
+                continue
+            if info.labels.get(names.INSTANCE) != instance or info.labels.get(names.SANDBOX_ID) != pair.sandbox_id:
+                raise ProvisionFailed("ContainerNameConflict", f"a container named {name!r} already exists")
+            log.info("sandbox %s: removing %s, left by an interrupted create", pair.sandbox_id, name)
+            await podman.remove_container(name, 0)
+        volume = await podman.inspect_volume(pair.channel_volume)
+        if volume is not None:
+            if (volume.labels or {}).get(names.INSTANCE) != instance:
+                raise ProvisionFailed("VolumeNameConflict", f"a volume named {pair.channel_volume!r} already exists")
+            await podman.remove_volume(pair.channel_volume)
+
+    # ------------------------------------------------------------ start, stop, delete
+
+    async def start(self, sandbox_id: str, workload_name: str, raw: bytes, generation: str) -> None:
+        """StartSandbox: every per-session file minted again from the new bundle ``raw``
+        (already checked by the caller), the fence checked again, both started."""
+        bundle = launch_bundle(raw, sandbox_id, "launch_authentication", FailedPrecondition)
+        info = await self.ctx.podman.inspect_container(workload_name)
+        for m in info.mounts or ():  # the runtime binary every workload runs, unchanged (supervisor.py)
+            if m.type == "bind" and m.destination == names.RUNTIME_BIN:
+                await self.runtime.check(m.source)
+        pair = bare_pair(self.ctx, sandbox_id, workload_name)
+        try:
+            await lifecycle.start(self.ctx.podman, pair, session(self.ctx, bundle, _userns(info)), generation)
+        except PodmanError as exc:
+            if hostgateway.unresolved(exc.message):
+                raise FailedPrecondition(hostgateway.explanation(exc.message)) from exc
+            raise DriverError(f"starting the sandbox's pair failed: {exc.message}") from exc
+
+    async def stop_supervisor(self, sandbox_id: str) -> None:
+        """StopSandbox's first step (contract §4.3): the supervisor, until it exited."""
+        await lifecycle.stop_supervisor(self.ctx.podman, bare_pair(self.ctx, sandbox_id, ""))
+
+    async def remove_supervisor(self, sandbox_id: str) -> bool:
+        return await self.ctx.podman.remove_container(names.supervisor_name(sandbox_id), self.ctx.settings.stop_timeout)
+
+    async def remove_channel(self, sandbox_id: str) -> bool:
+        return await self.ctx.podman.remove_volume(names.channel_volume_name(sandbox_id))
+
+
+def _userns(info: ContainerInspect) -> str:
+    """The workload's user namespace mode as its claims need it (keep-id or not)."""
+    return info.host_config.userns_mode or ""
+
+
+def fold(workload: ContainerInspect, supervisor: ContainerInspect | None) -> tuple[str, str] | None:
+    """What the supervisor's state makes of a running workload's Ready (contract §4.6):
+    None when the supervisor runs (the workload's own condition stands), else the
+    (reason, message) it is reported with: starting while the supervisor is made but not
+    running, gone when it is missing or exited (the driver then stops the workload)."""
+    if not workload.state.running:
+        return None
+    if supervisor is None:
+        return SUPERVISOR_GONE, "The sandbox's supervisor container is missing"
+    status = supervisor.state.status
+    if status == "running":
+        return None
+    if status in ("created", "configured", "initialized"):
+        return "SupervisorStarting", "The sandbox's supervisor container is starting"
+    return SUPERVISOR_GONE, f"The sandbox's supervisor container is {status} (exit code {supervisor.state.exit_code})"
+
+
+async def supervisor_of(podman: PodmanClient, workload: ContainerInspect) -> ContainerInspect | None:
+    """The workload's supervisor container, by name and labels (None: there is none)."""
+    sandbox_id = workload.labels.get(names.SANDBOX_ID, "")
+    info = await podman.inspect_container_or_none(names.supervisor_name(sandbox_id))
+    if info is None or info.labels.get(names.SANDBOX_ID) != sandbox_id:
+        return None
+    if info.labels.get(names.INSTANCE) != workload.labels.get(names.INSTANCE):
+        return None
+    return info
