@@ -149,15 +149,24 @@ class Observer:
         await self._fold(info, snap)
         return snap
 
-    async def _fold(self, info: ContainerInspect, snap: pb.DriverSandbox) -> tuple[str, str] | None:
+    async def _fold(
+        self, info: ContainerInspect, snap: pb.DriverSandbox, *, probe: bool = False
+    ) -> tuple[str, str, str] | None:
         """A split sandbox's workload: its supervisor's state folded into the Ready condition
-        (pairs.fold); what it said, if anything."""
+        (pairs.fold); what it said, if anything. ``probe``: run a running supervisor's health
+        check as for any container (:meth:`_probe`), reporting the workload."""
         if info.labels.get(names.ISOLATION_ROLE) != names.ROLE_WORKLOAD:
             return None
-        folded = pairs.fold(info, await pairs.supervisor_of(self.podman, info))
+        supervisor = await pairs.supervisor_of(self.podman, info)
+        folded = pairs.fold(info, supervisor)
         if folded is not None:
             ready = snap.status.conditions[0]
-            ready.status, ready.reason, ready.message = "False", folded[0], folded[1]
+            ready.status, ready.reason, ready.message = folded
+        if probe and supervisor is not None and supervisor.state.running and self.settings.health_check_interval \
+                and supervisor.config.healthcheck:
+            sandbox_id = info.labels.get(names.SANDBOX_ID, "")
+            self.tasks.ensure(("probe", supervisor.id),
+                              lambda: self._probe(supervisor.id, sandbox_id, report=info.id))
         return folded
 
     def from_list(self, entry: ContainerListEntry, sandbox_id: str) -> pb.DriverSandbox:
@@ -246,9 +255,9 @@ class Observer:
             if self.settings.health_check_interval and info.config.healthcheck:
                 self.tasks.ensure(("probe", info.id), lambda: self._probe(info.id, sandbox_id))
         snap = self._snapshot(info, facts)
-        folded = await self._fold(info, snap)
-        if folded is not None and folded[0] == pairs.SUPERVISOR_GONE and not self.busy(sandbox_id):
-            self.tasks.ensure(("orphan", info.id), lambda: self._stop_orphan(info.id, sandbox_id, folded[1]))
+        folded = await self._fold(info, snap, probe=True)
+        if folded is not None and folded[1] == pairs.SUPERVISOR_GONE and not self.busy(sandbox_id):
+            self.tasks.ensure(("orphan", info.id), lambda: self._stop_orphan(info.id, sandbox_id, folded[2]))
         self._announce_exit(sandbox_id, info, snap)
         return snap
 
@@ -324,8 +333,9 @@ class Observer:
             log.warning("container %s: unreadable /wait answer (%s)", container_id[:12], exc)
         self.sink.refresh(container_id, sandbox_id)
 
-    async def _probe(self, container_id: str, sandbox_id: str) -> None:
-        """Run the container's healthcheck ourselves: no systemd timers here."""
+    async def _probe(self, container_id: str, sandbox_id: str, report: str = "") -> None:
+        """Run the container's healthcheck ourselves: no systemd timers here. Each change is
+        a look at ``report`` (a pair's workload, for its supervisor), else the container."""
         facts = self._facts.get(container_id)
         last = facts.health if facts else ""
         while True:
@@ -338,7 +348,7 @@ class Observer:
                 return
             if status != last:
                 last = status
-                self.sink.refresh(container_id, sandbox_id)
+                self.sink.refresh(report or container_id, sandbox_id)
             await asyncio.sleep(self.settings.health_check_interval if status == "healthy" else 1.0)
 
 

@@ -208,21 +208,30 @@ def _userns(info: ContainerInspect) -> str:
     return info.host_config.userns_mode or ""
 
 
-def fold(workload: ContainerInspect, supervisor: ContainerInspect | None) -> tuple[str, str] | None:
-    """What the supervisor's state makes of a running workload's Ready (contract §4.6):
-    None when the supervisor runs (the workload's own condition stands), else the
-    (reason, message) it is reported with: starting while the supervisor is made but not
-    running, gone when it is missing or exited (the driver then stops the workload)."""
+def fold(workload: ContainerInspect, supervisor: ContainerInspect | None) -> tuple[str, str, str] | None:
+    """What the supervisor's state makes of a running workload's Ready (contract §4.6), as
+    (status, reason, message): None when it changes nothing (a running supervisor without
+    a health check: the workload's own condition stands). A running supervisor's health
+    check result is the sandbox's; one made but not yet running is starting; a missing or
+    exited one is gone (the driver then stops the workload)."""
     if not workload.state.running:
         return None
     if supervisor is None:
-        return SUPERVISOR_GONE, "The sandbox's supervisor container is missing"
+        return "False", SUPERVISOR_GONE, "The sandbox's supervisor container is missing"
     status = supervisor.state.status
     if status == "running":
-        return None
+        health = supervisor.state.health.status if supervisor.state.health else ""
+        if not (supervisor.config.healthcheck and supervisor.config.healthcheck.test) or health in ("", "none"):
+            return None
+        if health == "healthy":
+            return "True", "HealthCheckPassed", "Supervisor health check passed"
+        if health == "unhealthy":
+            return "False", "HealthCheckFailed", "Supervisor health check failed"
+        return "False", "HealthCheckStarting", "Waiting for the supervisor health check"
     if status in ("created", "configured", "initialized"):
-        return "SupervisorStarting", "The sandbox's supervisor container is starting"
-    return SUPERVISOR_GONE, f"The sandbox's supervisor container is {status} (exit code {supervisor.state.exit_code})"
+        return "False", "HealthCheckStarting", "The sandbox's supervisor container is starting"
+    code = supervisor.state.exit_code
+    return "False", SUPERVISOR_GONE, f"The sandbox's supervisor container is {status} (exit code {code})"
 
 
 async def supervisor_of(podman: PodmanClient, workload: ContainerInspect) -> ContainerInspect | None:

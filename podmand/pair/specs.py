@@ -154,11 +154,12 @@ def supervisor_env(plan: Plan, settings: Settings, image_user: str, identity: Re
 def supervisor_spec(plan: Plan, settings: Settings, prov: Provision, *, supervisor_image_id: str) -> dict[str, Any]:
     """The supervisor container, from the supervisor image's ID."""
     identity = identity_of(prov.identity)
-    # podmand's own files for the gateway (TLS client files, the proxy's credential and CA,
-    # the legacy token file): ownmounts' per-sandbox copies, chowned ("U") to this
-    # container's user. Not the netns tmpfs nor the runtime binary: those are the workload's.
-    own = [m for m in ownmounts.own_mounts(plan, settings, prov)
-           if m["destination"] not in (names.NETNS_DIR, names.SUPERVISOR_BIN)]
+    # podmand's own files for the gateway (TLS client files, the proxy's credential and CA):
+    # ownmounts' per-sandbox copies, chowned ("U") to this container's user. Not the netns
+    # tmpfs nor the runtime binary (the workload's), nor a token or podmand's credential: the
+    # supervisor's bearer tokens are auth.json's, uploaded into its own root filesystem.
+    skip = (names.NETNS_DIR, names.SUPERVISOR_BIN, names.TOKEN_PATH, names.CREDENTIAL_PATH)
+    own = [m for m in ownmounts.own_mounts(plan, settings, prov) if m["destination"] not in skip]
     # "U" as well as upstream's mode=0777: Podman 4.3.1 mounts these root's and 0755 whatever the
     # mode says (seen: the supervisor, as the identity, could not create /run/openshell); U gives
     # each to the container's user, the identity, on every version

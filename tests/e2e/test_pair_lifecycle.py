@@ -126,8 +126,6 @@ class Sandbox:
         workload.update(workload_over or {})
         supervisor = specs.supervisor_spec(self.plan, self.settings, self.prov,
                                            supervisor_image_id=supervisor_image["Id"])
-        # the legacy token file bind (ownmounts) is the driver's to drop or keep; here only auth.json
-        supervisor["mounts"] = [m for m in supervisor["mounts"] if m["destination"] != names.TOKEN_PATH]
         supervisor["env"][names.ENV_MAIN_PROCESS] = json.dumps(
             {"version": 1, "command": ["/usr/bin/python3", "-c", PROBE], "tty": False})
         for built in (workload, supervisor):

@@ -72,11 +72,17 @@ def test_gpu_bits_are_what_the_inventory_can_serve(selectable: bool) -> None:
 
 
 def test_sandbox_authentication_bit_has_its_proof() -> None:
-    """Advertised because the e2e test mints, mounts and authenticates podmand's credential."""
-    caps = negotiation.capabilities(Settings(), limits=enforcement.BOTH)
-    assert caps.supports_sandbox_authentication is negotiation.SANDBOX_AUTHENTICATION is True
+    """Advertised by the single-container layout, because the e2e test mints, mounts and
+    authenticates podmand's credential; not by the split topology, which mounts none (its
+    supervisor spec has no credential: tests/unit/pair/test_specs.py)."""
+    single = negotiation.capabilities(Settings(topology="single"), limits=enforcement.BOTH)
+    assert single.supports_sandbox_authentication is True
     conformance = (Path(__file__).parents[1] / "e2e" / "test_conformance.py").read_text()
     assert "def test_token_sources(" in conformance and "AuthenticateSandbox" in conformance
+    split = negotiation.capabilities(Settings(topology="split"), limits=enforcement.BOTH)
+    assert split.supports_sandbox_authentication is False
+    specs = (Path(__file__).parent / "pair" / "test_specs.py").read_text()
+    assert "names.CREDENTIAL_PATH)]" in specs
 
 
 def test_runtime_readiness_not_claimed() -> None:

@@ -183,6 +183,10 @@ def test_supervisor_gets_podmands_files_for_the_gateway_the_workload_none() -> N
     assert len(tls) == 3 and all("U" in m["options"] and m["source"].startswith(SECRETS) for m in tls)
     assert sup["env"]["OPENSHELL_TLS_CA"] == "/etc/openshell/tls/client/ca.crt"
     assert not [m for m in sup["mounts"] if m["destination"] in (names.NETNS_DIR, names.SUPERVISOR_BIN)]
+    # its bearer tokens are auth.json's: no token file, no podmand credential, whatever the plan
+    for plan in (make_plan(settings), make_plan(settings, sandbox_token="a.b.c")):
+        built = specs.supervisor_spec(plan, settings, prov(), supervisor_image_id="sha256:" + "5" * 64)
+        assert not [m for m in built["mounts"] if m["destination"] in (names.TOKEN_PATH, names.CREDENTIAL_PATH)]
     work = workload(settings)
     assert not [m for m in work["mounts"] if m["destination"].startswith("/etc/openshell")]
 
