@@ -389,11 +389,9 @@ class Settings(_Network):
 
     @property
     def endpoint(self) -> str:
-        "''The gateway URL as seen from inside a sandbox.''"
-        if self.grpc_endpoint:
-            return self.grpc_endpoint
-        scheme = "https" if self.tls_enabled else "http"
-        return f"{scheme}://host.containers.internal:{self.gateway_port}"
+        "''The gateway URL a sandbox's supervisor dials (split: from the host's network, so loopback).''"
+        host = "127.0.0.1" if self.topology == "split" else "host.containers.internal"
+        return self.grpc_endpoint or f"{'https' if self.tls_enabled else 'http'}://{host}:{self.gateway_port}"
 
     @property
     def userns_base(self) -> str:

@@ -178,6 +178,8 @@ class Networks:
 
     async def ensure_workspace(self, workspace: str) -> None:
         check_name("workspace", workspace, required=False)
+        if self.settings.topology == "split":  # nothing joins one: the workload has none, its supervisor the host's
+            return
         async with self.lock(workspace):
             await self.ensure(workspace)
 

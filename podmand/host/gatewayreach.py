@@ -51,6 +51,7 @@ class Facts:
     host_addresses: tuple[str, ...]  # every local address of this network namespace
     default_addresses: tuple[str, ...]  # the default-route interface's
     listeners: tuple[Listener, ...] | None  # TCP listeners; None when unknown
+    host_network: bool = False  # the split topology: the supervisor dials from this host's own network
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,13 @@ def decide(f: Facts) -> Finding:
     host, port = host_port(f.endpoint)
     endpoint = config.describe("grpc_endpoint")
     listen_fix = f"start the gateway with {BIND}"
+    if f.host_network:  # no sandbox namespace on the way: the address is this host's, loopback included
+        seen = f"supervisors dial {f.endpoint} from this host's network"
+        landing = "127.0.0.1" if loopback(host) else f.sandbox_address or host
+        if loopback(host) or landing in f.host_addresses:
+            return _listening(f, seen, landing, port, f"start the gateway listening on {_join(landing, port)}")
+        return Finding("OK", f"{seen}; {host} is not an address of this host: the gateway is elsewhere, its "
+                       "listener not checked")
     if loopback(host):
         return Finding("WARN", (
             f"sandboxes dial {f.endpoint} ({endpoint}): a loopback address, which in a sandbox's network namespace "
@@ -145,7 +153,7 @@ def _listening(f: Facts, seen: str, landing: str, port: int, listen_fix: str) ->
         return Finding("OK", f"{seen}; something listens on {_join(where, port)}: reachable")
     if not on_port:
         return Finding("WARN", f"{seen}; nothing listens on port {port} of this host",
-                       f"start the gateway there with --port {port} and {BIND}, or set "
+                       f"start the gateway there with --port {port}{'' if f.host_network else ' and ' + BIND}, or set "
                        f"{config.describe('gateway_port')} (or grpc_endpoint) to the port it listens on")
     only = ", ".join(_join(a, port) for a in sorted(set(on_port)))
     return Finding("WARN", f"{seen}; the gateway listens on {only} only, which a sandbox's connection to "

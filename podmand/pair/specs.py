@@ -144,7 +144,8 @@ def supervisor_env(plan: Plan, settings: Settings, image_user: str, identity: Re
             env.pop(key, None)
     if not image_user:  # upstream's numeric default identity for an image without USER
         env[names.ENV_UID] = env[names.ENV_GID] = _DEFAULT_UID_GID
-    if not settings.grpc_endpoint:  # on the host's network the gateway's own port is at loopback
+    # on the host's network the gateway's own port is at loopback (Settings.endpoint, whatever the topology)
+    if not settings.grpc_endpoint:
         env[names.ENV_ENDPOINT] = f"{'https' if settings.tls_enabled else 'http'}://127.0.0.1:{settings.gateway_port}"
     env[names.ENV_ADMITTED_BACKEND] = names.ISOLATION_BACKEND
     env[names.ENV_PROXY_TLS_DIR] = names.PROXY_TLS_DIR

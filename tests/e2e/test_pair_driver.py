@@ -131,6 +131,17 @@ def test_a_sandbox_is_a_pair_from_create_to_delete(split: Podmand, podman_client
         assert snap.status.instance_id in ("", workload["Id"][:12]), snap
         assert snap.status.name in ("", box.workload), snap
     assert got.status.instance_id == workload["Id"][:12]
+    # what Podman's inspect says of the workload (upstream leaves both empty): its identity and fence
+    ident = got.status.resolved_identity
+    assert (ident.uid, ident.gid, ident.resource_digest) == (IDENTITY, IDENTITY, workload["Image"]), ident
+    fence = got.status.fence_evidence
+    assert fence.generation == box.launches[0].generation, fence
+    assert fence.resource_claims["podman.container_id"] == workload["Id"]
+    claims = fence.resource_claims
+    assert claims["podman.network_mode"] == "none" and claims["podman.privileged"] == "false", claims
+    # a workspace is no network here: the workload has none, its supervisor the host's
+    split.stub.EnsureWorkspace(pb.EnsureWorkspaceRequest(workspace=box.request.workspace))
+    assert not podman_client.networks.exists(names.network_name("openshell", box.request.workspace))
     assert {c.attrs["Name"].lstrip("/") for c in containers_of(podman_client, box.id)} == {box.workload,
                                                                                          box.supervisor}
 

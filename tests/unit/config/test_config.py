@@ -158,7 +158,7 @@ def test_complete_tls_needs_existing_files(tmp_path: Path) -> None:
         (tmp_path / fname).write_text("pem")
         paths[var] = str(tmp_path / fname)
     s = load(args=None, environ=paths)
-    assert s.tls_enabled and s.endpoint == "https://host.containers.internal:17670"
+    assert s.tls_enabled and s.endpoint == "https://127.0.0.1:17670"  # the split topology: from the host's network
     paths["OPENSHELL_PODMAN_TLS_KEY"] = str(tmp_path / "nope.key")
     with pytest.raises(ConfigError, match="OPENSHELL_PODMAN_TLS_KEY"):
         load(args=None, environ=paths)

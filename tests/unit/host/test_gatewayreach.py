@@ -167,3 +167,27 @@ def test_guess_follows_podmans_rule() -> None:
     assert netfacts.guess(Settings(), slirp, name, addresses) == HOST
     assert netfacts.guess(Settings(), msgspec.convert(infos.ROOTFUL_V1, Info), name, addresses) == ""
     assert netfacts.guess(Settings(host_gateway_ip="10.1.0.1"), pasta, name, addresses) == "10.1.0.1"
+
+
+SPLIT = dataclasses.replace(SLIRP, endpoint="http://127.0.0.1:17670", sandbox_address="127.0.0.1", asked=False,
+                            host_network=True)
+
+
+def test_the_split_topologys_supervisor_dials_from_this_hosts_network() -> None:
+    """Its default endpoint is loopback, which upstream's gateway default (127.0.0.1) serves;
+    a wildcard does too; nothing on the port is a WARN whose fix needs no --bind-address."""
+    assert Settings(topology="split").endpoint == "http://127.0.0.1:17670"
+    assert Settings(topology="single").endpoint == "http://host.containers.internal:17670"
+    assert Settings(topology="split", grpc_endpoint="https://gw:1").endpoint == "https://gw:1"
+    for listening in (("127.0.0.1", 17670), ("0.0.0.0", 17670)):
+        found = decide(dataclasses.replace(SPLIT, listeners=on(listening)))
+        assert found.status == "OK" and found.finding.startswith(
+            "supervisors dial http://127.0.0.1:17670 from this host's network") and "reachable" in found.finding
+    nothing = decide(dataclasses.replace(SPLIT, listeners=on(("0.0.0.0", 22))))
+    assert nothing.status == "WARN" and "nothing listens on port 17670" in nothing.finding
+    assert nothing.fix.startswith("start the gateway there with --port 17670, or set") and "bind" not in nothing.fix
+    only_host = decide(dataclasses.replace(SPLIT, listeners=on((HOST, 17670))))
+    assert only_host.status == "WARN" and "listens on 192.0.2.2:17670 only" in only_host.finding
+    elsewhere = decide(dataclasses.replace(SPLIT, endpoint="http://198.51.100.7:17670",
+                                           sandbox_address="198.51.100.7"))
+    assert elsewhere.status == "OK" and "not an address of this host" in elsewhere.finding
