@@ -150,11 +150,12 @@ class Observer:
         return snap
 
     async def _fold(
-        self, info: ContainerInspect, snap: pb.DriverSandbox, *, probe: bool = False
+        self, info: ContainerInspect, snap: pb.DriverSandbox, *, observing: bool = False
     ) -> tuple[str, str, str] | None:
         """A split sandbox's workload: its supervisor's state folded into the Ready condition
-        (pairs.fold); what it said, if anything. ``probe``: run a running supervisor's health
-        check as for any container (:meth:`_probe`), reporting the workload."""
+        (pairs.fold); what it said, if anything. ``observing`` (the event path): run a running
+        supervisor's health check as for any container (:meth:`_probe`), reporting the
+        workload, and stop a supervisor whose workload ended (no supervisor runs without it)."""
         if info.labels.get(names.ISOLATION_ROLE) != names.ROLE_WORKLOAD:
             return None
         supervisor = await pairs.supervisor_of(self.podman, info)
@@ -162,11 +163,15 @@ class Observer:
         if folded is not None:
             ready = snap.status.conditions[0]
             ready.status, ready.reason, ready.message = folded
-        if probe and supervisor is not None and supervisor.state.running and self.settings.health_check_interval \
-                and supervisor.config.healthcheck:
-            sandbox_id = info.labels.get(names.SANDBOX_ID, "")
-            self.tasks.ensure(("probe", supervisor.id),
-                              lambda: self._probe(supervisor.id, sandbox_id, report=info.id))
+        if not observing or supervisor is None or not supervisor.state.running:
+            return folded
+        sandbox_id = info.labels.get(names.SANDBOX_ID, "")
+        if self.settings.health_check_interval and supervisor.config.healthcheck:
+            self.tasks.ensure(("probe", supervisor.id), lambda: self._probe(supervisor.id, sandbox_id, report=info.id))
+        if not info.state.running and info.state.status != "created" and not self.busy(sandbox_id):
+            why = f"its workload is {info.state.status}"
+            self.tasks.ensure(("orphan", supervisor.id),
+                              lambda: self._stop_orphan(supervisor.id, sandbox_id, why, workload=False))
         return folded
 
     def from_list(self, entry: ContainerListEntry, sandbox_id: str) -> pb.DriverSandbox:
@@ -255,23 +260,29 @@ class Observer:
             if self.settings.health_check_interval and info.config.healthcheck:
                 self.tasks.ensure(("probe", info.id), lambda: self._probe(info.id, sandbox_id))
         snap = self._snapshot(info, facts)
-        folded = await self._fold(info, snap, probe=True)
+        folded = await self._fold(info, snap, observing=True)
         if folded is not None and folded[1] == pairs.SUPERVISOR_GONE and not self.busy(sandbox_id):
-            self.tasks.ensure(("orphan", info.id), lambda: self._stop_orphan(info.id, sandbox_id, folded[2]))
+            self.tasks.ensure(("orphan", info.id),
+                              lambda: self._stop_orphan(info.id, sandbox_id, folded[2], workload=True))
         self._announce_exit(sandbox_id, info, snap)
         return snap
 
-    async def _stop_orphan(self, container_id: str, sandbox_id: str, why: str) -> None:
+    async def _stop_orphan(self, container_id: str, sandbox_id: str, why: str, *, workload: bool) -> None:
         """No workload runs without its supervisor (contract §4.6): stopped at once, and the
-        watch stream is told why (the exit that follows is reported as ever)."""
-        log.warning("sandbox %s: %s; stopping its workload", sandbox_id, why)
-        self.sink.publish(platform_event(sandbox_id, pairs.SUPERVISOR_GONE, f"{why}; the workload is stopped",
-                                         warning=True))
+        watch stream is told why (the exit that follows is reported as ever); nor a supervisor
+        without its workload (``workload`` false: the supervisor's, stopped as a stop would)."""
+        if workload:
+            log.warning("sandbox %s: %s; stopping its workload", sandbox_id, why)
+            self.sink.publish(platform_event(sandbox_id, pairs.SUPERVISOR_GONE, f"{why}; the workload is stopped",
+                                             warning=True))
+        else:
+            log.info("sandbox %s: %s; stopping its supervisor", sandbox_id, why)
         try:
-            await self.podman.stop_container(container_id, 0)
+            await self.podman.stop_container(container_id, 0 if workload else self.settings.stop_timeout)
         except (PodmanError, PodmanUnavailable) as exc:
-            log.warning("sandbox %s: could not stop its workload: %s", sandbox_id, exc)
-        self.sink.refresh(container_id, sandbox_id)
+            log.warning("sandbox %s: could not stop %s: %s", sandbox_id, container_id[:12], exc)
+        if workload:
+            self.sink.refresh(container_id, sandbox_id)
 
     def drop(self, container_id: str) -> None:
         """Forget a container that no longer exists."""

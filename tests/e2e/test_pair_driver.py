@@ -369,3 +369,26 @@ def test_a_podmand_killed_mid_create_finishes_the_pair(make_podmand: Callable[..
     assert names_now == {box.workload, box.supervisor}
     assert again.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
     assert not containers_of(podman_client, box.id) and not volumes_of(podman_client, box.id)
+
+
+def test_the_main_process_exit_and_a_killed_workload_are_reported(split: Podmand, podman_client: podman.PodmanClient,
+                                                                  cleanup: list[str]) -> None:
+    """The main process's exit ends the pair and is the sandbox's exit (not its supervisor's
+    going); a workload killed out of band is a runtime restart, its supervisor not left running."""
+    watch = split.watch()
+    exits = Box()
+    del exits.request.spec.command[:]
+    exits.request.spec.command.extend(["/bin/sh", "-c", "exit 3"])
+    killed = Box()
+    create(split, exits, cleanup)
+    create(split, killed, cleanup)
+    cond = watch.wait_reason(exits.id, "ContainerExited", READY).status.conditions[0]
+    assert cond.message == "Container exited with code 3", cond
+    assert not [e for e in watch.platform_events(exits.id) if e.reason == "SupervisorExited"]
+
+    watch.wait_reason(killed.id, "ContainerRunning", READY)
+    wait_log(killed.supervisor, "openshell-supervisor: ready: health socket")
+    podman_client.containers.get(killed.workload).kill()
+    watch.wait_reason(killed.id, "ContainerRuntimeRestart")
+    wait_until(lambda: not inspect(killed.supervisor)["State"]["Running"], 60, "the supervisor to end",
+               lambda: logs(killed.supervisor))
