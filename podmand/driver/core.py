@@ -58,6 +58,8 @@ class Driver:
         # The hub's latest list until resume() takes it (then None for good): start-up
         # reads what the hub's first list said instead of listing every container again.
         self._unresumed: list[ContainerListEntry] | None = None
+        # The split topology's supervisors in the hub's latest list: its first snapshots fold them in.
+        self._listed_supervisors: dict[str, ContainerListEntry] = {}
         self._resumed = False
         self.validator = Validator(podman, settings, state_dir, Images(podman, self.tasks))
         self.networks = Networks(
@@ -113,12 +115,13 @@ class Driver:
         """Every managed sandbox from one Podman list call plus those still provisioning."""
         out = []
         seen = set()
-        for entry in await lookup.containers(self.podman):
+        entries, supervisors = await lookup.with_supervisors(self.podman)
+        for entry in entries:
             sandbox_id = (entry.labels or {}).get(names.SANDBOX_ID, "")
             if not sandbox_id or sandbox_id in seen:
                 continue
             seen.add(sandbox_id)
-            out.append(self.observer.from_list(entry, sandbox_id))
+            out.append(self.observer.from_list(entry, sandbox_id, supervisors))
         out += self.provisioning.snapshots(besides=seen)
         out.sort(key=lambda s: (s.name, s.id))
         return out
@@ -131,7 +134,7 @@ class Driver:
 
     async def listed(self) -> list[ContainerListEntry]:
         """Every managed container, from one list; the index learns each of them."""
-        entries = await lookup.containers(self.podman)
+        entries, self._listed_supervisors = await lookup.with_supervisors(self.podman)
         self.index.learn(entries)
         self.index.loaded()
         if not self._resumed:
@@ -142,7 +145,7 @@ class Driver:
         """What streams are told of a listed container before anything inspected it
         (observer.py's ``from_list`` says what that may lack); None: not a sandbox's."""
         sandbox_id = (entry.labels or {}).get(names.SANDBOX_ID, "")
-        return self.observer.from_list(entry, sandbox_id) if sandbox_id else None
+        return self.observer.from_list(entry, sandbox_id, self._listed_supervisors) if sandbox_id else None
 
     def unwatched(self) -> None:
         """The hub lost Podman's event stream: the index may miss what happens meanwhile."""

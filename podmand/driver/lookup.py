@@ -10,10 +10,20 @@ from .index import Index, known_from_inspect
 async def containers(podman: PodmanClient, sandbox_id: str | None = None) -> list[ContainerListEntry]:
     """Every managed sandbox container, or those of one sandbox (a label-filtered list):
     only those whose names match their labels (:func:`names.sandbox_of`)."""
+    return (await with_supervisors(podman, sandbox_id))[0]
+
+
+async def with_supervisors(
+    podman: PodmanClient, sandbox_id: str | None = None
+) -> tuple[list[ContainerListEntry], dict[str, ContainerListEntry]]:
+    """:func:`containers`, and the split topology's supervisors by sandbox id
+    (:func:`names.supervisor_of`), from the same list."""
     labels = list(names.MANAGED_FILTER)
     if sandbox_id is not None:
         labels.append(f"{names.SANDBOX_ID}={sandbox_id}")
-    return [e for e in await podman.list_containers(labels) if names.sandbox_of(entry_name(e), e.labels or {})]
+    entries = await podman.list_containers(labels)
+    supervisors = {sid: e for e in entries if (sid := names.supervisor_of(entry_name(e), e.labels or {}))}
+    return [e for e in entries if names.sandbox_of(entry_name(e), e.labels or {})], supervisors
 
 
 def entry_name(entry: ContainerListEntry) -> str:

@@ -21,7 +21,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
@@ -174,13 +174,15 @@ class Observer:
                               lambda: self._stop_orphan(supervisor.id, sandbox_id, why, workload=False))
         return folded
 
-    def from_list(self, entry: ContainerListEntry, sandbox_id: str) -> pb.DriverSandbox:
+    def from_list(
+        self, entry: ContainerListEntry, sandbox_id: str, supervisors: Mapping[str, ContainerListEntry] | None = None
+    ) -> pb.DriverSandbox:
         """A snapshot from a list entry and what earlier inspects cached. A container not
         inspected by this podmand yet (just after a restart) has its health from the list's
         ``Status``, its fence evidence as kept on disk when last observed, and no OOM flag:
         an OOM-killed one reads as the exit (code) it was until an inspect says otherwise."""
         facts = self._facts.get(entry.id)
-        return snapshots.from_list_entry(
+        snap = snapshots.from_list_entry(
             entry,
             health=facts.health if facts else snapshots.listed_health(entry.status),
             oom=facts.oom if facts else False,
@@ -188,6 +190,13 @@ class Observer:
             unwatched=facts.unwatched if facts else listed_before(entry.exited_at, self.watching_since),
             fence=facts.fence if facts else self._kept_fence(sandbox_id, entry.id),
         )
+        # a split sandbox's supervisor, as the same list shows it (``supervisors``: by sandbox id)
+        if supervisors is not None and (entry.labels or {}).get(names.ISOLATION_ROLE) == names.ROLE_WORKLOAD:
+            folded = pairs.fold_listed(entry, supervisors.get(sandbox_id))
+            if folded is not None:
+                ready = snap.status.conditions[0]
+                ready.status, ready.reason, ready.message = folded
+        return snap
 
     def _kept_fence(self, sandbox_id: str, container_id: str) -> pb.DriverFenceEvidence | None:
         """The fence evidence kept for this very container and the sandbox's generation, if any."""

@@ -19,8 +19,9 @@ import logging
 from .. import names
 from ..errors import DriverError, FailedPrecondition
 from ..host import hostgateway
-from ..libpod import ContainerInspect, PodmanClient, PodmanError
+from ..libpod import ContainerInspect, ContainerListEntry, PodmanClient, PodmanError
 from ..pair import documents, lifecycle, specs
+from ..sandbox import snapshots
 from ..sandbox.plan import Plan, Provision
 from ..sandbox.spec import launch_bundle
 from ..sandbox.supervisor import SupervisorCache
@@ -214,23 +215,38 @@ def fold(workload: ContainerInspect, supervisor: ContainerInspect | None) -> tup
     a health check: the workload's own condition stands). A running supervisor's health
     check result is the sandbox's; one made but not yet running is starting; a missing or
     exited one is gone (the driver then stops the workload)."""
-    if not workload.state.running:
+    if supervisor is None:
+        return _fold(workload.state.running, None)
+    checked = bool(supervisor.config.healthcheck and supervisor.config.healthcheck.test)
+    health = supervisor.state.health.status if supervisor.state.health and checked else ""
+    return _fold(workload.state.running, (supervisor.state.status, health, supervisor.state.exit_code))
+
+
+def fold_listed(workload: ContainerListEntry, supervisor: ContainerListEntry | None) -> tuple[str, str, str] | None:
+    """:func:`fold` from list entries (a list's health is its ``Status``'s, its check unseen)."""
+    instance = (workload.labels or {}).get(names.INSTANCE)
+    if supervisor is None or (supervisor.labels or {}).get(names.INSTANCE) != instance:
+        return _fold(workload.state == "running", None)
+    return _fold(workload.state == "running",
+                 (supervisor.state, snapshots.listed_health(supervisor.status), supervisor.exit_code))
+
+
+def _fold(running: bool, supervisor: tuple[str, str, int] | None) -> tuple[str, str, str] | None:
+    if not running:
         return None
     if supervisor is None:
         return "False", SUPERVISOR_GONE, "The sandbox's supervisor container is missing"
-    status = supervisor.state.status
+    status, health, code = supervisor
     if status == "running":
-        health = supervisor.state.health.status if supervisor.state.health else ""
-        if not (supervisor.config.healthcheck and supervisor.config.healthcheck.test) or health in ("", "none"):
-            return None
         if health == "healthy":
             return "True", "HealthCheckPassed", "Supervisor health check passed"
         if health == "unhealthy":
             return "False", "HealthCheckFailed", "Supervisor health check failed"
-        return "False", "HealthCheckStarting", "Waiting for the supervisor health check"
+        if health == "starting":
+            return "False", "HealthCheckStarting", "Waiting for the supervisor health check"
+        return None
     if status in ("created", "configured", "initialized"):
         return "False", "HealthCheckStarting", "The sandbox's supervisor container is starting"
-    code = supervisor.state.exit_code
     return "False", SUPERVISOR_GONE, f"The sandbox's supervisor container is {status} (exit code {code})"
 
 

@@ -123,7 +123,7 @@ class Provisioner:
                 },
             )
         )
-        filtered = filtered_user_env(plan)
+        filtered = filtered_user_env(plan) if not split(self.ctx) else []  # split: bootstrap.json's child_env
         if filtered:
             # Keys only: values may be secrets.
             self.ctx.sink.publish(

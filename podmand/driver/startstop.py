@@ -83,6 +83,10 @@ class StartStop:
             _check_expected(expected, instance)
             wanted = generation_id or (bundle.supervisor.runtime_generation if bundle else "")
             if split(self.ctx) and bundle is not None:
+                if (entry.labels or {}).get(names.ISOLATION_ROLE) != names.ROLE_WORKLOAD:
+                    raise FailedPrecondition(
+                        "sandbox_id: made by an earlier podmand as one container, which no 0.1.x supervisor runs; "
+                        "delete and recreate it (or run topology = single until it is gone: docs/operations.md)")
                 await self._start_pair(sandbox_id, entry, raw, wanted)
                 self.ctx.sink.refresh(entry.id, sandbox_id)
                 return identity(sandbox_id, instance)

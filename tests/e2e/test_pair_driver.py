@@ -392,3 +392,33 @@ def test_the_main_process_exit_and_a_killed_workload_are_reported(split: Podmand
     watch.wait_reason(killed.id, "ContainerRuntimeRestart")
     wait_until(lambda: not inspect(killed.supervisor)["State"]["Running"], 60, "the supervisor to end",
                lambda: logs(killed.supervisor))
+
+
+def test_a_sandbox_an_older_podmand_made_as_one_container(make_podmand: Callable[..., Podmand],
+                                                          podman_client: podman.PodmanClient,
+                                                          cleanup: list[str]) -> None:
+    """After the upgrade (docs/operations.md): listed, stopped and deleted as before; a start,
+    which would need a supervisor it never had, is refused with what to do, not INTERNAL."""
+    old = make_podmand()  # the single-container layout (conftest's default for the older tests)
+    watch = old.watch()
+    box = sandbox()
+    cleanup.append(box.id)
+    old.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    watch.wait_reason(box.id, "ContainerRunning", READY)
+    old.stop()
+
+    new = make_podmand(SPLIT, start=False)  # the same state directory, now the split topology
+    new.state_dir, new.env["PODMAND_STATE_DIR"] = old.state_dir, str(old.state_dir)
+    new.start()
+    listed = [s for s in new.stub.ListSandboxes(pb.ListSandboxesRequest()).sandboxes if s.id == box.id]
+    assert [s.status.conditions[0].reason for s in listed] == ["ContainerRunning"]
+    bundle = Launch(uid=IDENTITY, gid=IDENTITY, sandbox_id=box.id).bundle()
+    with pytest.raises(grpc.RpcError) as err:
+        new.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id, launch_authentication=bundle,
+                                                     generation_id="g0000000000000001"))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "made by an earlier podmand as one container" in err.value.details()
+    assert inspect(containers_of(podman_client, box.id)[0].name)["State"]["Running"], "refused: left as it was"
+    new.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id))
+    assert new.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+    assert not containers_of(podman_client, box.id) and not volumes_of(podman_client, box.id)

@@ -1,0 +1,62 @@
+"""Unit tests for podmand.driver.pairs's fold: what a split sandbox's supervisor makes of its
+workload's Ready, from an inspect (GetSandbox, the event path) and from a list entry
+(ListSandboxes, a watch stream's first snapshot): the same verdicts either way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from podmand import names
+from podmand.driver import pairs
+from podmand.libpod import ContainerInspect, ContainerListEntry
+
+GONE = pairs.SUPERVISOR_GONE
+
+
+def inspect(status: str, *, health: str = "", checked: bool = False, code: int = 0) -> ContainerInspect:
+    doc: dict[str, Any] = {
+        "Id": "c" * 64, "Name": "x", "Created": "", "Image": "",
+        "State": {"Status": status, "Running": status == "running", "ExitCode": code,
+                  **({"Health": {"Status": health}} if health else {})},
+        "Config": {"Labels": {names.INSTANCE: "i1"}, **({"Healthcheck": {"Test": ["CMD", "x"]}} if checked else {})},
+    }
+    return msgspec.convert(doc, ContainerInspect)
+
+
+def entry(state: str, *, status: str = "", code: int = 0, instance: str = "i1") -> ContainerListEntry:
+    """``status``: libpod's list field, which holds a container's health status (snapshots.listed_health)."""
+    return ContainerListEntry(id="c" * 64, names=["x"], state=state, status=status, exit_code=code,
+                              labels={names.INSTANCE: instance})
+
+
+@pytest.mark.parametrize(("supervisor", "listed", "expected"), [
+    (inspect("running"), entry("running"), None),
+    (inspect("running", health="healthy", checked=True), entry("running", status="healthy"),
+     ("True", "HealthCheckPassed")),
+    (inspect("running", health="unhealthy", checked=True), entry("running", status="unhealthy"),
+     ("False", "HealthCheckFailed")),
+    (inspect("running", health="starting", checked=True), entry("running", status="starting"),
+     ("False", "HealthCheckStarting")),
+    (inspect("created"), entry("created"), ("False", "HealthCheckStarting")),
+    (inspect("exited", code=137), entry("exited", code=137), ("False", GONE)),
+    (None, None, ("False", GONE)),
+], ids=["running", "healthy", "unhealthy", "starting", "created", "exited", "missing"])
+def test_a_running_workload_takes_its_supervisors_state(
+        supervisor: ContainerInspect | None, listed: ContainerListEntry | None, expected: tuple[str, str] | None
+) -> None:
+    inspected = pairs.fold(inspect("running"), supervisor)
+    from_list = pairs.fold_listed(entry("running"), listed)
+    assert (inspected[:2] if inspected else None) == expected
+    assert (from_list[:2] if from_list else None) == expected
+    if expected is not None and expected[1] == GONE and supervisor is not None:
+        assert inspected is not None and "exited (exit code 137)" in inspected[2]
+
+
+def test_an_ended_workload_is_its_own_and_another_instances_supervisor_is_none() -> None:
+    assert pairs.fold(inspect("exited", code=3), None) is None
+    assert pairs.fold_listed(entry("exited", code=3), None) is None
+    # a supervisor left by another create under this sandbox's id is not this workload's
+    assert pairs.fold_listed(entry("running"), entry("running", instance="other"))[1] == GONE  # type: ignore[index]
