@@ -34,7 +34,16 @@ import pytest
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from tests.e2e.conftest import Podmand, containers_of, sandbox, volumes_of
-from tests.e2e.test_pair_lifecycle import inspect, leaked, logs, probes, token_windows, volume_bytes, wait_log
+from tests.e2e.test_pair_lifecycle import (
+    PROBE,
+    inspect,
+    leaked,
+    logs,
+    probes,
+    token_windows,
+    volume_bytes,
+    wait_log,
+)
 from tests.standin.launch import Launch
 from tests.standin.test_split_podman import RUNTIME_IMAGE, SUPERVISOR_IMAGE, WORKLOAD_IMAGE
 from tests.standin.test_split_podman import podman as podman_cli
@@ -42,12 +51,6 @@ from tests.wait import wait_until
 
 IDENTITY = 1000  # workload:1's USER sandbox
 ROOT_IMAGE = "localhost/podmand-test/sandbox-root:1"
-PROBE = ("import json,os,signal,time\n"
-         "signal.signal(signal.SIGTERM, lambda *_: os._exit(0))\n"
-         "status=dict(l.split(':\\t',1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n"
-         "json.dump({'uid':os.getresuid(),'gid':os.getresgid(),'caps':status['CapEff'].strip(),"
-         "'env':sorted(os.environ)}, open('/sandbox/probe-%d.json' % os.getpid(),'w'))\n"
-         "while True: time.sleep(1)\n")
 SPLIT = {
     "PODMAND_TOPOLOGY": "split",
     "OPENSHELL_SANDBOX_RUNTIME_IMAGE": RUNTIME_IMAGE,

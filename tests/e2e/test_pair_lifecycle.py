@@ -4,8 +4,8 @@ workload:1) and real Ed25519-signed launch bundles (tests/standin/launch.py).
 
 A component-level test: it calls ``lifecycle`` directly with podmand's libpod client on
 the rootless socket (``PODMAN_ROOTLESS_SOCK`` from tests/setup-podman.sh env), the specs
-built by ``pair.specs`` from a real plan; no pex, since the driver does not call this
-yet. It makes its own objects under a sandbox id of its own, labelled with an owner of
+built by ``pair.specs`` from a real plan; no pex (tests/e2e/test_pair_driver.py drives the
+same through podmand). It makes its own objects under a sandbox id of its own, labelled with an owner of
 its own (not ``io.podmand.owner=podmand``, which the e2e fixtures wipe), and removes
 exactly those by name: it can run beside the full CI. The checks are the contract's
 §7.3 and §2.4: the pair attaches, confirms and starts the agent as the identity; the
