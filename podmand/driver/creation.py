@@ -99,25 +99,26 @@ class Creation:
         try:  # Podman resolves bind sources at the start, maybe long after the create (or a restart) checked them
             await admission.admit_binds(self.ctx.podman, self.ctx.settings, str(self.ctx.state_dir), plan.mounts)
         except FailedPrecondition as exc:
-            with contextlib.suppress(PodmanError, PodmanUnavailable):
-                await self.ctx.podman.remove_container(container_id, 0)
-            raise ProvisionFailed("MountRefused", exc.message) from exc
+            raise await self._discard(container_id, "MountRefused", exc.message) from exc
         try:  # the binary every sandbox runs as root, unchanged (supervisor.py)
             await self.supervisor.check(supervisor_path)
         except FailedPrecondition as exc:
-            with contextlib.suppress(PodmanError, PodmanUnavailable):
-                await self.ctx.podman.remove_container(container_id, 0)
-            raise ProvisionFailed("SupervisorImageUnavailable", exc.message) from exc
+            raise await self._discard(container_id, "SupervisorImageUnavailable", exc.message) from exc
         try:  # an adopted container may run already: Podman answers 304, nothing to do
             await self.ctx.podman.start_container(container_id)
         except PodmanError as exc:
-            with contextlib.suppress(PodmanError, PodmanUnavailable):
-                await self.ctx.podman.remove_container(container_id, 0)
             if hostgateway.unresolved(exc.message):
-                raise ProvisionFailed(hostgateway.REASON, hostgateway.explanation(exc.message)) from exc
-            raise ProvisionFailed(
-                "ContainerStartFailed", f"starting the sandbox container failed: {exc.message}"
-            ) from exc
+                raise await self._discard(container_id, hostgateway.REASON, hostgateway.explanation(exc.message)) \
+                    from exc
+            raise await self._discard(container_id, "ContainerStartFailed",
+                                      f"starting the sandbox container failed: {exc.message}") from exc
+
+    async def _discard(self, container_id: str, reason: str, message: str) -> ProvisionFailed:
+        """Remove the container that is not to run (a failure to do so is the next GC's); the
+        failure to report."""
+        with contextlib.suppress(PodmanError, PodmanUnavailable):
+            await self.ctx.podman.remove_container(container_id, 0)
+        return ProvisionFailed(reason, message)
 
     async def _create_container(self, pending: Pending, spec: dict[str, Any]) -> str:
         plan = pending.plan

@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import names, tracing
 from ..errors import FailedPrecondition, InvalidArgument
 from ..libpod import ImageInspect, PodmanError
-from ..sandbox import imagechecks, mountlinks, proxy, rootfs, usernamespace, workspace
+from ..sandbox import imagechecks, mountlinks, proxy, rootfs, usernamespace
 from ..sandbox.identity import Resolved
 from ..sandbox.supervisor import SupervisorCache
 from .context import Context
@@ -88,17 +88,11 @@ class Preparation:
             image = await pull(plan.image, s.image_pull_policy, "ImagePullFailed", plan.sandbox_id)
         if why := image_refusal(plan, image):
             raise ProvisionFailed(IMAGE_REFUSED, f"image {plan.image}: {why}")
-        try:
-            workdir = workspace.root(plan.image, image.config.working_dir, (plan.ssh_socket_path,), plan.mounts)
-        except FailedPrecondition as exc:
-            raise ProvisionFailed(IMAGE_REFUSED, exc.message) from exc
-        try:  # every mount's destination
-            walks = mountlinks.walks(workdir, plan.mounts, mountlinks.image_volumes(plan.image, image.config.volumes))
-        except FailedPrecondition as exc:
-            raise ProvisionFailed(IMAGE_REFUSED, exc.message) from exc
-        if inside := mountlinks.nested(walks):
-            reason = MOUNT_REFUSED if "caller" in (inside[0].whose, inside[1].whose) else IMAGE_REFUSED
-            raise ProvisionFailed(reason, mountlinks.nested_refusal(plan.image, *inside).message)
+        try:  # the workspace and every mount's destination
+            workdir, walks = mountlinks.checked_walks(plan.image, image.config.working_dir, image.config.volumes,
+                                                      plan.mounts, (plan.ssh_socket_path,))
+        except mountlinks.Refused as exc:
+            raise ProvisionFailed(MOUNT_REFUSED if exc.caller else IMAGE_REFUSED, exc.message) from exc
         mount_images = {}  # driver_config image mounts: pulled with the sandbox's policy, pinned by ID
         for m in plan.mounts:
             if m.kind != "image":
@@ -111,9 +105,10 @@ class Preparation:
             facts = await self.validator.facts(image.id, walks)  # the image's own files, once per image ID
         except FailedPrecondition as exc:
             raise ProvisionFailed("WorkloadIdentityInvalid", exc.message) from exc
-        if link := mountlinks.found(walks, facts.paths):  # a destination passes through a symbolic link in the image
-            refused = mountlinks.refusal(plan.image, image.config.working_dir, *link)
-            raise ProvisionFailed(MOUNT_REFUSED if link[0].whose == "caller" else IMAGE_REFUSED, refused.message)
+        try:  # a destination passes through a symbolic link in the image
+            mountlinks.check_links(plan.image, image.config.working_dir, walks, facts.paths)
+        except mountlinks.Refused as exc:
+            raise ProvisionFailed(MOUNT_REFUSED if exc.caller else IMAGE_REFUSED, exc.message) from exc
         if split and facts.paths.get(RESERVED_HIERARCHY, mountlinks.ABSENT) != mountlinks.ABSENT:
             raise ProvisionFailed(IMAGE_REFUSED, f"image {plan.image}: a workload image must not ship "
                                   f"{RESERVED_HIERARCHY} (the Sandbox Protocol's reserved hierarchy)")

@@ -152,19 +152,16 @@ class Validator:
         else:  # present already: what the image declares can be checked before anything is made
             if why := image_refusal(plan, image):
                 raise FailedPrecondition(f"sandbox.spec.template.image: {plan.image}: {why}")
-            path = workspace.root(plan.image, image.config.working_dir, (plan.ssh_socket_path,), plan.mounts)
-            volumes = mountlinks.image_volumes(plan.image, image.config.volumes)
-            walks = mountlinks.walks(path, plan.mounts, volumes)
-            if inside := mountlinks.nested(walks):
-                raise mountlinks.nested_refusal(plan.image, *inside)
+            path, walks = mountlinks.checked_walks(plan.image, image.config.working_dir, image.config.volumes,
+                                                   plan.mounts, (plan.ssh_socket_path,))
             facts = self._facts.get(image.id)  # only what was read before, unless ``read`` says
             try:
                 if read and (path != workspace.DEFAULT or plan.mounts) and not complete(facts, walks):
                     facts = await self.facts(image.id, walks)
             except FailedPrecondition as exc:
                 raise FailedPrecondition(f"{workspace.IMAGE_WHERE}: {plan.image}: {exc.message}") from exc
-            if facts is not None and (link := mountlinks.found(walks, facts.paths)):
-                raise mountlinks.refusal(plan.image, image.config.working_dir, *link)
+            if facts is not None:
+                mountlinks.check_links(plan.image, image.config.working_dir, walks, facts.paths)
             try:
                 if facts is not None and facts.accounts is not None:
                     self._resolve_from(plan, image.id, image.config.user, facts.accounts)

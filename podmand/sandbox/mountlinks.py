@@ -25,7 +25,9 @@ bind or an image mount; only a tmpfs, empty at every start, may hold others.
 Pure: the image's ``VOLUME``s as Podman places them (:func:`image_volumes`), the
 destinations (:func:`walks`), one below another (:func:`nested`), what must still be
 looked at given what is known of the image (:func:`to_look`), the first link found
-(:func:`found`), and the refusals. The driver looks (imagefiles.py) and keeps the answers
+(:func:`found`), and the refusals; :func:`checked_walks` and :func:`check_links` compose
+them for the driver's two callers (a create, its provisioning), raising :class:`Refused`,
+which says whether the caller's mount or the image is to blame. The driver looks (imagefiles.py) and keeps the answers
 per image ID (driver/validation.py).
 """
 
@@ -188,3 +190,35 @@ def refusal(image: str, working_dir: str, walk: Walk, link: str) -> FailedPrecon
         f"{workspace.IMAGE_WHERE}: {image}: {link!r} is a symbolic link in the image, on the way to {what}; "
         "podmand mounts only on the image's own directories"
     )
+
+
+class Refused(FailedPrecondition):
+    """A refusal of where the sandbox's mounts land, naming its field; ``caller``: the
+    caller's mount is what is refused (driver_config), else the image."""
+
+    def __init__(self, message: str, *, caller: bool) -> None:
+        super().__init__(message)
+        self.caller = caller
+
+
+def checked_walks(
+    image: str, working_dir: str, declared: Iterable[str] | None, mounts: Sequence[Mount], control: Iterable[str]
+) -> tuple[str, list[Walk]]:
+    """The workspace path of ``image`` (its ``WorkingDir``; ``control``: the sandbox's own
+    paths) and every destination to look up (:func:`walks`), none below a mount whose files
+    are not the image's; else :class:`Refused` (the workspace and the image's ``VOLUME``s
+    are the image's to answer for)."""
+    try:
+        path = workspace.root(image, working_dir, control, tuple(mounts))
+        todo = walks(path, mounts, image_volumes(image, declared))
+    except FailedPrecondition as exc:
+        raise Refused(exc.message, caller=False) from None
+    if inside := nested(todo):
+        raise Refused(nested_refusal(image, *inside).message, caller="caller" in (inside[0].whose, inside[1].whose))
+    return path, todo
+
+
+def check_links(image: str, working_dir: str, todo: Iterable[Walk], known: Mapping[str, str]) -> None:
+    """:class:`Refused` when one of ``todo`` passes through a symbolic link ``known`` in the image."""
+    if link := found(todo, known):
+        raise Refused(refusal(image, working_dir, *link).message, caller=link[0].whose == "caller")
