@@ -104,6 +104,9 @@ def launcher_env(
         # Not the launcher's: it isolates its driver through XDG_DATA_HOME, which podmand does
         # not use; this keeps the run's state apart (and lets Podmand.stop find the process).
         "PODMAND_STATE_DIR": str(daemon.state_dir),
+        # Nor this: the single-container layout, which the test images here are for (the
+        # launcher's runtime image, openshell/sandbox:dev, is not on this machine)
+        "PODMAND_TOPOLOGY": "single",
     }
 
 

@@ -71,7 +71,7 @@ def test_plain_podman_run_loses_the_output(user: FreshUser) -> None:
 def test_sandbox_logs_with_k8s_file_and_ctl_shows_them(user: FreshUser, pex_file: Path, tmp_path: Path) -> None:
     log_path = tmp_path / "serve.log"
     env = {"OPENSHELL_SANDBOX_IMAGE": SANDBOX_IMAGE, "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR_IMAGE,
-           "OPENSHELL_STOP_TIMEOUT": "5"}
+           "OPENSHELL_STOP_TIMEOUT": "5", "PODMAND_TOPOLOGY": "single"}  # the layout of these images
 
     def logs() -> str:
         return log_path.read_text(errors="replace")

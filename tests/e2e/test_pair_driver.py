@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import tarfile
 import threading
 import uuid
@@ -425,3 +426,28 @@ def test_a_sandbox_an_older_podmand_made_as_one_container(make_podmand: Callable
     new.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id))
     assert new.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
     assert not containers_of(podman_client, box.id) and not volumes_of(podman_client, box.id)
+
+
+def test_ctl_mints_the_bundle_a_split_podmand_needs(split: Podmand, podman_client: podman.PodmanClient,
+                                                    cleanup: list[str]) -> None:
+    """docs/operations.md: against a driver that expects the gateway's bundle, ``ctl create``
+    and ``ctl start`` mint one; the pair gets Ready, and each start is a new session."""
+    sandbox_id = f"sb-{uuid.uuid4().hex[:12]}"
+    cleanup.append(sandbox_id)
+
+    def ctl(*args: str) -> str:
+        result = subprocess.run(split.command("ctl", "--socket", split.socket, *args), capture_output=True,
+                                text=True, timeout=240)
+        assert result.returncode == 0, result.stdout + result.stderr + split.logs()[-2000:]
+        return result.stdout + result.stderr
+
+    assert "Ready=True" in ctl("create", "--id", sandbox_id, "--name", "ctl", "--wait", "--", "sleep", "600")
+    supervisor = names.supervisor_name(sandbox_id)
+    wait_log(supervisor, "openshell-supervisor: ready: health socket")
+    first = json.loads(podman_exec(supervisor, "/bin/cat", names.AUTH_BUNDLE_PATH))["session_id"]
+    ctl("stop", sandbox_id)
+    ctl("start", sandbox_id)
+    wait_log(supervisor, "openshell-supervisor: ready: health socket", count=2)
+    assert json.loads(podman_exec(supervisor, "/bin/cat", names.AUTH_BUNDLE_PATH))["session_id"] != first
+    assert "deleted: true" in ctl("delete", sandbox_id)
+    assert not containers_of(podman_client, sandbox_id)

@@ -16,6 +16,7 @@ from pathlib import Path
 import podman
 
 from tests.checkout import copy_checkout
+from tests.standin.test_split_podman import RUNTIME_IMAGE, SUPERVISOR_IMAGE, WORKLOAD_IMAGE
 from tests.wait import wait_until
 
 from .conftest import ROOT, SANDBOX_IMAGE, Podmand, containers_of
@@ -91,10 +92,10 @@ def test_first_run_as_a_fresh_user_with_the_system_python(tmp_path: Path) -> Non
         assert "build environment" in built.stdout + built.stderr  # it says what it does
         assert (checkout / "dist" / "podmand.pex").is_file()
 
-        # podmand's default images live on ghcr.io, which this machine cannot reach:
-        # the test images stand in (loaded below, once the store exists).
-        images = {"OPENSHELL_SANDBOX_IMAGE": SANDBOX_IMAGE,
-                  "OPENSHELL_SUPERVISOR_IMAGE": "localhost/podmand-test/supervisor:1"}
+        # podmand's default images live on ghcr.io, which this machine cannot reach: the split
+        # topology's stand-ins (tests/images) stand in, loaded below once the store exists
+        images = {"OPENSHELL_SANDBOX_IMAGE": WORKLOAD_IMAGE, "OPENSHELL_SANDBOX_RUNTIME_IMAGE": RUNTIME_IMAGE,
+                  "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR_IMAGE}
         log_path = tmp_path / "serve.log"
         mark = uuid.uuid4().hex  # finds podmand itself among the user's processes (runuser is its parent)
         with open(log_path, "wb") as log:
@@ -111,9 +112,10 @@ def test_first_run_as_a_fresh_user_with_the_system_python(tmp_path: Path) -> Non
 
             cache = Path("/var/cache/podmand-test")
             path_env = "ENV=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-            for image, tar, changes in (
-                (SANDBOX_IMAGE, "sandbox.tar", ["USER=sandbox", 'CMD=["/bin/sh"]']),
-                (images["OPENSHELL_SUPERVISOR_IMAGE"], "supervisor.tar", ['CMD=["/openshell-sandbox"]']),
+            for image, tar, changes in (  # as tests/images/build.sh loads them
+                (WORKLOAD_IMAGE, "python-standin.tar", ["USER=sandbox", 'CMD=["/bin/sh"]']),
+                (SUPERVISOR_IMAGE, "python-standin.tar", ['ENTRYPOINT=["/openshell-supervisor"]']),
+                (RUNTIME_IMAGE, "runtime.tar", ['CMD=["/openshell-sandbox"]']),
             ):
                 flags = [arg for change in (path_env, *changes) for arg in ("--change", change)]
                 loaded = user.run(["podman", "import", "-q", *flags, str(cache / tar), image])
@@ -126,8 +128,10 @@ def test_first_run_as_a_fresh_user_with_the_system_python(tmp_path: Path) -> Non
             assert sandbox_id in created.stdout
 
             with podman.PodmanClient(base_url=f"unix://{runtime}/podman/podman.sock") as client:
-                [container] = containers_of(client, sandbox_id)
-                assert container.attrs["State"]["Status"] == "running"
+                made = {c.attrs["Name"].lstrip("/"): c.attrs["State"]["Status"]
+                        for c in containers_of(client, sandbox_id)}
+                assert made == {f"openshell-default--first-{sandbox_id}": "running",
+                                f"openshell-supervisor-{sandbox_id}": "running"}, made  # the pair
                 assert client.info()["store"]["graphDriverName"] == "overlay"
 
             deleted = user.run(["dist/podmand.pex", "ctl", "delete", sandbox_id], cwd=checkout)

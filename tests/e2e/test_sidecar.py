@@ -114,6 +114,7 @@ def run_sidecar(name: str, podman_socket: str, state_mount: str, shared: Path, *
     as_user("podman", "run", "-d", "--name", name, *SIDECAR_USER,
             "-v", f"{podman_socket}:/run/podman/podman.sock", "-v", state_mount, "-v", f"{shared / 'run'}:/run/podmand",
             "-e", f"OPENSHELL_SUPERVISOR_IMAGE={SUPERVISOR_IMAGE}", "-e", f"OPENSHELL_SANDBOX_IMAGE={SANDBOX_IMAGE}",
+            "-e", "PODMAND_TOPOLOGY=single",  # the layout these images are for (tests/e2e/conftest.py)
             *extra, IMAGE)
 
 

@@ -19,7 +19,7 @@ import grpc
 from ..._proto import compute_driver_pb2 as pb
 from ..._proto import compute_driver_pb2_grpc as pb_grpc
 from ...sandbox.pullprogress import HEARTBEAT
-from . import podmanfacts, view
+from . import launch, podmanfacts, view
 from .requests import build_sandbox, gateway_metadata, redact
 from .view import emit_json, to_dict
 
@@ -208,9 +208,10 @@ class Ctl:
         return 0
 
     def do_start(self) -> int:
-        answer: pb.StartSandboxResponse = self.stub.StartSandbox(
-            pb.StartSandboxRequest(sandbox_id=self.args.id), timeout=self.timeout
-        )
+        request = pb.StartSandboxRequest(sandbox_id=self.args.id)
+        if self._needs_bundle():
+            request.launch_authentication = launch.mint(self.args.id)
+        answer: pb.StartSandboxResponse = self.stub.StartSandbox(request, timeout=self.timeout)
         if self.json:
             emit_json({"id": self.args.id, "runtime_identity": answer.runtime_identity})
         else:
@@ -227,8 +228,14 @@ class Ctl:
             print(f"deleted: {view.scalar(answer.deleted)}")
         return 0
 
+    def _needs_bundle(self) -> bool:
+        """Whether the driver expects the gateway's launch bundle (launch.py says why)."""
+        return not self._caps().supports_sandbox_authentication
+
     def do_create(self) -> int:
         box = build_sandbox(self.args)
+        if not box.spec.launch_authentication and not box.spec.sandbox_token and self._needs_bundle():
+            box.spec.launch_authentication = launch.mint(box.id)
         # Opened first so the wait cannot miss an early terminal state (it starts with a snapshot anyway).
         stream = self.stub.WatchSandboxes(pb.WatchSandboxesRequest()) if self.args.wait else None
         try:

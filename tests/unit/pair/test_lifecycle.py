@@ -6,10 +6,13 @@ tests/e2e/test_pair_lifecycle.py; here only what real Podman cannot be made to d
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import re
+import tarfile
 from typing import Any
 
+import msgspec
 import pytest
 
 from podmand.errors import FailedPrecondition
@@ -111,3 +114,39 @@ def test_stop_is_supervisor_first_and_skips_what_does_not_run() -> None:
 
     assert asyncio.run(main()) is True
     assert podman.seen == [f"GET /containers/{SUPERVISOR}/json", f"GET /containers/{WORKLOAD}/json"]
+
+
+def restart_metadata() -> bytes:
+    """The tar Podman's archive endpoint answers for restart-metadata.json."""
+    doc = json.dumps({"generation": "g1", "workload_identity": msgspec.to_builtins(identity()),
+                      "child_env": {"PATH": "/bin"}}).encode()
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo("restart-metadata.json")
+        info.size = len(doc)
+        tar.addfile(info, io.BytesIO(doc))
+    return out.getvalue()
+
+
+def test_a_start_whose_fence_does_not_hold_uploads_and_starts_nothing() -> None:
+    """The fence is checked before every start, not only the first (contract §6): a workload
+    that now has a network (no Podman here can give a stopped one that: the fake does) is
+    refused before any file of the new launch is written or either container started."""
+    podman = Podman(network="bridge", status="exited")
+    tar = restart_metadata()
+
+    def answer(request: Request) -> Response:
+        if request.method == "GET" and "/archive" in request.target:
+            podman.seen.append("GET archive")
+            return Response(200, {}, tar)
+        return podman(request)
+
+    async def main() -> None:
+        client = PodmanClient(transport=MockTransport(answer))
+        session = lifecycle.Session(bundle=bundle(), host_gateway_ip="127.0.0.1", userns="auto")
+        await lifecycle.start(client, pair(), session, "g2")
+
+    with pytest.raises(FailedPrecondition, match="the outer fence does not hold: network mode is 'bridge'"):
+        asyncio.run(main())
+    assert "GET archive" in podman.seen, "it got as far as the restart metadata"
+    assert not [call for call in podman.seen if call.startswith("PUT") or call.endswith("/start")], podman.seen
