@@ -19,7 +19,6 @@ import base64
 import json
 import time
 import uuid
-from typing import Any
 
 GATEWAY_ID = "podmand-ctl"
 _KEY_ID = "podmand-ctl-1"
@@ -29,7 +28,7 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def _compact(value: Any) -> bytes:
+def _compact(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
