@@ -124,12 +124,15 @@ class Pairs:
         except FailedPrecondition as exc:
             raise ProvisionFailed("RuntimeImageUnavailable", exc.message) from exc
         try:
-            pair = pair_of(self.ctx, plan, prov, rootless=await self.rootless(),
-                           supervisor_image_id=prepared.supervisor_image_id)
-            sess = session(self.ctx, bundle, plan.userns)
             identity = documents.identity_of(prov.identity)
         except FailedPrecondition as exc:
             raise ProvisionFailed("WorkloadIdentityInvalid", exc.message) from exc
+        try:  # an address the supervisor cannot use (unspecified, multicast, the metadata service's)
+            sess = session(self.ctx, bundle, plan.userns)
+        except FailedPrecondition as exc:
+            raise ProvisionFailed("HostGatewayInvalid", exc.message) from exc
+        pair = pair_of(self.ctx, plan, prov, rootless=await self.rootless(),
+                       supervisor_image_id=prepared.supervisor_image_id)
         await self._clear_leftovers(pair, prov.instance)
         child_env = documents.child_env(prov.image_env, plan.user_env)
 
@@ -177,10 +180,11 @@ class Pairs:
 
     # ------------------------------------------------------------ start, stop, delete
 
-    async def start(self, sandbox_id: str, workload_name: str, raw: bytes, generation: str) -> None:
-        """StartSandbox: every per-session file minted again from the new bundle ``raw``
-        (already checked by the caller), the fence checked again, both started."""
-        bundle = launch_bundle(raw, sandbox_id, "launch_authentication", FailedPrecondition)
+    async def start(
+        self, sandbox_id: str, workload_name: str, bundle: tokens.LaunchAuthentication, generation: str
+    ) -> None:
+        """StartSandbox: every per-session file minted again from the new ``bundle`` (the
+        caller checked it is this sandbox's), the fence checked again, both started."""
         info = await self.ctx.podman.inspect_container(workload_name)
         for m in info.mounts or ():  # the runtime binary every workload runs, unchanged (supervisor.py)
             if m.type == "bind" and m.destination == names.RUNTIME_BIN:

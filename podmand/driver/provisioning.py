@@ -99,9 +99,11 @@ class Provisioner:
         return names.runtime_identity(instance, self.ctx.files.generation(sandbox_id) or "0")
 
     def new_generation(self, sandbox_id: str, instance: str, generation: str) -> None:
-        """Record the generation and mint podmand's credential for it (the old one stops working)."""
+        """Record the generation and mint podmand's credential for it (the old one stops
+        working); none under the split topology, which mounts none (negotiation.py)."""
         files = self.ctx.files
-        files.write(sandbox_id, "driver.credential", self.signer.mint(sandbox_id, instance, generation).encode())
+        if not split(self.ctx):
+            files.write(sandbox_id, "driver.credential", self.signer.mint(sandbox_id, instance, generation).encode())
         files.set_generation(sandbox_id, generation)
 
     def start(self, plan: Plan, instance: str) -> None:

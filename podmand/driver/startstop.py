@@ -87,7 +87,7 @@ class StartStop:
                     raise FailedPrecondition(
                         "sandbox_id: made by an earlier podmand as one container, which no 0.1.x supervisor runs; "
                         "delete and recreate it (or run topology = single until it is gone: docs/operations.md)")
-                await self._start_pair(sandbox_id, entry, raw, wanted)
+                await self._start_pair(sandbox_id, entry, bundle, wanted)
                 self.ctx.sink.refresh(entry.id, sandbox_id)
                 return identity(sandbox_id, instance)
             running = entry.state == "running"
@@ -118,7 +118,9 @@ class StartStop:
         self.ctx.sink.refresh(entry.id, sandbox_id)
         return identity(sandbox_id, instance)
 
-    async def _start_pair(self, sandbox_id: str, entry: ContainerListEntry, raw: bytes, generation: str) -> None:
+    async def _start_pair(
+        self, sandbox_id: str, entry: ContainerListEntry, bundle: tokens.LaunchAuthentication, generation: str
+    ) -> None:
         """StartSandbox of a pair (contract §4.2): nothing when this generation runs already
         (both containers running), else admitted under today's policy and started again with
         every per-session file minted from the new bundle. Reported stopped (Suspended), not
@@ -131,7 +133,7 @@ class StartStop:
                 return
         await admission.admit_start(ctx.podman, ctx.settings, str(ctx.state_dir), entry.id, entry.labels or {})
         ctx.files.mark_stopped(sandbox_id, entry.id)
-        await self.pairs.start(sandbox_id, lookup.entry_name(entry), raw, generation)
+        await self.pairs.start(sandbox_id, lookup.entry_name(entry), bundle, generation)
         self.provisioning.new_generation(sandbox_id, (entry.labels or {}).get(names.INSTANCE, ""), generation)
         ctx.files.clear_stopped(sandbox_id)
 
