@@ -79,6 +79,7 @@ RESERVED_ROOTS = (
     "/sandbox",
     "/.openshell",  # the split topology's channel (CHANNEL_DIR), and what the supervisor keeps
     "/run/openshell-supervisor-ca",  # the workload runtime installs the supervisor's proxy CA there
+    "/etc/resolv.conf",  # the split topology's workload's: the runtime's DNS relay (RESOLV_CONF)
     # The kernel's: a mount there would replace procfs, sysfs or the device nodes
     # under the root supervisor (it reads /proc and /sys/fs/cgroup; GPUs come through CDI).
     "/proc",
@@ -106,6 +107,9 @@ AUTH_BUNDLE_PATH = "/.openshell/supervisor/auth.json"
 RESTART_METADATA_PATH = "/.openshell/supervisor/restart-metadata.json"
 SUPERVISOR_HEALTH_SOCKET = "/run/openshell/supervisor-health.sock"
 SUPERVISOR_CA_DIR = "/run/openshell-supervisor-ca"  # the runtime installs the supervisor's proxy CA here
+RESOLV_CONF = "/etc/resolv.conf"  # the workload's: the runtime's DNS relay (RESOLVER), the only resolver it has
+RESOLVER = "nameserver 127.0.0.53\n"
+RESOLVER_FILE = "resolv.conf"  # in the sandbox's state directory
 SERVER_NAME_DOMAIN = "openshell.internal"  # the channel's TLS name: sandbox.<session id>.<this>
 
 

@@ -134,6 +134,7 @@ class Pairs:
         pair = pair_of(self.ctx, plan, prov, rootless=await self.rootless(),
                        supervisor_image_id=prepared.supervisor_image_id)
         await self._clear_leftovers(pair, prov.instance)
+        files.write_resolver(plan.sandbox_id)
         child_env = documents.child_env(prov.image_env, plan.user_env)
 
         async def make() -> tuple[str, list[str]]:

@@ -6,7 +6,8 @@
   environment of ``bootstrap.json`` to the workload's processes), ``no_new_privileges``,
   every capability dropped, ``ip_unprivileged_port_start=0`` (the runtime's DNS relay
   binds 127.0.0.53:53 unprivileged), the channel volume read-write and the workspace
-  volume, and a small tmpfs where the runtime installs the supervisor's proxy CA. Under
+  volume, a small tmpfs where the runtime installs the supervisor's proxy CA, and an
+  ``/etc/resolv.conf`` naming the runtime's DNS relay (127.0.0.53), its only resolver. Under
   rootless Podman, or for an identity podmand made up (``source`` ``default``), the
   runtime starts as root with CHOWN, SETGID, SETUID and SETPCAP only long enough to
   chown the workspace and drop to the identity for good (``launch-capability-free``);
@@ -95,6 +96,9 @@ def workload_spec(plan: Plan, settings: Settings, prov: Provision, *, rootless: 
         {"destination": names.RUNTIME_BIN, "type": "bind", "source": prov.supervisor_path,
          "options": ["rbind", "ro", *([shared] if prov.selinux else [])]},
         {"destination": names.SUPERVISOR_CA_DIR, "type": "tmpfs", "source": "tmpfs", "options": [*_TMPFS, "size=1m"]},
+        # the runtime's DNS relay (127.0.0.53) is the workload's resolver: root's, 0444, in place of the image's
+        {"destination": names.RESOLV_CONF, "type": "bind", "source": f"{prov.secrets_dir}/{names.RESOLVER_FILE}",
+         "options": ["bind", "ro", "U", *([selinux.PRIVATE] if prov.selinux else [])]},
         *caller.mounts,
     ]
     channel = ["rw", *([selinux.SHARED] if prov.selinux else [])]
@@ -115,6 +119,7 @@ def workload_spec(plan: Plan, settings: Settings, prov: Provision, *, rootless: 
         "env": {},
         "unsetenv": sorted({key for key, sep, _ in (e.partition("=") for e in prov.image_env) if sep and key}),
         "netns": {"nsmode": "none"},
+        "use_image_resolve_conf": True,  # Podman writes none: the bind above is it
         "mounts": mounts,
         "volumes": [
             {"Name": plan.volume_name, "Dest": prov.workspace, "Options": ["rw"]},

@@ -128,6 +128,10 @@ class SandboxFiles:
         until the pair it launches is made: a restart finishes the create from it."""
         self.write(sandbox_id, LAUNCH, bundle)
 
+    def write_resolver(self, sandbox_id: str) -> None:
+        """The split topology's workload's /etc/resolv.conf (names.RESOLVER), 0444."""
+        self._put(sandbox_id, names.RESOLVER_FILE, names.RESOLVER.encode(), 0o444)
+
     def launch(self, sandbox_id: str) -> bytes | None:
         try:
             return (self.dir(sandbox_id) / LAUNCH).read_bytes()

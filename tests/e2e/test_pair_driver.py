@@ -155,6 +155,9 @@ def test_a_sandbox_is_a_pair_from_create_to_delete(split: Podmand, podman_client
     assert probe["uid"] == [IDENTITY] * 3 and probe["gid"] == [IDENTITY] * 3 and probe["caps"] == "0" * 16
     assert workload["HostConfig"]["NetworkMode"] == "none" and not workload["HostConfig"]["Privileged"]
     assert not any(e.startswith("OPENSHELL_") for e in workload["Config"]["Env"] or [])
+    resolver = podman_exec(box.workload, "/usr/bin/stat", "-c", "%u %g %a", "/etc/resolv.conf")
+    assert resolver.split() == [b"0", b"0", b"444"], resolver  # the runtime's DNS relay, root's
+    assert podman_exec(box.workload, "/bin/cat", "/etc/resolv.conf") == b"nameserver 127.0.0.53\n"
     assert inspect(box.supervisor)["HostConfig"]["NetworkMode"] == "host"
     assert not inspect(box.supervisor)["EffectiveCaps"]
 

@@ -91,6 +91,9 @@ def runtime_bin() -> Iterator[Path]:
         podman("cp", f"{name}:/openshell-sandbox", str(cache / "openshell-sandbox"))
     finally:
         podman("rm", "-f", name, check=False)
+    # the workload's /etc/resolv.conf (the driver writes it into the sandbox's state directory)
+    (cache / names.RESOLVER_FILE).write_text(names.RESOLVER)
+    os.chown(cache / names.RESOLVER_FILE, host_id(0, "uid"), host_id(0, "gid"))  # "U" chowns it as that user
     yield cache / "openshell-sandbox"
     shutil.rmtree(root, ignore_errors=True)
 
@@ -117,7 +120,7 @@ class Sandbox:
         self.prov = Provision(
             image_id=workload_image["Id"], image_user=workload_image["Config"].get("User", ""),
             image_env=self.image_env, network="unused", supervisor_path=str(runtime_bin),
-            secrets_dir="/nonexistent", instance="i1",
+            secrets_dir=str(runtime_bin.parent), instance="i1",
             identity=Resolved(uid=IDENTITY, gid=IDENTITY, supplementary=(), source="image",
                               digest=workload_image["Id"]))
         # rootless=True: the launcher form upstream's driver picks on rootless Podman; False:

@@ -211,3 +211,13 @@ def test_the_single_container_spec_is_unchanged() -> None:
     assert single["entrypoint"] == [names.SUPERVISOR_BIN] and single["user"] == "0:0"
     assert names.ISOLATION_ROLE not in single["labels"]
     assert not [v for v in single["volumes"] if v["Name"].startswith("openshell-channel-")]
+
+
+def test_the_workloads_resolver_is_the_runtimes_dns_relay() -> None:
+    """Contract §3.2: /etc/resolv.conf names 127.0.0.53 (the runtime's relay), root's and
+    read-only in the workload, and Podman writes none of its own; the supervisor keeps the host's."""
+    work = workload()
+    [bind] = [m for m in work["mounts"] if m["destination"] == "/etc/resolv.conf"]
+    assert bind["source"] == f"{SECRETS}/resolv.conf" and {"ro", "U"} <= set(bind["options"])
+    assert work["use_image_resolve_conf"] is True
+    assert not [m for m in supervisor()["mounts"] if m["destination"] == "/etc/resolv.conf"]
