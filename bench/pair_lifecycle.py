@@ -3,7 +3,7 @@ sandbox, podmand/pair/), through podmand and as the same libpod calls made raw, 
 single-container layout; and podmand's memory per sandbox in each layout (issue 31, item 9).
 
     eval "$(bash tests/setup-podman.sh env)"      # PODMAN_ROOTLESS_SOCK; run as root
-    python3 bench/pair_lifecycle.py [--pex dist/podmand.pex] [-n 8] [--calls 3]
+    python3 bench/pair_lifecycle.py [--pex dist/podmand.pex] [-n 8] [-m 8] [--calls 3]
 
 Why: the split makes two containers, three archives and a fresh TLS authority per sandbox
 where the single layout made one container, so its create is slower whatever podmand does;
@@ -12,9 +12,11 @@ most 1.10× them) and what each sandbox costs podmand's memory (aim: within +20 
 single layout's).
 
 Two phases, split then single, each with a podmand of its own (the pex as the rootless
-user, state under /tmp). In each, two warm-up sandboxes, then N turns of one raw create and
-one podmand create, the raw one first on even turns and second on odd ones, so both see the
-same host (the test host's two cores are shared); every sandbox is kept until the phase ends.
+user, state under /tmp). In each: two warm-up sandboxes each way; M podmand creates back to
+back between two RSS readings; then N turns of one raw create and one podmand create, the
+raw one first on even turns and second on odd ones, so both see the same host (the test
+host's two cores are shared): the ratio is of these. Every sandbox is kept until the
+phase ends.
 
 - **raw split**: ``pair/lifecycle.create``'s calls, written out here in its order with
   podmand's own libpod client on the rootless socket (its keep-alive pool and encoder,
@@ -39,7 +41,11 @@ same host (the test host's two cores are shared); every sandbox is kept until th
 
 Before the phases every userns=auto range the run will use is primed (:func:`prime`).
 Memory: podmand's RSS (and its anonymous part) from /proc after the warm-up and a settle,
-then after the N timed sandboxes and a settle; (after − before) / N.
+then after the M back-to-back sandboxes and a settle: (after − before) / M; and, as RSS
+grows in steps (the allocator's arenas, a dict resized), the median of the RSS each of
+the M creates added, read right after its Ready. Both podmands run
+with the periodic resync every 600 s instead of 30 s (``QUIET``), so no resync falls
+between the readings.
 
 Every object is named after this run's id (raw ones also carry a label of their own, not
 podmand's owner label) and removed by name at the end. A podmand sandbox that vanishes
@@ -53,6 +59,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import pwd
 import statistics
@@ -100,13 +107,19 @@ RUN = uuid.uuid4().hex[:6]
 WORKSPACE = f"bench{RUN}"  # podmand's single layout makes a network per workspace: this run's own
 RAW_LABEL = "io.podmand.bench"  # the raw objects' own label: not podmand's owner, which e2e wipes
 RAW_VALUE = f"pair-{RUN}"
+# No periodic resync inside a phase (the default is every 30 s): its list of every sandbox
+# raises the RSS high-water once (+80 kB at 10 pairs here), and whether it fell between the
+# two RSS readings would decide the figure. Create → Ready does not depend on it.
+QUIET = {"PODMAND_RESYNC_INTERVAL": "600"}
 SPLIT = {
+    **QUIET,
     "PODMAND_TOPOLOGY": "split",
     "OPENSHELL_SANDBOX_RUNTIME_IMAGE": RUNTIME_IMAGE,
     "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR2_IMAGE,
     "OPENSHELL_SANDBOX_IMAGE": WORKLOAD_IMAGE,
 }
 SINGLE = {
+    **QUIET,
     "PODMAND_TOPOLOGY": "single",
     "OPENSHELL_SANDBOX_IMAGE": SANDBOX_IMAGE,
     "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR_IMAGE,
@@ -233,15 +246,18 @@ class Raw:
                 raise SystemExit(f"raw pair {plan.sandbox_id}: {name} is {state} after its start")
         return took, steps["mint (fence, TLS, documents, archives)"], steps
 
+    async def remove(self, p: RawPair) -> None:
+        containers, volumes = p.names
+        for name in containers:
+            with contextlib.suppress(PodmanError):
+                await self.podman.remove_container(name, 0)
+        for volume in volumes:
+            with contextlib.suppress(PodmanError):
+                await self.podman.remove_volume(volume)
+
     async def remove_all(self) -> None:
         for p in self.made:
-            containers, volumes = p.names
-            for name in containers:
-                with contextlib.suppress(PodmanError):
-                    await self.podman.remove_container(name, 0)
-            for volume in volumes:
-                with contextlib.suppress(PodmanError):
-                    await self.podman.remove_volume(volume)
+            await self.remove(p)
         self.made.clear()
 
 
@@ -297,6 +313,19 @@ class Watch:
                 await self.task
 
 
+class Stamped(Counter[str]):
+    """The proxy's route counter, also noting when each request passed (perf_counter)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[float, str]] = []
+
+    def __setitem__(self, key: str, value: int) -> None:
+        if value > self.get(key, 0):
+            self.log.append((time.perf_counter(), key))
+        super().__setitem__(key, value)
+
+
 def rss_kb(pid: int) -> tuple[int, int]:
     """VmRSS and RssAnon of ``pid``, in kB."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
@@ -307,12 +336,16 @@ def rss_kb(pid: int) -> tuple[int, int]:
 class Phase:
     """One podmand run's figures."""
 
-    create: list[float] = field(default_factory=list)
+    create: list[float] = field(default_factory=list)  # in turns with raw creates
+    alone: list[float] = field(default_factory=list)  # back to back, for the RSS readings
     reasons: Counter[str] = field(default_factory=Counter)
     rss: tuple[int, int] = (0, 0)  # kB: before the timed creates
     rss_after: tuple[int, int] = (0, 0)
     present: tuple[int, int] = (0, 0)  # sandboxes Ready at each reading
     vanished: list[str] = field(default_factory=list)
+    timeline: list[tuple[float, str]] = field(default_factory=list)  # the last create's calls (a Stamped proxy)
+
+    deltas: list[int] = field(default_factory=list)  # kB of RSS each back-to-back create added
 
     def per_sandbox(self, which: int) -> float:
         added = self.present[1] - self.present[0]
@@ -325,12 +358,14 @@ async def ready_count(stub: pb_grpc.ComputeDriverStub, ids: list[str]) -> int:
     return len(ready & set(ids))
 
 
-async def via_podmand(daemon: Podmand, image: str, split: bool, n: int, prefix: str,
+async def via_podmand(daemon: Podmand, image: str, split: bool, n: int, prefix: str, m: int,
                       raw: Callable[[], Awaitable[float]] | None = None,
                       proxy: Proxy | None = None) -> tuple[Phase, list[float], Counter[str]]:
-    """N podmand creates, each until Ready, after WARM untimed ones; with ``raw``, a raw
-    create beside each (before it on even turns, after it on odd ones), so both sides
-    see the same host; the raw creates' seconds (the timed ones)."""
+    """After WARM untimed creates (with ``raw``, a raw create after each): N podmand creates
+    back to back, each until Ready, with an RSS reading before and after them; then, with
+    ``raw``, N turns of a raw create and a podmand create (the raw one first on even turns,
+    second on odd ones), so both sides see the same host. The raw creates' seconds (the
+    timed ones)."""
     phase, made, raws, routes = Phase(), [], [], Counter[str]()
     await asyncio.to_thread(daemon.start)
     channel = grpc.aio.insecure_channel(f"unix://{daemon.socket}")
@@ -344,12 +379,20 @@ async def via_podmand(daemon: Podmand, image: str, split: bool, n: int, prefix: 
                 box = request(sid, image, bundle_for(sid) if split else b"")
                 made.append(sid)
                 begin = time.perf_counter()
-                await stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+                try:
+                    await stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+                except grpc.aio.AioRpcError as exc:
+                    phase.vanished.append(f"{sid} refused: {exc.code().name} {exc.details()}")
+                    print(f"  {sid}: CreateSandbox {exc.code().name}: {exc.details()}; retrying", flush=True)
+                    continue
                 if await watch.until(sid, READY_TIMEOUT):
                     at, reason = watch.ready[sid]
                     phase.reasons[reason] += 1
                     if proxy is not None:
                         await proxy.quiet(0.5, 10)
+                        if isinstance(proxy.routes, Stamped):
+                            phase.timeline = sorted([(t - begin, r) for t, r in proxy.routes.log if t >= begin]
+                                                    + [(at - begin, "watch: Ready=True")])
                     return at - begin
                 phase.vanished.append(sid)
                 print(f"  {sid}: no Ready (deleted or vanished under the bench); retrying", flush=True)
@@ -363,20 +406,26 @@ async def via_podmand(daemon: Podmand, image: str, split: bool, n: int, prefix: 
         phase.rss = rss_kb(daemon.pid)
         phase.present = (await ready_count(stub, made), 0)
         before = Counter(proxy.routes) if proxy is not None else Counter()
-        for i in range(n):
-            if raw is not None and i % 2 == 0:
-                raws.append(await raw())
-            phase.create.append(await one(f"{i:02d}"))
-            if raw is not None and i % 2 == 1:
-                raws.append(await raw())
+        steps = [phase.rss[0]]
+        for i in range(m):  # podmand alone, back to back: its RSS growth per sandbox
+            phase.alone.append(await one(f"m{i:02d}"))
+            steps.append(rss_kb(daemon.pid)[0])
+        phase.deltas = [b - a for a, b in itertools.pairwise(steps)]
         if proxy is not None:
             routes = proxy.routes - before
         await asyncio.sleep(SETTLE)
         phase.rss_after = rss_kb(daemon.pid)
         phase.present = (phase.present[0], await ready_count(stub, made))
-        if phase.present[1] - phase.present[0] != n:
-            phase.vanished.append(f"{n - (phase.present[1] - phase.present[0])} Ready sandboxes gone before the "
+        if phase.present[1] - phase.present[0] != m:
+            phase.vanished.append(f"{m - (phase.present[1] - phase.present[0])} Ready sandboxes gone before the "
                                   "second RSS reading")
+        for i in range(n if raw is not None else 0):  # turns of one raw and one podmand create
+            assert raw is not None
+            if i % 2 == 0:
+                raws.append(await raw())
+            phase.create.append(await one(f"{i:02d}"))
+            if i % 2 == 1:
+                raws.append(await raw())
         for sid in made:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=sid))
@@ -500,7 +549,7 @@ class Bench:
         return d
 
     async def run(self, podman: PodmanClient, settings: Settings) -> None:
-        n, user = self.args.n, self.args.user
+        n, m, user = self.args.n, self.args.m or self.args.n, self.args.user
         os.chmod(self.work, 0o755)
         version = (await podman.info()).version.version
         print(f"bench/pair_lifecycle.py, run {RUN}: N = {n}, Podman {version}, pex {self.args.pex}; "
@@ -509,7 +558,7 @@ class Bench:
         raw = Raw(podman, settings, runtime_bin, await podman.inspect_image(WORKLOAD_IMAGE),
                   (await podman.inspect_image(SUPERVISOR2_IMAGE)).id)
 
-        count = 2 * (WARM + n) + PRIME_SPARE  # raw and podmand sandboxes live side by side
+        count = 2 * WARM + 2 * n + m + PRIME_SPARE  # raw and podmand sandboxes live side by side
         for image in (WORKLOAD_IMAGE, SANDBOX_IMAGE):
             took = await prime(podman, (await podman.inspect_image(image)).id, count)
             slow = sum(t > 0.5 for t in took)
@@ -522,13 +571,22 @@ class Bench:
         steps: list[dict[str, float]] = []
 
         async def raw_pair() -> float:
-            took, mint, step = await raw.create(raw.pair(f"bpr{RUN}{len(steps):02d}"))
-            mints.append(mint)
-            steps.append(step)
-            return took
+            for attempt in range(ATTEMPTS):
+                p = raw.pair(f"bpr{RUN}{len(steps):02d}{'abcdefghij'[attempt]}")
+                try:
+                    took, mint, step = await raw.create(p)
+                except PodmanError as exc:  # seen once under load: an archive's helper process gone
+                    self.notes.append(f"raw pair {p.plan.sandbox_id}: {exc}")
+                    print(f"  raw pair {p.plan.sandbox_id}: {exc}; retrying", flush=True)
+                    await raw.remove(p)
+                    continue
+                mints.append(mint)
+                steps.append(step)
+                return took
+            raise SystemExit(f"no raw pair in {ATTEMPTS} attempts")
 
         try:
-            pd_split, raw_split, _ = await via_podmand(self.daemon(SPLIT), WORKLOAD_IMAGE, True, n, f"bps{RUN}",
+            pd_split, raw_split, _ = await via_podmand(self.daemon(SPLIT), WORKLOAD_IMAGE, True, n, f"bps{RUN}", m,
                                                        raw_pair)
         finally:
             await raw.remove_all()
@@ -543,11 +601,17 @@ class Bench:
         singles: list[str] = []
 
         async def raw_one() -> float:
-            singles.append(f"bpq{RUN}{len(singles):02d}")
-            return await raw_single_create(podman, singles[-1], image_id, network)
+            for _ in range(ATTEMPTS):
+                singles.append(f"bpq{RUN}{len(singles):02d}")
+                try:
+                    return await raw_single_create(podman, singles[-1], image_id, network)
+                except PodmanError as exc:
+                    self.notes.append(f"raw sandbox {singles[-1]}: {exc}")
+                    print(f"  raw sandbox {singles[-1]}: {exc}; retrying", flush=True)
+            raise SystemExit(f"no raw sandbox in {ATTEMPTS} attempts")
 
         try:
-            pd_single, raw_single, _ = await via_podmand(self.daemon(SINGLE), SANDBOX_IMAGE, False, n, f"bpt{RUN}",
+            pd_single, raw_single, _ = await via_podmand(self.daemon(SINGLE), SANDBOX_IMAGE, False, n, f"bpt{RUN}", m,
                                                          raw_one)
         finally:
             for name in singles:
@@ -557,18 +621,24 @@ class Bench:
                 await podman.remove_network(network)
 
         routes: Counter[str] = Counter()
+        counted = Phase()
         if self.args.calls:
             await self.strangers(podman, "before calls")
             print("calls ...", flush=True)
             self.phase = "calls"
             pw = pwd.getpwnam(user)
             proxy = Proxy(self.args.podman, str(self.work / "proxy.sock"))
+            proxy.routes = Stamped()
             await proxy.start(pw.pw_uid, pw.pw_gid)
-            _, _, routes = await via_podmand(self.daemon(SPLIT, proxy.path), WORKLOAD_IMAGE, True, self.args.calls,
-                                             f"bpc{RUN}", proxy=proxy)
+            counted, _, routes = await via_podmand(self.daemon(SPLIT, proxy.path), WORKLOAD_IMAGE, True,
+                                                   self.args.calls, f"bpc{RUN}", self.args.calls, proxy=proxy)
         await self.strangers(podman, "at the end")
         print(f"load average at the end {os.getloadavg()[0]:.2f}")
         report(n, raw_split, mints, pd_split, raw_single, pd_single, routes, self.args.calls)
+        if self.args.calls:
+            print("the last counted create, ms from CreateSandbox (request sent to Podman):")
+            for t, what in counted.timeline:
+                print(f"  {t * 1000:7.1f}  {what}")
         print("raw split, median per step:")
         for what in steps[0]:
             print(f"  {statistics.median(s[what] for s in steps) * 1000:7.1f} ms  {what}")
@@ -605,7 +675,7 @@ def report(n: int, raw_split: list[float], mints: list[float], pd_split: Phase, 
            pd_single: Phase, routes: Counter[str], calls: int) -> None:
     med = statistics.median
     calls_only = [t - m for t, m in zip(raw_split, mints, strict=True)]
-    print(f"\n{n} sandboxes each, one at a time (median, max)")
+    print(f"\n{n} turns of a raw and a podmand create per layout, one at a time (median, max)")
     print(f"split   raw calls {ms(raw_split)} (of which minting {med(mints) * 1000:.1f} ms; calls alone "
           f"{med(calls_only) * 1000:.1f} ms) | podmand {ms(pd_split.create)} | "
           f"x{med(pd_split.create) / med(raw_split):.2f} (median of pairs x{paired(pd_split.create, raw_split):.2f})")
@@ -614,13 +684,16 @@ def report(n: int, raw_split: list[float], mints: list[float], pd_split: Phase, 
           f"(median of pairs x{paired(pd_single.create, raw_single):.2f})")
     print(f"split vs single through podmand: x{med(pd_split.create) / med(pd_single.create):.2f}; "
           f"raw x{med(raw_split) / med(raw_single):.2f}")
+    print(f"podmand back to back (the RSS stretch): split {ms(pd_split.alone)}, single {ms(pd_single.alone)}")
     for label, phase in (("split", pd_split), ("single", pd_single)):
         print(f"podmand RSS {label:6}: {phase.rss[0]} -> {phase.rss_after[0]} kB with "
               f"{phase.present[0]} -> {phase.present[1]} sandboxes: {phase.per_sandbox(0):.1f} kB/sandbox "
-              f"(anonymous {phase.rss[1]} -> {phase.rss_after[1]} kB: {phase.per_sandbox(1):.1f} kB/sandbox); "
+              f"(anonymous {phase.rss[1]} -> {phase.rss_after[1]} kB: {phase.per_sandbox(1):.1f}); "
+              f"median of each create's step {med(phase.deltas):.1f} kB (steps {phase.deltas}); "
               f"Ready reasons {dict(phase.reasons)}")
     print(f"memory per sandbox, split - single: {pd_split.per_sandbox(0) - pd_single.per_sandbox(0):+.1f} kB "
-          f"(anonymous {pd_split.per_sandbox(1) - pd_single.per_sandbox(1):+.1f} kB)")
+          f"(anonymous {pd_split.per_sandbox(1) - pd_single.per_sandbox(1):+.1f} kB; medians of the steps "
+          f"{med(pd_split.deltas) - med(pd_single.deltas):+.1f} kB)")
     if routes:
         print(f"libpod calls per split create through podmand (over {calls}):")
         for route, c in sorted(routes.items(), key=lambda kv: -kv[1]):
@@ -643,7 +716,8 @@ async def main_async(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pex", default=str(Path(__file__).resolve().parents[1] / "dist" / "podmand.pex"))
-    parser.add_argument("-n", type=int, default=8)
+    parser.add_argument("-n", type=int, default=8, help="timed turns of a raw and a podmand create per layout")
+    parser.add_argument("-m", type=int, default=0, help="podmand creates between the RSS readings (default: n)")
     parser.add_argument("--calls", type=int, default=3, help="split creates counted by route (0: none)")
     parser.add_argument("--user", default=os.environ.get("PODMAND_TEST_USER", "podmand"))
     parser.add_argument("--podman", default="")
