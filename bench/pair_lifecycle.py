@@ -3,7 +3,7 @@ sandbox, podmand/pair/), through podmand and as the same libpod calls made raw, 
 single-container layout; and podmand's memory per sandbox in each layout (issue 31, item 9).
 
     eval "$(bash tests/setup-podman.sh env)"      # PODMAN_ROOTLESS_SOCK; run as root
-    python3 bench/pair_lifecycle.py [--pex dist/podmand.pex] [-n 8] [-m 8] [--calls 3]
+    python3 bench/pair_lifecycle.py [--pex dist/podmand.pex] [-n 8] [-m 24] [--calls 3]
 
 Why: the split makes two containers, three archives and a fresh TLS authority per sandbox
 where the single layout made one container, so its create is slower whatever podmand does;
@@ -37,18 +37,19 @@ phase ends.
   workspace-shaped network), the raw anchor of bench/scale.py and create_cpu.py.
 - **podmand single**: ``PODMAND_TOPOLOGY=single`` with the single-container images.
 - **calls** (``--calls K``): a split podmand behind a counting proxy (create_cpu.py's),
-  the libpod calls per create by route, until the proxy was quiet for 0.5 s.
+  the libpod calls per create by route, until the proxy was quiet for 0.5 s, and when
+  each request of the last create was sent.
 
 Before the phases every userns=auto range the run will use is primed (:func:`prime`).
 Memory: podmand's RSS (and its anonymous part) from /proc after the warm-up and a settle,
 then after the M back-to-back sandboxes and a settle: (after − before) / M; and, as RSS
-grows in steps (the allocator's arenas, a dict resized), the median of the RSS each of
-the M creates added, read right after its Ready. Both podmands run
-with the periodic resync every 600 s instead of 30 s (``QUIET``), so no resync falls
-between the readings.
+grows in pages and in uneven steps, the median of what each of the M creates added (read
+right after its Ready). Both podmands resync every 600 s instead of 30 s (``QUIET``), so
+no resync falls between the readings.
 
 Every object is named after this run's id (raw ones also carry a label of their own, not
-podmand's owner label) and removed by name at the end. A podmand sandbox that vanishes
+podmand's owner label) and removed at the end, by name and then by that label and this
+run's sandbox ids. A podmand sandbox that vanishes
 (an e2e session start on the same Podman removes every ``io.podmand.owner=podmand``
 object) is retried under a new id, and the run is marked disturbed; so it is when other
 podmand sandboxes exist at a phase's start or a pytest process runs meanwhile: rerun it.
