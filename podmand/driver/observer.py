@@ -337,8 +337,8 @@ class Observer:
     def _announce_exit(self, sandbox_id: str, info: ContainerInspect, snap: pb.DriverSandbox) -> None:
         """One platform event per abnormal end of a container run (OOM, runtime restart, exit)."""
         cond = snap.status.conditions[0]
-        facts = self._facts[info.id]
-        if cond.reason not in ABNORMAL_ENDS or facts.announced == info.state.finished_at:
+        facts = self._facts.get(info.id)  # dropped meanwhile (a split sandbox's look awaits its supervisor)
+        if facts is None or cond.reason not in ABNORMAL_ENDS or facts.announced == info.state.finished_at:
             return
         self._facts[info.id] = dataclasses.replace(facts, announced=info.state.finished_at)
         self.sink.publish(platform_event(sandbox_id, cond.reason, cond.message, warning=True))
