@@ -160,9 +160,7 @@ class Observer:
             return None
         supervisor = await pairs.supervisor_of(self.podman, info)
         folded = pairs.fold(info, supervisor)
-        if folded is not None:
-            ready = snap.status.conditions[0]
-            ready.status, ready.reason, ready.message = folded
+        pairs.fold_into(snap, folded)
         if not observing or supervisor is None or not supervisor.state.running:
             return folded
         sandbox_id = info.labels.get(names.SANDBOX_ID, "")
@@ -192,10 +190,7 @@ class Observer:
         )
         # a split sandbox's supervisor, as the same list shows it (``supervisors``: by sandbox id)
         if supervisors is not None and (entry.labels or {}).get(names.ISOLATION_ROLE) == names.ROLE_WORKLOAD:
-            folded = pairs.fold_listed(entry, supervisors.get(sandbox_id))
-            if folded is not None:
-                ready = snap.status.conditions[0]
-                ready.status, ready.reason, ready.message = folded
+            pairs.fold_into(snap, pairs.fold_listed(entry, supervisors.get(sandbox_id)))
         return snap
 
     def _kept_fence(self, sandbox_id: str, container_id: str) -> pb.DriverFenceEvidence | None:

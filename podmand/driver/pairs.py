@@ -17,6 +17,7 @@ import asyncio
 import logging
 
 from .. import names
+from .._proto import compute_driver_pb2 as pb
 from ..errors import DriverError, FailedPrecondition
 from ..host import hostgateway
 from ..libpod import ContainerInspect, ContainerListEntry, PodmanClient, PodmanError
@@ -234,6 +235,13 @@ def fold_listed(workload: ContainerListEntry, supervisor: ContainerListEntry | N
         return _fold(workload.state == "running", None)
     return _fold(workload.state == "running",
                  (supervisor.state, snapshots.listed_health(supervisor.status), supervisor.exit_code))
+
+
+def fold_into(snap: pb.DriverSandbox, folded: tuple[str, str, str] | None) -> None:
+    """Set what :func:`fold` or :func:`fold_listed` said as the snapshot's Ready condition."""
+    if folded is not None:
+        ready = snap.status.conditions[0]
+        ready.status, ready.reason, ready.message = folded
 
 
 def _fold(running: bool, supervisor: tuple[str, str, int] | None) -> tuple[str, str, str] | None:

@@ -25,6 +25,7 @@ from ..sandbox.snapshots import Condition
 from ..sandbox.spec import decode_intent, gateway_token, intent_labels, validate
 from . import lookup
 from .garbage import remove_stale_readers
+from .pairs import split
 from .pending import STOPPED_EARLY, STOPPED_EARLY_MESSAGE, Pending
 from .provisioning import Provisioner
 
@@ -101,10 +102,9 @@ async def _record(prov: Provisioner, plan: Plan, sandbox: pb.DriverSandbox, inst
     else what the volume already there records. Files written here go again when no
     record is made."""
     try:
-        split = prov.ctx.settings.topology == "split"
-        token = "" if split else gateway_token(sandbox.spec)
+        token = "" if split(prov.ctx) else gateway_token(sandbox.spec)
         prov.ctx.files.write_secrets(plan.sandbox_id, token, _tls_files(prov.ctx.settings))
-        if split:  # the pair's bundle: validate() required it
+        if split(prov.ctx):  # the pair's bundle: validate() required it
             prov.ctx.files.write_launch(plan.sandbox_id, sandbox.spec.launch_authentication)
         prov.new_generation(plan.sandbox_id, instance, plan.generation)
         labels = intent_labels(plan, instance, str(prov.ctx.state_dir))
