@@ -15,6 +15,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -267,8 +268,9 @@ def podman_client(podman_socket: str) -> Iterator[podman.PodmanClient]:
     with podman.PodmanClient(base_url=f"unix://{podman_socket}") as client:
         # Start from a clean slate: what an aborted earlier run left behind would
         # hold user-namespace ranges and be resumed or reported by new daemons. Only
-        # orphans go: a sandbox whose podmand still runs belongs to another session
-        # on this store (a developer's second pytest), which this one must not break.
+        # orphans go: a sandbox whose podmand still runs, or whose state directory was
+        # used in the last quarter hour (a test restarting its podmand), belongs to another
+        # session on this store (a developer's second pytest), which this one must not break.
         owned = {"label": "io.podmand.owner=podmand"}
         live = live_state_dirs()
         volumes = client.volumes.list(filters=owned)
@@ -283,9 +285,14 @@ def podman_client(podman_socket: str) -> Iterator[podman.PodmanClient]:
         yield client
 
 
-def live_state_dirs() -> set[str]:
-    """State directories of the podmand processes running now (their environment names it)."""
+def live_state_dirs(recent: float = 900.0) -> set[str]:
+    """State directories of the podmand processes running now (their environment names it),
+    and those changed in the last ``recent`` seconds."""
     found = set()
+    for state in Path(tempfile.gettempdir()).glob("podmand-e2e-*/state"):
+        with contextlib.suppress(OSError):
+            if time.time() - max(state.stat().st_mtime, (state / "sandboxes").stat().st_mtime) < recent:
+                found.add(str(state))
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
