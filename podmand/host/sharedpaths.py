@@ -27,11 +27,27 @@ class Visibility:
     hidden: bool = False  # that answer says Podman cannot find the probe file at its path
 
 
+LIST_ATTEMPTS = 3
+
+
+async def _local_images(podman: PodmanClient) -> list[str]:
+    """The local images' IDs. Podman fails a whole list (500 "image not known") when an
+    image it is listing is removed meanwhile (a ``podman rmi`` beside podmand's start-up);
+    the next list has the rest, so it is asked again, a bounded few times."""
+    for attempt in range(1, LIST_ATTEMPTS + 1):
+        try:
+            return await podman.list_images()
+        except PodmanError as exc:
+            if attempt == LIST_ATTEMPTS or "image not known" not in exc.message:
+                raise
+    return []
+
+
 async def probe(podman: PodmanClient, state_dir: Path, image: str = "") -> Visibility:
     """Create a uniquely named file in ``state_dir`` and a never-started container
     bind-mounting it (from ``image``, else any local image); remove both."""
     if not image:
-        images = await podman.list_images()
+        images = await _local_images(podman)
         if not images:
             return Visibility(image="")
         image = images[0]

@@ -33,14 +33,15 @@ def logs(podman_client: podman.PodmanClient, sandbox_id: str) -> str:
     return b"".join(container.logs(stdout=True, stderr=True)).decode(errors="replace")
 
 
-def reported(podman_client: podman.PodmanClient, sandbox_id: str) -> str:
-    """The main process's report, once written."""
+def reported(podman_client: podman.PodmanClient, sandbox_id: str, user: str = "1000") -> str:
+    """The main process's report, once written, read as its ``user`` (the container's own
+    user is the runtime's root launcher, which keeps no capability to read another's files)."""
     [container] = containers_of(podman_client, sandbox_id)
 
     def check() -> str:
         container.reload()
         assert container.status == "running", logs(podman_client, sandbox_id)
-        code, out, _ = run_in(container, ["cat", "/tmp/report"])
+        code, out, _ = run_in(container, ["cat", "/tmp/report"], user=user)
         return out if code == 0 else ""
 
     result: str = wait_until(check, 30, f"{sandbox_id} main process report", lambda: logs(podman_client, sandbox_id))
@@ -93,7 +94,7 @@ def test_identity_matrix_runs(make_podmand: Callable[..., Podmand], podman_clien
     driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     snap = watch.wait_reason(box.id, "ContainerRunning")
     ids, identity = expected
-    assert f"ID={ids}" in reported(podman_client, box.id)
+    assert f"ID={ids}" in reported(podman_client, box.id, str(identity[0]))
     # the runtime measured that identity before it read its bootstrap, and ran the command as it
     assert "started the main process sh (pid" in logs(podman_client, box.id)
     assert f"as {identity[0]}:{identity[1]} in " in logs(podman_client, box.id)
