@@ -13,7 +13,7 @@
 # PIP_INDEX_URL. pex's own resolves ignore pip's configuration, as pex does by default: the
 # wheels inside always come from pex's default index, so every builder gets the same bytes.
 #
-# Each pex runs on CPython 3.11, 3.12 and 3.13 (manylinux2014 wheels for all three are inside;
+# Each pex runs on CPython 3.11, 3.12, 3.13 and 3.14 (manylinux2014 wheels for all four are inside;
 # the targets are the platforms alone: an interpreter constraint would also pull in this
 # machine's interpreter, adding x86_64 wheels to the aarch64 file) and is reproducible: the
 # same checkout and pins give the same bytes, whichever Python 3.11 runs the build and
@@ -21,7 +21,7 @@
 # it unpacks only the running CPython's wheels from the file's .deps into
 # $PEX_ROOT/podmand/<pex hash>/cp3XY once and imports podmand from there (when no other user
 # can write there; else from a private copy: docs/security.md), skipping pex's
-# runtime (which unpacks all three CPythons' wheels, identifies the interpreter in
+# runtime (which unpacks all four CPythons' wheels, identifies the interpreter in
 # subprocesses and builds a venv: 1.7-4 s cold here, against 0.5-1 s). pex's runtime still
 # runs the file when a PEX_* knob of its own is set (PEX_TOOLS=1 and the like).
 set -euo pipefail
@@ -32,7 +32,7 @@ usage() {
 Usage: ./build_pex.sh [--all]
 
 Builds podmand as one pex file per CPU architecture, each runnable by CPython 3.11,
-3.12 or 3.13 with no packages on the host:
+3.12, 3.13 or 3.14 with no packages on the host:
   $DIST/podmand-<version>-<arch>.pex, $DIST/SHA256SUMS, and $DIST/podmand.pex
   (a copy of this machine's architecture, when it was built).
 Needs only python3 (3.11 or newer) and access to a Python package index (pip's
@@ -69,13 +69,13 @@ done
 PYTHON="${PYTHON:-python3}"
 ARCHES="${ARCHES:-$(uname -m)}"
 DIST="${DIST:-dist}"
-PYVERS="311 312 313"
+PYVERS="311 312 313 314"
 DEPS=(grpcio==1.85.3 grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1 protobuf==7.36.2 msgspec==0.23.0
       # traces (otlp_endpoint); the SDK pins its own API, protos and conventions exactly: the two it
       # leaves open are pinned here
       opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.2
       googleapis-common-protos==1.76.0 typing-extensions==4.16.0
-      # the split topology's per-launch TLS (podmand/pair/tls.py): one abi3 wheel serves all three
+      # the split topology's per-launch TLS (podmand/pair/tls.py): one abi3 wheel serves all four
       # CPythons; cffi (per CPython) and pycparser are its declared dependencies
       cryptography==51.0.1 cffi==2.1.1 pycparser==3.12)
 # pex, pinned to one wheel whatever Python builds (its code lands in every pex): the one for
@@ -215,43 +215,61 @@ with open(f"{dest}/{name}", "wb") as fh:
 PY
 }
 
-# Put pexboot.sh in place of pex's own /bin/sh boot header. The zip's offsets count from the start
-# of the file, so each one (the central directory's entries and its own, in the end record) moves
-# by the difference in length; pex writes no zip64 records nor an archive comment into a file
+# Write the pex anew: pexboot.sh in place of pex's own /bin/sh boot header, then pex's zip entries
+# in pex's order with their names, times and modes, each native library under .deps (*.so)
+# compressed with LZMA instead of deflate (a quarter smaller: what lets four CPythons' grpcio fit
+# in 32 MB), on every core. Python's zipfile, which both boots extract .deps with, reads LZMA
+# entries; zipimport does not, so what is imported from the zip itself (.bootstrap, __main__.py,
+# __pex__) keeps pex's bytes. The zip's offsets count from the start of the file, boot header
+# included. pex writes no zip64 records, data descriptors, extra fields nor comments into a file
 # this size, and anything else is refused.
-put_boot_header() {  # PEX VERSION
-    "$BUILD_PY" - "$1" "$2" pexboot.sh <<'PY' || die "could not put pexboot.sh in front of $1"
-import json, struct, sys, zipfile
+finish_pex() {  # PEX VERSION
+    "$BUILD_PY" - "$1" "$2" pexboot.sh <<'PY' || die "could not finish $1"
+import io, json, lzma, os, struct, sys, zipfile
+from concurrent.futures import ThreadPoolExecutor
 path, version, boot = sys.argv[1], sys.argv[2], sys.argv[3]
-with zipfile.ZipFile(path) as z:
-    key = json.loads(z.read("PEX-INFO"))["pex_hash"]
-    start = min(i.header_offset for i in z.infolist())
-text = open(boot, "rb").read().replace(b"@KEY@", key.encode()).replace(b"@VERSION@", version.encode())
 data = open(path, "rb").read()
+z = zipfile.ZipFile(io.BytesIO(data))
+infos = z.infolist()
+key = json.loads(z.read("PEX-INFO"))["pex_hash"]
+start = min(i.header_offset for i in infos)
 if not data.startswith(b"#!/bin/sh\n") or data[start:start + 4] != b"PK\x03\x04":
     sys.exit(f"{path}: no /bin/sh header of {start} bytes before its zip")
-end = len(data) - 22  # the end record, with no comment after it
-if data[end:end + 4] != b"PK\x05\x06":
-    sys.exit(f"{path}: its zip has an archive comment or zip64 records")
-count, size, offset = struct.unpack_from("<HII", data, end + 10)
-if offset + size != end or count == 0xFFFF:
-    sys.exit(f"{path}: its central directory is not where its end record says")
-shift = len(text) - start
-directory = bytearray(data[offset:end])
-at = 0
-for i in range(count):
-    names, extra, comment = struct.unpack_from("<HHH", directory, at + 28)
-    (local,) = struct.unpack_from("<I", directory, at + 42)
-    if directory[at:at + 4] != b"PK\x01\x02" or local == 0xFFFFFFFF:
-        sys.exit(f"{path}: entry {i} of its central directory cannot be moved")
-    struct.pack_into("<I", directory, at + 42, local + shift)
-    at += 46 + names + extra + comment
-if at != len(directory):
-    sys.exit(f"{path}: its central directory holds more than {count} entries")
-record = bytearray(data[end:])
-struct.pack_into("<I", record, 16, offset + shift)
+odd = [i.filename for i in infos if i.flag_bits & ~0x800 or i.extra or i.comment or i.file_size >= 1 << 31]
+if odd or z.comment or len(infos) >= 0xFFFF:
+    sys.exit(f"{path}: its zip has entries this script does not rewrite: {odd[:5]}")
+
+
+def lzma_entry(info):
+    # A zip LZMA entry's data: LZMA SDK version 9.20, the properties' size and the properties, then
+    # the raw stream with its end marker (an .lzma file's, less the 8-byte size it starts with).
+    alone = lzma.compress(z.read(info), format=lzma.FORMAT_ALONE)
+    return b"\x09\x14\x05\x00" + alone[:5] + alone[13:]
+
+
+native = [i for i in infos if i.filename.startswith(".deps/") and i.filename.endswith(".so")]
+with ThreadPoolExecutor(os.cpu_count()) as pool:  # lzma lets go of the GIL while it compresses
+    packed = dict(zip((i.filename for i in native), pool.map(lzma_entry, native)))
+out = bytearray(open(boot, "rb").read().replace(b"@KEY@", key.encode()).replace(b"@VERSION@", version.encode()))
+directory = bytearray()
+for i in infos:
+    name = i.filename.encode()
+    if i.filename in packed:
+        payload, method, flags, needs = packed[i.filename], zipfile.ZIP_LZMA, i.flag_bits | 0x02, 63  # 0x02: end marker
+    else:
+        (names, extra) = struct.unpack_from("<HH", data, i.header_offset + 26)
+        at = i.header_offset + 30 + names + extra
+        payload, method, flags, needs = data[at:at + i.compress_size], i.compress_type, i.flag_bits, i.extract_version
+    y, mo, d, h, mi, s = i.date_time
+    dos = ((h << 11) | (mi << 5) | (s // 2), ((y - 1980) << 9) | (mo << 5) | d)
+    common = (needs, flags, method, *dos, i.CRC, len(payload), i.file_size, len(name))
+    directory += struct.pack("<4sBBHHHHHIIIHHHHHII", b"PK\x01\x02", i.create_version, i.create_system, *common,
+                             0, 0, 0, i.internal_attr, i.external_attr, len(out)) + name
+    out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", *common, 0) + name + payload
+out += directory + struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(infos), len(infos), len(directory),
+                               len(out), 0)
 with open(path, "wb") as fh:
-    fh.write(text + data[start:offset] + directory + record)
+    fh.write(out)
 PY
 }
 
@@ -283,7 +301,7 @@ for arch in $ARCHES; do
         --venv --sh-boot \
         --no-emit-warnings \
         --output-file "$out"
-    put_boot_header "$out" "$VERSION"
+    finish_pex "$out" "$VERSION"
     built+=("$(basename "$out")")
     size=$(stat -c %s "$out")
     [ "$size" -le $((32 * 1024 * 1024)) ] || die "$out is $size bytes, over 32 MB"

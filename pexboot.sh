@@ -6,11 +6,13 @@
 # cp3XY/.otel) is a real directory (no symlink) owned by this user or root and writable by no group
 # or other (above PEX_ROOT, sticky ones such as /tmp too). Otherwise it says which level and why and
 # unpacks into a private temporary directory, removed at exit (docs/security.md).
-# With a PEX_* knob of pex's own set, or no CPython 3.11-3.13, pex's runtime runs the file.
+# With a PEX_* knob of pex's own set, or no CPython 3.11-3.14, pex's runtime runs the file.
+# Native libraries in .deps are LZMA entries (build_pex.sh): a CPython without the lzma module
+# is told so instead of failing half-way through an unpack.
 set -eu
 knobs="${PEX_TOOLS:-}${PEX_PYTHON:-}${PEX_PYTHON_PATH:-}${PEX_PATH:-}${PEX_VENV:-}${PEX_INTERPRETER:-}"
 knobs="$knobs${PEX_MODULE:-}${PEX_SCRIPT:-}${PEX_INHERIT_PATH:-}${PEX_IGNORE_RCFILES:-}"
-for python in python3.11 python3.12 python3.13 python3; do
+for python in python3.11 python3.12 python3.13 python3.14 python3; do
     command -v "$python" >/dev/null 2>&1 || continue
     if [ -z "$knobs" ]; then
         exec "$python" -I -S -c '
@@ -18,7 +20,7 @@ import os, sys
 pex, args = sys.argv[1], sys.argv[2:]
 tag = "cp%d%d" % sys.version_info[:2]
 verbose = os.environ.get("PEX_VERBOSE")
-if tag not in ("cp311", "cp312", "cp313"):
+if tag not in ("cp311", "cp312", "cp313", "cp314"):
     os.execv(sys.executable, [sys.executable, pex, *args])
 uid = os.geteuid()
 def flaw(path, above=False):
@@ -63,6 +65,11 @@ def unpack(dest, lazy):
     # made 0755 and files 0644 at most whatever the umask, with each __pycache__ made too.
     import json, shutil, tempfile, zipfile
     if not lazy:
+        try:
+            import lzma
+        except ImportError:
+            sys.exit("%s: %s has no lzma module (built without liblzma): the native libraries of podmand "
+                     "are LZMA entries" % (pex, sys.executable))
         sys.dont_write_bytecode = args[:1] == ["serve"]
     tmp = tempfile.mkdtemp(prefix=os.path.basename(dest) + ".", dir=os.path.dirname(dest))
     made, code = {tmp}, set()
@@ -156,5 +163,5 @@ sys.exit(main())
     fi
     exec "$python" "$0" "$@"
 done
-echo >&2 "$0: podmand needs CPython 3.11, 3.12 or 3.13 (python3.11, python3.12 or python3.13) on PATH=$PATH"
+echo >&2 "$0: podmand needs CPython 3.11, 3.12, 3.13 or 3.14 (python3.11 ... python3.14) on PATH=$PATH"
 exit 1

@@ -11,6 +11,7 @@
 #                          talk to Podman or ship the pex; as with any ARGS, coverage is
 #                          printed but not held to 90 % (only the whole suite on 4.3.1 is).
 #   tests/run.sh --podman 4.3 [ARGS]   the default: the host's Podman
+#                          (and tests/setup-python314.sh's CPython 3.14 tree, for the ship tests)
 #
 # The virtualenv (PODMAND_TEST_VENV, default /var/lib/podmand-test/venv) is made from
 # python3 on PATH (under sudo: the system's) and gets '.[test]'; nothing is installed into
@@ -76,6 +77,8 @@ if [ "$PODMAN" = 5.4 ]; then
 fi
 if [ "$PODMAN" = 4.3 ]; then
     bash tests/setup-podman.sh all
+    # Debian sid's CPython 3.14 in a tree, for tests/ship/test_python314.py (once: about 30 s)
+    bash tests/setup-python314.sh >/dev/null
     eval "$(bash tests/setup-podman.sh env)"
     PYTHON="$VENV/bin/python" ./build_pex.sh --all
 else

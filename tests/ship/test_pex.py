@@ -1,8 +1,8 @@
-"""The shipped files: one pex per architecture, for CPython 3.11-3.13, reproducible whoever
+"""The shipped files: one pex per architecture, for CPython 3.11-3.14, reproducible whoever
 builds them, and a build that needs nothing but python3.
 
-Only CPython 3.11 on x86_64 is at hand here, so for the other targets the pex's own
-metadata must prove that the right wheels are inside and that its interpreter
+Only CPython 3.11 on x86_64 is at hand here (and 3.14 in a tree: test_python314.py), so for
+the other targets the pex's own metadata must prove that the right wheels are inside and that its interpreter
 selection admits them. The files checked are dist/'s, which tests/run.sh builds first
 (PODMAND_DIST names another directory built with ./build_pex.sh --all)."""
 
@@ -32,9 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DIST = Path(os.environ.get("PODMAND_DIST", ROOT / "dist"))
 BUILD = ROOT / "build_pex.sh"
 ARCHES = ("x86_64", "aarch64")
-PYTHONS = ("311", "312", "313")
+PYTHONS = ("311", "312", "313", "314")
 NATIVE = ("grpcio", "msgspec", "cffi")  # compiled per CPython version
-MAX_BYTES = 32 * 1024 * 1024  # 30 MB until cryptography (issue 31: +5.4 MB)
+MAX_BYTES = 32 * 1024 * 1024  # 30 MB until cryptography (issue 31: +5.4 MB); 3.14 fits by LZMA (issue 32)
 
 
 def pex_path(arch: str) -> Path:
@@ -52,7 +52,7 @@ def pex_info(path: Path) -> dict[str, object]:
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_wheels_for_every_target_and_nothing_else(arch: str) -> None:
-    """Each native dependency is inside once per CPython 3.11/3.12/3.13 for this architecture,
+    """Each native dependency is inside once per CPython 3.11/3.12/3.13/3.14 for this architecture,
     protobuf and cryptography as their abi3 wheels, and no wheel of the other architecture."""
     wheels = list(pex_info(pex_path(arch))["distributions"])  # type: ignore[call-overload]
     other = next(a for a in ARCHES if a != arch)
@@ -63,24 +63,38 @@ def test_wheels_for_every_target_and_nothing_else(arch: str) -> None:
                      and f"manylinux2014_{arch}" in w]
             assert len(found) == 1, (name, py, arch, wheels)
     assert [w for w in wheels if w.startswith("protobuf-") and "abi3" in w and arch in w]
-    # one abi3 build of cryptography for all three (pexboot.sh unpacks abi3 wheels for each)
+    # one abi3 build of cryptography for all four (pexboot.sh unpacks abi3 wheels for each)
     assert len([w for w in wheels if w.startswith("cryptography-") and "-abi3-" in w
                 and f"manylinux2014_{arch}" in w]) == 1, wheels
     assert f"podmand-{__version__}-py3-none-any.whl" in wheels
 
 
 @pytest.mark.parametrize("arch", ARCHES)
-def test_interpreter_selection_admits_311_to_313(arch: str) -> None:
+def test_interpreter_selection_admits_311_to_314(arch: str) -> None:
     """No interpreter constraint excludes a target, pex's runtime (the fallback) lays out a venv,
-    and the /bin/sh boot (pexboot.sh) looks for 3.11-3.13 first."""
+    and the /bin/sh boot (pexboot.sh) looks for 3.11-3.14 first."""
     path = pex_path(arch)
     info = pex_info(path)
-    assert info["interpreter_constraints"] == []  # the platforms alone decide; all three are targets
+    assert info["interpreter_constraints"] == []  # the platforms alone decide; all four are targets
     assert info["venv"] is True
     head = boot_header(path)
     assert head.startswith("#!/bin/sh\n")
     candidates = re.findall(r"^for python in (.*); do$", head, re.MULTILINE)
-    assert candidates and candidates[0].split()[:3] == ["python3.11", "python3.12", "python3.13"], candidates
+    assert candidates and candidates[0].split()[:4] == ["python3.11", "python3.12", "python3.13", "python3.14"], \
+        candidates
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_native_libraries_are_lzma_and_what_zipimport_reads_is_deflate(arch: str) -> None:
+    """Every .so under .deps is an LZMA entry (what keeps four CPythons in 32 MB), every other
+    file deflate: .bootstrap, __main__.py and __pex__ are imported from the zip by zipimport,
+    which reads no LZMA (pex's runtime would not start)."""
+    with zipfile.ZipFile(pex_path(arch)) as z:
+        files = [i for i in z.infolist() if not i.is_dir()]
+    native = [i for i in files if i.filename.startswith(".deps/") and i.filename.endswith(".so")]
+    assert len(native) >= 4 * len(NATIVE)
+    assert {i.compress_type for i in native} == {zipfile.ZIP_LZMA}
+    assert {i.compress_type for i in files if i not in native} == {zipfile.ZIP_DEFLATED}
 
 
 def test_sizes_and_checksums() -> None:
