@@ -224,10 +224,10 @@ PY
 # included. pex writes no zip64 records, data descriptors, extra fields nor comments into a file
 # this size, and anything else is refused.
 finish_pex() {  # PEX VERSION
-    "$BUILD_PY" - "$1" "$2" pexboot.sh <<'PY' || die "could not finish $1"
-import io, json, lzma, os, struct, sys, zipfile
+    "$BUILD_PY" - "$1" "$2" pexboot.sh "$(dirname "$(dirname "$BUILD_PY")")/lzma" <<'PY' || die "could not finish $1"
+import hashlib, io, json, lzma, os, struct, sys, tempfile, zipfile
 from concurrent.futures import ThreadPoolExecutor
-path, version, boot = sys.argv[1], sys.argv[2], sys.argv[3]
+path, version, boot, cache = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 data = open(path, "rb").read()
 z = zipfile.ZipFile(io.BytesIO(data))
 infos = z.infolist()
@@ -243,8 +243,23 @@ if odd or z.comment or len(infos) >= 0xFFFF:
 def lzma_entry(info):
     # A zip LZMA entry's data: LZMA SDK version 9.20, the properties' size and the properties, then
     # the raw stream with its end marker (an .lzma file's, less the 8-byte size it starts with).
-    alone = lzma.compress(z.read(info), format=lzma.FORMAT_ALONE)
-    return b"\x09\x14\x05\x00" + alone[:5] + alone[13:]
+    # Kept in the build environment's cache by the input's digest (the same bytes and the same
+    # liblzma give the same output): a rebuild after a change to podmand compresses nothing.
+    raw = z.read(info)
+    kept = os.path.join(cache, hashlib.sha256(raw).hexdigest())
+    try:
+        with open(kept, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        pass
+    alone = lzma.compress(raw, format=lzma.FORMAT_ALONE)
+    entry = b"\x09\x14\x05\x00" + alone[:5] + alone[13:]
+    os.makedirs(cache, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(entry)
+    os.replace(tmp, kept)
+    return entry
 
 
 native = [i for i in infos if i.filename.startswith(".deps/") and i.filename.endswith(".so")]
