@@ -128,7 +128,7 @@ def latest_ready(watch: Watch, sandbox_id: str) -> str:
 
 
 def networks_of(client: podman.PodmanClient, container_id: str) -> set[str]:
-    return set(client.containers.get(container_id).attrs["NetworkSettings"]["Networks"])
+    return set(client.containers.get(container_id).attrs["NetworkSettings"].get("Networks") or {})
 
 
 def test_launcher_lifecycle_in_default_workspace(

@@ -8,36 +8,31 @@
 #                             without rebuilding: tests/setup-podman5.sh's tree, whose
 #                             busybox and compiler are not the ones the tars were made with)
 #
-# Images (the four sandbox images share one rootfs tar; only USER differs):
-#   localhost/podmand-test/sandbox:1         busybox-static rootfs, users root/sandbox/nobody,
-#                                            USER sandbox (like OpenShell's community base image)
+# Images, for the split topology of OpenShell 0.1.x (a workload and a supervisor container per
+# sandbox; docs/development.md). Every one but runtime:1 is imported from one rootfs tar (Debian
+# bookworm minbase + python3 + grpcio + cryptography + busybox's applets where Debian has no such
+# command, the stand-in supervisor, users root/sandbox(1000, also in group extra 1001)/nobody and
+# /workspace/project, sandbox's, with a README); only the image config differs:
+#   localhost/podmand-test/sandbox:1         USER sandbox (like OpenShell's community base image)
 #   localhost/podmand-test/sandbox-nouser:1  the same without USER
 #   localhost/podmand-test/sandbox-uid:1     the same with USER 2345:2346 (no passwd entry)
 #   localhost/podmand-test/sandbox-root:1    the same with USER root
-#   localhost/podmand-test/sandbox-workdir:1 the sandbox rootfs plus /workspace/project (sandbox's, with
-#                                            a README), WORKDIR /workspace/project; -workdir-root:1,
+#   localhost/podmand-test/sandbox-workdir:1 WORKDIR /workspace/project; -workdir-root:1,
 #                                            -workdir-sandbox:1 and -workdir-proc:1 the same with
-#                                            WORKDIR /, /sandbox and /proc/sys (their own tar, so the
-#                                            four sandbox images above stay as they are)
-#   localhost/podmand-test/supervisor:1      just /openshell-sandbox, the static test stand-in
-#                                            for the OpenShell supervisor, built from
-#                                            supervisor/openshell-sandbox.c
-# The split topology of OpenShell 0.1.x (rootless store only; docs/development.md):
+#                                            WORKDIR /, /sandbox and /proc/sys
+#   localhost/podmand-test/workload:1        USER sandbox (the split stand-in tests' sandbox image)
+#   localhost/podmand-test/supervisor2:1     /openshell-supervisor (supervisor2/openshell-supervisor),
+#                                            the stand-in of the 0.1.x supervisor, as ENTRYPOINT
 #   localhost/podmand-test/runtime:1         just /openshell-sandbox, the Python stand-in of the
 #                                            0.1.x workload runtime (runtime/openshell-sandbox),
-#                                            which a driver bind-mounts into the workload
-#   localhost/podmand-test/supervisor2:1     Debian bookworm + python3 + grpcio + cryptography,
-#                                            /openshell-supervisor (supervisor2/openshell-supervisor),
-#                                            the stand-in of the 0.1.x supervisor, as ENTRYPOINT
-#   localhost/podmand-test/workload:1        the same rootfs (one tar for both), USER sandbox
-#                                            (1000:1000, home /sandbox): a sandbox image the
-#                                            runtime stand-in can run in
+#                                            which a driver bind-mounts into the workload (so the
+#                                            sandbox images need python3, as its real one needs none)
 #   The Python rootfs starts from tests/images/pybase.sh's debootstrap tar; the wheels
 #   (PY_WHEELS, manylinux, CPython 3.11 as in bookworm) come from PyPI once, through the
 #   test virtualenv's pip, into $CACHE/wheels-cp311-<arch>.
 #
 # Rootfs tars are cached in /var/cache/podmand-test and rebuilt only when their
-# inputs (this script, the C source, the stand-in scripts, /bin/busybox, the Python
+# inputs (this script, the stand-in scripts, /bin/busybox, the Python
 # base tar, the wheels) change. The tars are reproducible (sorted, fixed mtime,
 # hash-checked .pyc files), and each image carries a label with the sha256 of its
 # tar plus its config, so a store is only touched when that label differs.
@@ -46,13 +41,11 @@ set -euo pipefail
 TEST_USER="${PODMAND_TEST_USER:-podmand}"
 CACHE=/var/cache/podmand-test
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-SRC="$HERE/supervisor/openshell-sandbox.c"
 LABEL=io.podmand-test.content
 SANDBOX_IMAGE=localhost/podmand-test/sandbox:1
 SANDBOX_NOUSER_IMAGE=localhost/podmand-test/sandbox-nouser:1
 SANDBOX_UID_IMAGE=localhost/podmand-test/sandbox-uid:1
 SANDBOX_ROOT_IMAGE=localhost/podmand-test/sandbox-root:1
-SUPERVISOR_IMAGE=localhost/podmand-test/supervisor:1
 RUNTIME_IMAGE=localhost/podmand-test/runtime:1
 SUPERVISOR2_IMAGE=localhost/podmand-test/supervisor2:1
 WORKLOAD_IMAGE=localhost/podmand-test/workload:1
@@ -88,54 +81,6 @@ fresh_or_build() {
     rm -rf "$dir"
     echo "$key" >"$tar.key"
     say "built $tar"
-}
-
-sandbox_rootfs() {
-    local d=$1 a
-    [ -x /bin/busybox ] || fail "/bin/busybox missing (apt-get install busybox-static)"
-    mkdir -p "$d"/{bin,sbin,usr/bin,usr/sbin,etc,root,sandbox,run,proc,sys,dev,var/tmp,tmp}
-    cp /bin/busybox "$d/bin/busybox"
-    # every applet, at the path busybox itself suggests (bin/ls, usr/bin/env, ...)
-    for a in $(/bin/busybox --list-full); do
-        [ "$a" = bin/busybox ] || [ -e "$d/$a" ] || ln -s /bin/busybox "$d/$a"
-    done
-    cat >"$d/etc/passwd" <<'EOF'
-root:x:0:0:root:/root:/bin/sh
-sandbox:x:1000:1000:sandbox user:/sandbox:/bin/sh
-nobody:x:65534:65534:nobody:/nonexistent:/bin/false
-EOF
-    cat >"$d/etc/group" <<'EOF'
-root:x:0:
-sandbox:x:1000:
-extra:x:1001:sandbox
-nogroup:x:65534:
-EOF
-    chmod 0700 "$d/root"
-    chmod 1777 "$d/tmp" "$d/var/tmp"
-    chown 1000:1000 "$d/sandbox"
-}
-
-workdir_rootfs() {
-    sandbox_rootfs "$1"
-    mkdir -p "$1/workspace/project"
-    echo "image content" >"$1/workspace/project/README"
-    chown -R 1000:1000 "$1/workspace"
-}
-
-supervisor_bin() {  # static stand-in, rebuilt when the source changes
-    local out="$CACHE/openshell-sandbox" key
-    key="$(sha "$SRC") gcc -static -O2"
-    if [ -x "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; then return 0; fi
-    command -v gcc >/dev/null || fail "gcc missing (apt-get install gcc libc6-dev)"
-    gcc -static -O2 -Wall -o "$out.tmp" "$SRC"
-    mv "$out.tmp" "$out"
-    echo "$key" >"$out.key"
-    say "compiled $out"
-}
-
-supervisor_rootfs() {
-    install -m 0755 "$CACHE/openshell-sandbox" "$1/openshell-sandbox"
-    install -d -m 1777 "$1/tmp"
 }
 
 # ---------------------------------------------------------------- the Python stand-ins
@@ -199,7 +144,6 @@ runtime_rootfs() {
 
 # podman import flags for each image (also part of the content label)
 SANDBOX_CHANGES=(--change "ENV=PATH=$PATH_ENV" --change 'CMD=["/bin/sh"]')
-SUPERVISOR_CHANGES=(--change "ENV=PATH=$PATH_ENV" --change 'CMD=["/openshell-sandbox"]')
 RUNTIME_CHANGES=(--change "ENV=PATH=$PATH_ENV" --change 'CMD=["/openshell-sandbox"]')
 SUPERVISOR2_CHANGES=(--change "ENV=PATH=$PATH_ENV" --change 'ENTRYPOINT=["/openshell-supervisor"]')
 WORKLOAD_CHANGES=(--change "ENV=PATH=$PATH_ENV" --change 'USER=sandbox' --change 'CMD=["/bin/sh"]')
@@ -252,20 +196,16 @@ for t in "${targets[@]}"; do
 done
 
 if [ -n "${PODMAND_IMAGES_CACHED:-}" ]; then
-    for f in sandbox sandbox-workdir supervisor runtime python-standin; do
+    for f in runtime python-standin; do
         [ -s "$CACHE/$f.tar" ] || fail "$CACHE/$f.tar missing: run 'bash tests/images/build.sh cache' where it is made"
     done
 else
     mkdir -p "$CACHE"; chmod 0755 "$CACHE"
-    supervisor_bin
     self=$(sha "${BASH_SOURCE[0]}")
-    fresh_or_build sandbox    "$self $(sha /bin/busybox)"                    sandbox_rootfs
-    fresh_or_build supervisor "$self $(sha "$CACHE/openshell-sandbox")"      supervisor_rootfs
-    fresh_or_build sandbox-workdir "$self $(sha /bin/busybox)"               workdir_rootfs
     fresh_or_build runtime    "$self $(sha "$RUNTIME_SRC")"                  runtime_rootfs
     [ -s "$CACHE/pybase.tar" ] || bash "$HERE/pybase.sh" tar
     python_wheels
-    fresh_or_build python-standin "$self $(sha "$SUPERVISOR2_SRC") $(stat -c '%s %Y' "$CACHE/pybase.tar") $(ls "$(wheels_dir)" | tr '\n' ' ')" \
+    fresh_or_build python-standin "$self $(sha "$SUPERVISOR2_SRC" /bin/busybox) $(stat -c '%s %Y' "$CACHE/pybase.tar") $(ls "$(wheels_dir)" | tr '\n' ' ')" \
         python_rootfs
 fi
 
@@ -286,5 +226,4 @@ for t in "${targets[@]}"; do
     load "$t" "$RUNTIME_IMAGE"     "$CACHE/runtime.tar" "${RUNTIME_CHANGES[@]}"
     load "$t" "$SUPERVISOR2_IMAGE" "$py" "${SUPERVISOR2_CHANGES[@]}"
     load "$t" "$WORKLOAD_IMAGE"    "$py" "${WORKLOAD_CHANGES[@]}"
-    load "$t" "$SUPERVISOR_IMAGE"  "$CACHE/supervisor.tar" "${SUPERVISOR_CHANGES[@]}"
 done
