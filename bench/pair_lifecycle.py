@@ -191,7 +191,7 @@ class Raw:
         supervisor = specs.supervisor_spec(plan, self.settings, prov, supervisor_image_id=self.supervisor_image_id)
         for built in (workload, supervisor):
             built["labels"] = {**built["labels"], names.OWNER: RAW_VALUE, RAW_LABEL: RAW_VALUE}
-        bundle = sandbox_spec.launch_bundle(raw, sandbox_id, "launch_authentication", FailedPrecondition)
+        bundle = sandbox_spec.launch_bundle(raw, sandbox_id, "launch_authentication")
         return RawPair(plan, prov, workload, supervisor, bundle)
 
     async def create(self, p: RawPair) -> tuple[float, float, dict[str, float]]:

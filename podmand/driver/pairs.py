@@ -1,4 +1,4 @@
-"""The split topology in the driver: each sandbox a workload and a supervisor container
+"""Each sandbox's pair in the driver: a workload and a supervisor container
 (``pair``), made from what preparation found, started again with a new launch bundle,
 stopped supervisor first and removed with its channel volume.
 
@@ -38,10 +38,6 @@ DEFAULT_HOST_GATEWAY_IP = "127.0.0.1"  # the supervisor shares the host's networ
 SUPERVISOR_GONE = "SupervisorExited"  # the workload stopped because its supervisor is not running
 
 
-def split(ctx: Context) -> bool:
-    return ctx.settings.topology == "split"
-
-
 def pair_of(
     ctx: Context, plan: Plan, prov: Provision, *, rootless: bool, supervisor_image_id: str = ""
 ) -> lifecycle.Pair:
@@ -78,7 +74,7 @@ def session(ctx: Context, bundle: tokens.LaunchAuthentication, userns: str) -> l
 
 
 class Pairs:
-    """The driver's side of each sandbox's pair (the split topology)."""
+    """The driver's side of each sandbox's pair."""
 
     def __init__(self, ctx: Context, runtime: SupervisorCache) -> None:
         self.ctx = ctx
@@ -113,7 +109,7 @@ class Pairs:
             raise ProvisionFailed("LaunchAuthenticationMissing", "the launch bundle is gone from the state directory; "
                                   "start the sandbox with a fresh one, or recreate it")
         try:
-            bundle = launch_bundle(raw, plan.sandbox_id, LAUNCH_WHERE, FailedPrecondition)
+            bundle = launch_bundle(raw, plan.sandbox_id, LAUNCH_WHERE)
         except FailedPrecondition as exc:  # e.g. its gateway token expired while the image was pulled
             raise ProvisionFailed("LaunchAuthenticationInvalid", exc.message) from exc
         try:  # Podman resolves bind sources at the start: checked now, just before it
