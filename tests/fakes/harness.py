@@ -196,7 +196,7 @@ class Rig:
 
 @contextlib.asynccontextmanager
 async def driver_on(
-    settings: Callable[[Path], Settings] = lambda _tmp: Settings(topology="single"), sink: EventSink | None = None
+    settings: Callable[[Path], Settings] = lambda _tmp: Settings(), sink: EventSink | None = None
 ) -> AsyncIterator[Rig]:
     """A Driver (state directory set up) on a fake libpod; ``settings`` gets a scratch
     directory; events go to ``sink`` (the hub's inbox) or to a :class:`Sink` (``rig.sink``)."""

@@ -27,11 +27,11 @@ from tests.fakes.libpod import Request, host_gateway_unresolved
 
 DEADLINE = 30.0
 IMAGE = "registry.example/app:1"
-WAIT = lambda _tmp: Settings(topology="single", exit_watch="wait")  # noqa: E731  # the /wait per running container
+WAIT = lambda _tmp: Settings(exit_watch="wait")  # noqa: E731  # the /wait per running container
 
 
 def run(body: Callable[[Rig], Awaitable[None]], settings: Callable[[Path], Settings] = lambda _t: Settings(
-        topology="single")) -> None:
+        )) -> None:
     async def main() -> None:
         async with driver_on(settings) as rig:
             await body(rig)
@@ -194,7 +194,7 @@ def test_a_create_provisions_and_starts_its_container() -> None:
     run(body)
 
 
-MOUNTS = lambda _tmp: Settings(topology="single", allow_driver_config=True, admission_enabled=False)  # noqa: E731
+MOUNTS = lambda _tmp: Settings(allow_driver_config=True, admission_enabled=False)  # noqa: E731
 
 
 def with_volume_subpath(sandbox_id: str) -> pb.DriverSandbox:
@@ -483,7 +483,7 @@ def test_garbage_collection_takes_only_old_leftovers_of_vanished_sandboxes() -> 
         assert rig.fake.count("DELETE .*/networks/") == 1
         assert {p.name for p in (d.state_dir / "sandboxes").iterdir()} == {"live", "recent", "pending"}
 
-    run(body, lambda _t: Settings(topology="single", gc_grace=3600))
+    run(body, lambda _t: Settings(gc_grace=3600))
 
 
 # ---------------------------------------------------------------- Podman's floor on create
@@ -491,7 +491,7 @@ def test_garbage_collection_takes_only_old_leftovers_of_vanished_sandboxes() -> 
 
 def pinned_supervisor(_tmp: Path) -> Settings:
     """A supervisor image with a fixed tag: pulled under 'missing' (':latest' is 'newer')."""
-    return Settings(topology="single", supervisor_image="registry.example/supervisor:1")
+    return Settings(supervisor_image="registry.example/supervisor:1")
 
 
 def existing_network(rig: Rig) -> None:
@@ -673,7 +673,7 @@ def test_a_garbage_collection_pass_lists_containers_once() -> None:
         assert removed == ["container:podmand-read-stale"]
         assert await rig.driver.collect_garbage() == []  # not again before gc_grace / 4
 
-    run(body, lambda _t: Settings(topology="single", gc_grace=3600))
+    run(body, lambda _t: Settings(gc_grace=3600))
 
 
 async def reader_left(rig: Rig) -> tuple[dict[str, bool], str]:
@@ -703,7 +703,7 @@ def test_a_reader_podman_did_not_remove_is_removed_at_the_next_collection_whatev
         assert await rig.driver.collect_garbage() == [f"container:{left}"]
         assert rig.fake.count("GET .*/containers/json") == lists and not imagefiles.UNREMOVED
 
-    run(body, lambda _t: Settings(topology="single", gc_grace=3600))
+    run(body, lambda _t: Settings(gc_grace=3600))
 
 
 

@@ -73,7 +73,7 @@ def tmpfs(target: str) -> dict[str, Any]:
 
 def run(body: Any, **settings: Any) -> None:
     async def main() -> None:
-        async with driver_on(lambda _t: Settings(topology="single", **settings)) as rig:
+        async with driver_on(lambda _t: Settings(**settings)) as rig:
             await body(rig)
 
     asyncio.run(asyncio.wait_for(main(), DEADLINE))

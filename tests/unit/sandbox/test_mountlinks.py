@@ -33,7 +33,7 @@ def test_every_destination_podmand_mounts_is_walked_whatever_the_settings(
 ) -> None:
     """ownmounts.destinations lists what own_mounts gives a sandbox, under any settings."""
     files = {"proxy_auth_file": str(tmp_path / "auth"), "proxy_ca_bundle": str(tmp_path / "ca")} if proxy else {}
-    settings = Settings(topology="single", tls_ca="/tls/ca.crt" if tls else "", **files)  # type: ignore[arg-type]
+    settings = Settings(tls_ca="/tls/ca.crt" if tls else "", **files)  # type: ignore[arg-type]
     plan = Plan.__new__(Plan)
     object.__setattr__(plan, "has_token", token)
     prov = Provision.__new__(Provision)

@@ -198,10 +198,10 @@ def test_ca_bundle_must_parse_as_x509(tmp_path: Path) -> None:
 
 def test_read_files_trims_the_credential(auth_file: str, ca_file: str) -> None:
     s = Settings(
-            topology="single", https_proxy="http://p:3128", proxy_auth_file=auth_file, proxy_auth_allow_insecure=True,
+            https_proxy="http://p:3128", proxy_auth_file=auth_file, proxy_auth_allow_insecure=True,
                  proxy_ca_bundle=ca_file)
     assert proxy.read_files(s) == (SECRET.encode() + b"\n", PEM)
-    assert proxy.read_files(Settings(topology="single")) == (None, None)
+    assert proxy.read_files(Settings()) == (None, None)
 
 
 def test_files_are_written_root_only(tmp_path: Path) -> None:
@@ -250,10 +250,10 @@ def test_supervisor_gets_the_proxy_on_its_command_line_only(auth_file: str, ca_f
 
 
 def test_no_proxy_no_flags_no_mounts() -> None:
-    doc = container(Settings(topology="single"))
+    doc = container(Settings())
     assert doc["command"] == ["--workdir", "/sandbox"]
     assert not [m for m in doc["mounts"] if m["destination"] in (proxy.AUTH_PATH, proxy.CA_BUNDLE_PATH)]
-    plain = container(Settings(topology="single", https_proxy="http://p:3128"))
+    plain = container(Settings(https_proxy="http://p:3128"))
     assert plain["command"] == ["--workdir", "/sandbox", "--upstream-proxy=http://p:3128"]
 
 

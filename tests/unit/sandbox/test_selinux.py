@@ -65,25 +65,25 @@ def test_relabel(setting: str, enabled: bool, relabel: bool) -> None:
 
 def test_own_binds_are_labelled_private_and_shared() -> None:
     """Per-sandbox files (token, TLS copies) get Z; the supervisor binary, shared by every sandbox, gets z."""
-    settings = Settings(topology="single", tls_ca="/tls/ca.crt", tls_cert="/tls/tls.crt", tls_key="/tls/tls.key")
+    settings = Settings(tls_ca="/tls/ca.crt", tls_cert="/tls/tls.crt", tls_key="/tls/tls.key")
     own = binds(build(settings, relabel=True))
     assert own[names.SUPERVISOR_BIN] == ["bind", "ro", "z"]
     assert own[names.TOKEN_PATH] == ["bind", "ro", "U", "Z"]
     for f in ("ca.crt", "tls.crt", "tls.key"):
         assert own[f"{names.TLS_DIR}/{f}"] == ["bind", "ro", "U", "Z"]
-    credential = binds(build(Settings(topology="single"), relabel=True, token=False))
+    credential = binds(build(Settings(), relabel=True, token=False))
     assert credential[names.CREDENTIAL_PATH] == ["bind", "ro", "U", "Z"]
 
 
 def test_no_labels_without_selinux() -> None:
-    own = binds(build(Settings(topology="single", tls_ca="/c", tls_cert="/t", tls_key="/k"), relabel=False))
+    own = binds(build(Settings(tls_ca="/c", tls_cert="/t", tls_key="/k"), relabel=False))
     assert not any({"z", "Z"} & set(options) for options in own.values()), own
 
 
 @pytest.mark.parametrize("relabel", [True, False])
 def test_caller_binds_carry_only_their_own_label(relabel: bool) -> None:
     """podmand never relabels a caller's host path on its own: only selinux_label does."""
-    settings = Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+    settings = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
     built = build(settings, relabel=relabel, mounts=[
         {"type": "bind", "source": "/srv/plain", "target": "/plain"},
         {"type": "bind", "source": "/srv/mine", "target": "/mine", "selinux_label": "private"},

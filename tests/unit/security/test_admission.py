@@ -16,7 +16,7 @@ from podmand import names, negotiation
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
-from podmand.errors import FailedPrecondition, InvalidArgument, Unauthenticated
+from podmand.errors import FailedPrecondition, InvalidArgument
 from podmand.host import enforcement
 from podmand.libpod import Info, PodmanClient, StoreInfo, VolumeInspect
 from podmand.sandbox.driverconfig import Mount
@@ -46,9 +46,9 @@ def volume(labels: dict[str, str] | None, driver: str, options: dict[str, str]) 
 @pytest.mark.parametrize(
     "settings",
     [
-        Settings(topology="single"),
-        Settings(topology="single", allow_driver_config=True, admission_enabled=False),
-        Settings(topology="single", admission_labels={"b": "2", "a": "${workspace}"}),
+        Settings(),
+        Settings(allow_driver_config=True, admission_enabled=False),
+        Settings(admission_labels={"b": "2", "a": "${workspace}"}),
     ],
 )
 def test_advertised_string_is_the_checked_policy(settings: Settings) -> None:
@@ -59,14 +59,14 @@ def test_advertised_string_is_the_checked_policy(settings: Settings) -> None:
 
 
 def test_default_policy_is_upstreams_string() -> None:
-    assert admission.policy(Settings(topology="single")).wire() == UPSTREAM_DEFAULT
+    assert admission.policy(Settings()).wire() == UPSTREAM_DEFAULT
 
 
 def test_workspace_substitution() -> None:
-    pol = admission.policy(Settings(topology="single"))
+    pol = admission.policy(Settings())
     assert pol.labels_for("ws") == ADMITTED
     assert pol.labels_for("") is None  # upstream: invalid workspace identity
-    fixed = admission.policy(Settings(topology="single", admission_labels={"tier": "gold"}))
+    fixed = admission.policy(Settings(admission_labels={"tier": "gold"}))
     assert fixed.labels_for("") == {"tier": "gold"}
 
 
@@ -75,7 +75,7 @@ def test_workspace_substitution() -> None:
 
 def test_labelled_volume_is_admitted() -> None:
     admission.check_volume(facts(ADMITTED), admission.policy(Settings(
-            topology="single")), "ws", enable_bind_mounts=False,
+            )), "ws", enable_bind_mounts=False,
                            protected=())
 
 
@@ -91,20 +91,20 @@ def test_labelled_volume_is_admitted() -> None:
 def test_unlabelled_or_foreign_volume_is_refused(labels: dict[str, str] | None, workspace: str) -> None:
     with pytest.raises(FailedPrecondition) as exc:
         admission.check_volume(facts(labels), admission.policy(Settings(
-                topology="single")), workspace, enable_bind_mounts=False,
+                )), workspace, enable_bind_mounts=False,
                                protected=())
     assert exc.value.message == "podman volume 'data': external resource not admitted by required labels"
 
 
 def test_admission_disabled_checks_no_labels() -> None:
-    admission.check_volume(facts(None), admission.policy(Settings(topology="single", admission_enabled=False)), "ws",
+    admission.check_volume(facts(None), admission.policy(Settings(admission_enabled=False)), "ws",
                            enable_bind_mounts=False, protected=())
 
 
 def test_empty_workspace_is_not_an_identity() -> None:
     with pytest.raises(FailedPrecondition) as exc:
         admission.check_volume(facts(ADMITTED), admission.policy(Settings(
-                topology="single")), "", enable_bind_mounts=False,
+                )), "", enable_bind_mounts=False,
                                protected=())
     assert "invalid workspace identity" in exc.value.message
 
@@ -127,7 +127,7 @@ def test_host_backed_volume_detection(driver: str, options: dict[str, str], host
 def test_bind_backed_volume_needs_enable_bind_mounts() -> None:
     """Labels do not make a hidden host bind acceptable; enable_bind_mounts does, outside podmand's paths."""
     bound = facts(ADMITTED, type="none", o="bind", device="/srv/data")
-    pol = admission.policy(Settings(topology="single"))
+    pol = admission.policy(Settings())
     with pytest.raises(FailedPrecondition) as exc:
         admission.check_volume(bound, pol, "ws", enable_bind_mounts=False, protected=())
     assert "backed by a host bind mount" in exc.value.message and "enable_bind_mounts" in exc.value.message
@@ -158,7 +158,7 @@ def test_podmands_own_paths_are_never_bind_sources(tree: Path) -> None:
     (tree / "elsewhere").mkdir()
     os.symlink(state, tree / "link")
     own = admission.protected_paths(Settings(
-            topology="single", socket=str(tree / "run" / "d.sock")), str(state), "/run/p/podman.sock",
+            socket=str(tree / "run" / "d.sock")), str(state), "/run/p/podman.sock",
                                     env={"HOME": str(tree / "home")})
     paths = [p.path for p in own]
     assert str(state) in paths and str(tree / "run") in paths and "/run/p/podman.sock" in paths
@@ -177,7 +177,7 @@ def test_operator_secrets_podmans_storage_and_registry_logins_are_protected(tree
     for d in (home, run, secrets, tree / "staging", tree / "elsewhere"):
         d.mkdir(parents=True)
     settings = Settings(
-            topology="single", socket=str(tree / "sock" / "d.sock"), registry_auth_file=str(secrets / "auth.json"),
+            socket=str(tree / "sock" / "d.sock"), registry_auth_file=str(secrets / "auth.json"),
                         proxy_auth_file=str(secrets / "proxy-auth"), proxy_ca_bundle=str(secrets / "ca" / "p.pem"),
                         rootfs_staging_dir=str(tree / "staging"))
     store = tree / "storage"
@@ -232,8 +232,8 @@ def test_podman_paths_from_info() -> None:
 
 
 def test_provenance() -> None:
-    strict, lenient = admission.policy(Settings(topology="single")), admission.policy(Settings(
-            topology="single", allow_driver_config=True))
+    strict, lenient = admission.policy(Settings()), admission.policy(Settings(
+            allow_driver_config=True))
     admission.check_provenance(strict, "false")
     admission.check_provenance(lenient, "true")
     for pol, label in ((strict, "true"), (strict, None), (lenient, None), (lenient, "")):
@@ -280,17 +280,8 @@ def test_traversal_ids_never_reach_files_or_podman(bad: str, tree: Path) -> None
                 await call
             assert exc.value.message.startswith("sandbox_id:")
 
-    fake = run_driver(Settings(topology="single"), state, lambda fake: None, body)
-    assert (state / "keep").read_text() == "x" and (state / "credential.key").exists()
-    assert fake.requests == []
-
-
-def test_credential_with_bad_sandbox_id_is_unauthenticated(tree: Path) -> None:
-    async def body(driver: Driver) -> None:
-        with pytest.raises(Unauthenticated):
-            await driver.authenticate(driver.signer.mint("..", "inst", "0"))
-
-    fake = run_driver(Settings(topology="single"), tree / "state", lambda fake: None, body)
+    fake = run_driver(Settings(), state, lambda fake: None, body)
+    assert (state / "keep").read_text() == "x"
     assert fake.requests == []
 
 
@@ -327,7 +318,7 @@ def test_start_rechecks_admission_and_starts_nothing(
             await driver.start("sb1")
         assert needle in exc.value.message
 
-    fake = run_driver(Settings(topology="single"), tree / "state", container({**BASE_LABELS, **labels}, mounts), body)
+    fake = run_driver(Settings(), tree / "state", container({**BASE_LABELS, **labels}, mounts), body)
     assert not [r for r in fake.requests if r.endswith("/start")]
 
 
@@ -338,14 +329,14 @@ def test_start_of_an_admitted_sandbox_goes_ahead(tree: Path) -> None:
         await driver.start("sb1")
 
     labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "false"}
-    fake = run_driver(Settings(topology="single"), tree / "state", container(labels, mounts), body)
+    fake = run_driver(Settings(), tree / "state", container(labels, mounts), body)
     assert [r for r in fake.requests if r.endswith("/containers/cid/start")]
 
 
 def test_validate_checks_volumes_and_bind_sources(tree: Path) -> None:
     """ValidateSandboxCreate: the admission and own-path checks run before anything is made."""
     state = tree / "state"
-    settings = Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+    settings = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
 
     async def body(driver: Driver) -> None:
         own = await admission.protected(driver.podman, settings, str(state))
@@ -356,7 +347,7 @@ def test_validate_checks_volumes_and_bind_sources(tree: Path) -> None:
         await admission.admit_mounts(driver.podman, settings, str(state), "ws", [Mount("volume", "/d", "data")])
         with pytest.raises(FailedPrecondition) as exc:
             await admission.admit_mounts(driver.podman, Settings(
-                    topology="single"), str(state), "ws", [Mount("volume", "/d", "data")])
+                    ), str(state), "ws", [Mount("volume", "/d", "data")])
         assert exc.value.message == ("sandbox.spec.template.driver_config.mounts[0].source: podman volume 'data': "
                                      "external resource not admitted by required labels")
         with pytest.raises(FailedPrecondition) as exc:
@@ -378,7 +369,7 @@ def test_podmans_storage_comes_from_one_info_and_only_for_binds(tree: Path) -> N
     """A bind into Podman's graphRoot is refused by what /info says; /info is asked once for
     the life of the client, and not at all for a request without binds or volumes."""
     state = tree / "state"
-    settings = Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+    settings = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
 
     fakes: list[FakeLibpod] = []
 
@@ -407,7 +398,7 @@ def test_podmans_storage_comes_from_one_info_and_only_for_binds(tree: Path) -> N
 # ---------------------------------------------------------------- StartSandbox re-checks the binds
 
 
-OPEN = Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+OPEN = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
 
 
 def own_binds(state: Path) -> list[dict[str, str]]:
@@ -469,9 +460,9 @@ def test_start_rechecks_bind_sources_with_symlinks_resolved_now(tree: Path) -> N
 @pytest.mark.parametrize(
     ("settings", "needle"),
     [
-        (Settings(topology="single", allow_driver_config=True, admission_enabled=False),
+        (Settings(allow_driver_config=True, admission_enabled=False),
          "bind mount '/data': bind mounts require enable_bind_mounts"),
-        (Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True),
+        (Settings(allow_driver_config=True, enable_bind_mounts=True),
          f"bind mount '/data': {admission.HOST_MOUNT_REFUSED}"),
     ],
 )
@@ -499,7 +490,7 @@ def test_podmands_own_binds_from_another_state_directory_are_its_own(tree: Path)
     async def body(driver: Driver) -> None:
         await driver.start("sb1")
 
-    fake = run_driver(Settings(topology="single"), tree / "state", container(labels, mounts), body)
+    fake = run_driver(Settings(), tree / "state", container(labels, mounts), body)
     assert [r for r in fake.requests if r.endswith("/containers/cid/start")]
 
 

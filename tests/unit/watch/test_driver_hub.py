@@ -27,7 +27,7 @@ DEADLINE = 30.0
 def run(body: Callable[[Rig, Hub, Inbox], Awaitable[None]], settings: Callable[[Path], Settings] | None = None) -> None:
     async def main() -> None:
         inbox = Inbox()
-        async with driver_on(settings or (lambda _tmp: Settings(topology="single")), sink=inbox) as rig:
+        async with driver_on(settings or (lambda _tmp: Settings()), sink=inbox) as rig:
             hub = Hub(rig.driver.podman, rig.driver, inbox, resync=0)
             await body(rig, hub, inbox)
 
@@ -211,7 +211,7 @@ def test_exits_come_from_events_and_a_wait_per_container_only_when_asked() -> No
             assert waits == 0 and rig.fake.count("/wait") == 0
 
     run(body)
-    run(body, lambda _tmp: Settings(topology="single", exit_watch="wait"))
+    run(body, lambda _tmp: Settings(exit_watch="wait"))
 
 
 def test_forgetting_a_removed_container_drops_its_facts_and_a_second_deleted_is_not_claimed() -> None:
