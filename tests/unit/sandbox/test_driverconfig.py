@@ -13,6 +13,7 @@ from podmand.libpod import versions
 from podmand.libpod.versions import Features
 from podmand.sandbox import driverconfig, spec
 from podmand.sandbox.driverconfig import Mount
+from tests.jwt import make_launch
 
 OPEN = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
 WHERE = "sandbox.spec.template.driver_config.mounts[0]"
@@ -276,7 +277,8 @@ def test_duplicate_targets_of_different_kinds() -> None:
 def test_validate_passes_the_sandbox_userns_and_socket() -> None:
     """spec.validate hands drivercfg the sandbox's userns (the setting's auto here) and its SSH socket."""
     sandbox = pb.DriverSandbox(id="abc", name="n", spec=pb.DriverSandboxSpec(template=template(
-        {"type": "image", "source": "localhost/d:1", "target": "/d"})))
+        {"type": "image", "source": "localhost/d:1", "target": "/d"}),
+        launch_authentication=make_launch("abc", "g0000000000000001")))
     with pytest.raises(FailedPrecondition, match="userns=auto"):
         spec.validate(sandbox, OPEN)
     sandbox.spec.template.user_namespaces = False

@@ -64,8 +64,10 @@ def test_a_request_naming_an_imported_rootfs_is_refused_naming_the_field() -> No
     from podmand.config import Settings
     from podmand.errors import InvalidArgument
     from podmand.sandbox import spec
+    from tests.jwt import make_launch
 
-    box = pb.DriverSandbox(id="attacker", name="n", spec=pb.DriverSandboxSpec())
+    box = pb.DriverSandbox(id="attacker", name="n", spec=pb.DriverSandboxSpec(
+        launch_authentication=make_launch("attacker", "g0000000000000001")))
     box.spec.template.image = "podmand-rootfs:victim"
     with pytest.raises(InvalidArgument, match=r"^sandbox\.spec\.template\.image: .*only by the sandbox"):
         spec.validate(box, Settings())

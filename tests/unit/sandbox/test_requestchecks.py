@@ -11,9 +11,10 @@ from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.errors import InvalidArgument
+from podmand.pair import specs
 from podmand.sandbox import envvars, requestchecks, spec
 from podmand.sandbox.identity import Resolved
-from podmand.sandbox.plan import Plan, Provision
+from podmand.sandbox.plan import Plan
 from tests.jwt import make_launch
 
 KIB = 1024
@@ -45,10 +46,8 @@ def refused(sandbox: pb.DriverSandbox, *needles: str) -> str:
 
 def execve_strings(plan: Plan) -> list[bytes]:
     """The supervisor's environment as the runtime execs it, KEY=VALUE with its NUL."""
-    prov = Provision(image_id="sha256:feed", image_user="", image_env=(), network="openshell-ws",
-                          supervisor_path="/cache/openshell-sandbox", secrets_dir="/secrets", instance="inst1",
-                          identity=Resolved(uid=1000, gid=1000, supplementary=(), source="image", digest="sha256:f"))
-    env = spec.container_spec(plan, Settings(), prov)["env"]
+    identity = Resolved(uid=1000, gid=1000, supplementary=(), source="image", digest="sha256:f")
+    env = specs.supervisor_env(plan, Settings(), "", identity)
     return [f"{k}={v}".encode() + b"\0" for k, v in env.items()]
 
 

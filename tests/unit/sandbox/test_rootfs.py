@@ -25,8 +25,10 @@ from podmand.sandbox.plan import Plan
 from podmand.sandbox.snapshots import Condition
 from tests.fakes import harness
 from tests.fakes.libpod import FakeLibpod
+from tests.jwt import make_launch
 
 ROOT = "/srv/staging"
+GENERATION = "g0000000000000001"
 ON = Settings(rootfs_staging_dir=ROOT, rootfs_max_bytes=1024)
 SLOT = "req-0b6c2e57-3a1f-4c2d-9e8f-1a2b3c4d5e6f"  # as the gateway names one: req- and a lowercase UUID
 TAR = f"{ROOT}/{SLOT}/rootfs.tar"
@@ -269,7 +271,8 @@ def test_rootfs_tar_path_needs_no_allow_driver_config_and_is_not_caller_config()
 
 
 def test_a_plan_from_a_rootfs_tar_runs_the_image_imported_for_it() -> None:
-    sandbox = pb.DriverSandbox(id="Sb-1", name="demo", workspace="ws", spec=pb.DriverSandboxSpec())
+    sandbox = pb.DriverSandbox(id="Sb-1", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(
+        launch_authentication=make_launch("Sb-1", GENERATION)))
     sandbox.spec.template.CopyFrom(template({"rootfs_tar_path": TAR}))
     plan = spec.validate(sandbox, ON)
     assert (plan.image, plan.rootfs_tar) == ("localhost/podmand-rootfs:Sb-1", TAR)
@@ -279,7 +282,8 @@ def test_a_plan_from_a_rootfs_tar_runs_the_image_imported_for_it() -> None:
 
 
 def sandbox_without_tar() -> pb.DriverSandbox:
-    return pb.DriverSandbox(id="sb-2", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(template=template({})))
+    return pb.DriverSandbox(id="sb-2", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(
+        template=template({}), launch_authentication=make_launch("sb-2", GENERATION)))
 
 
 @pytest.mark.parametrize(("tag", "sandbox_id"), [("localhost/podmand-rootfs:sb-1", "sb-1"),
@@ -383,7 +387,7 @@ def run(main: Callable[[], Any]) -> None:
 
 def rootfs_sandbox(sandbox_id: str, tar: Path, name: str = "demo") -> pb.DriverSandbox:
     who = pb.WorkloadIdentityRequest(user="sandbox", group="sandbox")  # a rootfs tar declares no USER
-    box_spec = pb.DriverSandboxSpec(workload_identity=who)
+    box_spec = pb.DriverSandboxSpec(workload_identity=who, launch_authentication=make_launch(sandbox_id, GENERATION))
     sandbox = pb.DriverSandbox(id=sandbox_id, name=name, workspace="ws", spec=box_spec)
     sandbox.spec.template.CopyFrom(template({"rootfs_tar_path": str(tar)}))
     return sandbox

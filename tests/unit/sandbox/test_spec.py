@@ -574,7 +574,8 @@ def test_host_gateway_ip() -> None:
 
 def test_main_process_spec() -> None:
     """No command means an interactive login shell; a command carries its own tty and attach flags."""
-    default = json.loads(supervisor(spec.validate(make_sandbox(), Settings()), Settings())["env"][names.ENV_MAIN_PROCESS])
+    env = supervisor(spec.validate(make_sandbox(), Settings()), Settings())["env"]
+    default = json.loads(env[names.ENV_MAIN_PROCESS])
     assert default == {"version": 1, "command": ["/bin/bash", "-l"], "tty": True}
     plan = spec.validate(make_sandbox(command=["python", "-m", "app"], await_main_process_attachment=True), Settings(
             ))
@@ -584,7 +585,8 @@ def test_main_process_spec() -> None:
 
 
 def test_tls_files_mounted_and_referenced() -> None:
-    """With TLS, the three client files are bind-mounted from the secrets dir into the supervisor and named in its env."""
+    """With TLS, the three client files are bind-mounted from the secrets dir into the supervisor,
+    and named in its env."""
     settings = Settings(tls_ca="/x/ca.crt", tls_cert="/x/tls.crt", tls_key="/x/tls.key")
     built = supervisor(spec.validate(make_sandbox(), settings), settings)
     assert built["env"][names.ENV_ENDPOINT].startswith("https://")
