@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+from podmand.security.credentials import KEY_BYTES
 
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.host.statedir import LOCK_FILE
-from podmand.security.credentials import KEY_BYTES
 from tests.fakes.libpod import FakeLibpod
 from tests.faults import test_faults
 from tests.faults.test_faults import DEADLINE, Podmand, rpc_error, sandbox

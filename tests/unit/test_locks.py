@@ -18,6 +18,8 @@ from tests.fakes.harness import Sink
 from tests.fakes.libpod import FakeLibpod
 from tests.jwt import make_launch
 
+GENERATION = "g0000000000000001"
+
 DEADLINE = 30.0
 
 
@@ -93,7 +95,7 @@ def test_unknown_ids_leave_the_driver_lock_table_empty() -> None:
                     with pytest.raises(NotFound):
                         await driver.stop(sandbox_id)
                     with pytest.raises(NotFound):
-                        await driver.start(sandbox_id, launch_authentication=make_launch(sandbox_id, "g0000000000000001"))
+                        await driver.start(sandbox_id, launch_authentication=make_launch(sandbox_id, GENERATION))
                     assert await driver.delete(sandbox_id) is False
                 assert len(driver.locks) == 0
                 assert not any((Path(tmp) / "state" / "sandboxes").iterdir())

@@ -24,6 +24,7 @@ from podmand.security import admission
 from podmand.security.admission import Protected
 from tests.fakes.harness import Rig, Sink, driver_on, eventually
 from tests.fakes.libpod import INFO, FakeLibpod, Request
+from tests.jwt import make_launch
 
 UPSTREAM_DEFAULT = (
     'v1:{"allow_driver_config":false,"resource_admission":{"enabled":true,"required_labels":'
@@ -299,7 +300,9 @@ def container(labels: dict[str, str], mounts: list[dict[str, str]]) -> Any:
 
 
 BASE_LABELS = {names.MANAGED: "true", names.OWNER: names.OWNER_VALUE, names.SANDBOX_ID: "sb1",
-               names.SANDBOX_NAME: "n", names.SANDBOX_WORKSPACE: "ws", names.INSTANCE: "inst"}
+               names.SANDBOX_NAME: "n", names.SANDBOX_WORKSPACE: "ws", names.INSTANCE: "inst",
+               names.ISOLATION_ROLE: names.ROLE_WORKLOAD}
+BUNDLE = make_launch("sb1", "g0000000000000001")  # every start brings one
 
 
 @pytest.mark.parametrize(
@@ -315,7 +318,7 @@ def test_start_rechecks_admission_and_starts_nothing(
 ) -> None:
     async def body(driver: Driver) -> None:
         with pytest.raises(FailedPrecondition) as exc:
-            await driver.start("sb1")
+            await driver.start("sb1", launch_authentication=BUNDLE)
         assert needle in exc.value.message
 
     fake = run_driver(Settings(), tree / "state", container({**BASE_LABELS, **labels}, mounts), body)
@@ -326,7 +329,7 @@ def test_start_of_an_admitted_sandbox_goes_ahead(tree: Path) -> None:
     mounts = [{"Type": "volume", "Name": "good"}, {"Type": "volume", "Name": names.volume_name("sb1")}]
 
     async def body(driver: Driver) -> None:
-        await driver.start("sb1")
+        await driver.start("sb1", launch_authentication=BUNDLE)
 
     labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "false"}
     fake = run_driver(Settings(), tree / "state", container(labels, mounts), body)
@@ -439,18 +442,18 @@ def test_start_rechecks_bind_sources_with_symlinks_resolved_now(tree: Path) -> N
 
     async def body(driver: Driver) -> None:
         [fake] = fakes
-        await driver.start("sb1")  # harmless: started
+        await driver.start("sb1", launch_authentication=BUNDLE)  # harmless: started
         assert fake.count(r"/containers/cid/start$") == 1
         link.unlink()
         link.symlink_to(state)
         with pytest.raises(FailedPrecondition) as exc:
-            await driver.start("sb1")
+            await driver.start("sb1", launch_authentication=BUNDLE)
         assert exc.value.message == (f"bind mount '/data': {str(link)!r} would expose podmand's own state directory "
                                      f"({state}); choose a path outside it")
         link.unlink()
         link.symlink_to("/srv/podman/graph/overlay")
         with pytest.raises(FailedPrecondition) as exc:
-            await driver.start("sb1")
+            await driver.start("sb1", launch_authentication=BUNDLE)
         assert "would expose Podman's storage (graphRoot) (/srv/podman/graph)" in exc.value.message
         assert fake.count(r"/containers/cid/start$") == 1  # neither refused start reached Podman
 
@@ -474,7 +477,7 @@ def test_start_rechecks_that_binds_are_allowed_today(settings: Settings, needle:
 
     async def body(driver: Driver) -> None:
         with pytest.raises(FailedPrecondition) as exc:
-            await driver.start("sb1")
+            await driver.start("sb1", launch_authentication=BUNDLE)
         assert exc.value.message.startswith(needle), exc.value.message
 
     fake = run_driver(settings, tree / "state", container(labels, mounts), body)
@@ -488,7 +491,7 @@ def test_podmands_own_binds_from_another_state_directory_are_its_own(tree: Path)
     mounts = [m for m in own_binds(tree / "earlier-state") if m["Type"] == "bind" and m["Destination"] != "/img"]
 
     async def body(driver: Driver) -> None:
-        await driver.start("sb1")
+        await driver.start("sb1", launch_authentication=BUNDLE)
 
     fake = run_driver(Settings(), tree / "state", container(labels, mounts), body)
     assert [r for r in fake.requests if r.endswith("/containers/cid/start")]
@@ -503,7 +506,7 @@ def test_podmands_own_binds_outside_reserved_targets_are_checked(tree: Path) -> 
 
     async def body(driver: Driver) -> None:
         with pytest.raises(FailedPrecondition) as exc:
-            await driver.start("sb1")
+            await driver.start("sb1", launch_authentication=BUNDLE)
         assert exc.value.message.startswith("bind mount '/tok': ") and "state directory" in exc.value.message
 
     fake = run_driver(OPEN, state, container(labels, [*own_binds(state), stray]), body)
