@@ -87,7 +87,6 @@ from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand.config import Settings, loading
-from podmand.errors import FailedPrecondition
 from podmand.libpod import PodmanClient, PodmanError
 from podmand.pair import archives, documents, outerfence, specs, tls
 from podmand.sandbox import spec as sandbox_spec

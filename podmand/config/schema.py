@@ -308,8 +308,8 @@ class _Network(_Sandboxes):
 
     grpc_endpoint: Annotated[str, S(
         "OPENSHELL_GRPC_ENDPOINT", "--grpc-endpoint",
-        "gateway URL given to sandboxes",
-        default="http(s)://host.containers.internal:<gateway_port>", see="deployment.md",
+        "gateway URL a sandbox's supervisor dials (it shares this host's network)",
+        default="http(s)://127.0.0.1:<gateway_port>", see="deployment.md",
     )] = ""
     gateway_port: Annotated[int, S(
         "OPENSHELL_GATEWAY_PORT", "--gateway-port",
