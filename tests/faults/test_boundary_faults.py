@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-from podmand.security.credentials import KEY_BYTES
 
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.host.statedir import LOCK_FILE
@@ -46,22 +45,6 @@ def assert_clean_exit(d: Podmand, needle: str, run_dir: Path | None = None) -> N
 def in_new_dir(tmp: Path) -> dict[str, str]:
     """A socket in a directory podmand has to create (so it must also remove it)."""
     return {"OPENSHELL_COMPUTE_DRIVER_SOCKET": str(tmp / "run" / "sub" / "d.sock")}
-
-
-def test_truncated_credential_key(tmp: Path, launch: Callable[..., Podmand]) -> None:
-    (tmp / "state").mkdir(mode=0o700)
-    (tmp / "state" / "credential.key").write_bytes(b"\x01" * (KEY_BYTES - 5))
-    d = launch(**in_new_dir(tmp))
-    d.socket = str(tmp / "run" / "sub" / "d.sock")
-    assert_clean_exit(d, f"credential key {tmp}/state/credential.key is not {KEY_BYTES} bytes long", tmp / "run")
-    assert (tmp / "state" / "credential.key").read_bytes() == b"\x01" * (KEY_BYTES - 5)  # never replaced
-
-
-def test_garbage_credential_key(tmp: Path, launch: Callable[..., Podmand]) -> None:
-    (tmp / "state").mkdir(mode=0o700)
-    (tmp / "state" / "credential.key").write_bytes(os.urandom(KEY_BYTES * 3))
-    d = launch()
-    assert_clean_exit(d, "is not 32 bytes long")
 
 
 def test_socket_path_of_108_bytes(tmp: Path, launch: Callable[..., Podmand]) -> None:

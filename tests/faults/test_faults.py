@@ -48,7 +48,6 @@ class Podmand:
             "PODMAND_STATE_DIR": str(self.state),
             "OPENSHELL_SANDBOX_IMAGE": "img:1",
             "OPENSHELL_SUPERVISOR_IMAGE": "sup:1",
-            "PODMAND_TOPOLOGY": "single",  # the layout these fault tests were written for
             "PYTHONUNBUFFERED": "1",
         })
         if podman_socket is not None:
