@@ -14,6 +14,7 @@ supervisor's state as the workload's snapshot shows it is :func:`fold`'s.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from .. import names
@@ -104,6 +105,12 @@ class Pairs:
             mount_images=prepared.mount_images,
             workspace=prepared.workspace,
         )
+        rootless = await self.rootless()
+        if prov.identity.supplementary and specs.launches_as_root(
+            documents.identity_of(prov.identity), rootless=rootless
+        ):  # the runtime's launcher drops every supplementary group (contract §7.2: setgroups(0)), and
+            # its own check then wants none: the identity says what the workload really runs as
+            prov = dataclasses.replace(prov, identity=dataclasses.replace(prov.identity, supplementary=()))
         raw = files.launch(plan.sandbox_id)
         if raw is None:
             raise ProvisionFailed("LaunchAuthenticationMissing", "the launch bundle is gone from the state directory; "
@@ -128,7 +135,7 @@ class Pairs:
             sess = session(self.ctx, bundle, plan.userns)
         except FailedPrecondition as exc:
             raise ProvisionFailed("HostGatewayInvalid", exc.message) from exc
-        pair = pair_of(self.ctx, plan, prov, rootless=await self.rootless(),
+        pair = pair_of(self.ctx, plan, prov, rootless=rootless,
                        supervisor_image_id=prepared.supervisor_image_id)
         await self._clear_leftovers(pair, prov.instance)
         files.write_resolver(plan.sandbox_id)

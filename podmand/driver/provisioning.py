@@ -195,6 +195,9 @@ class Provisioner:
         if terminal:  # reported again, not retried, after a restart
             try:
                 self.ctx.files.mark_failed(pending.plan.sandbox_id, reason, message)
+                # no pair is made of this bundle now: its tokens leave the state directory
+                # (a StartSandbox brings a fresh one: startstop.py)
+                self.ctx.files.drop_launch(pending.plan.sandbox_id)
             except DriverError as exc:  # the state directory: reported now, retried after a restart
                 log.warning("sandbox %s: the failure is not recorded: %s", pending.plan.sandbox_id, exc.message)
         self._set(pending, reason, message)

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,13 +29,15 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand._proto import extension_pb2 as ext
 from tests.jwt import make_token
+from tests.standin.launch import Launch
 from tests.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PEX = Path(os.environ.get("PODMAND_PEX", ROOT / "dist" / "podmand.pex"))
 USER = os.environ.get("PODMAND_TEST_USER", "podmand")
 SANDBOX_IMAGE = "localhost/podmand-test/sandbox:1"
-SUPERVISOR_IMAGE = "localhost/podmand-test/supervisor:1"
+SUPERVISOR_IMAGE = "localhost/podmand-test/supervisor2:1"
+RUNTIME_IMAGE = "localhost/podmand-test/runtime:1"
 DEADLINE = 30.0
 # What a podmand needs to measure its coverage when tests/run.sh asks for it; `env -i` drops it.
 COVERAGE_ENV = {
@@ -63,6 +66,7 @@ def sandbox(
     **spec: Any,
 ) -> pb.DriverSandbox:
     sandbox_id = sandbox_id or f"sb-{uuid.uuid4().hex[:12]}"
+    spec.setdefault("launch_authentication", Launch(sandbox_id=sandbox_id).bundle())
     return pb.DriverSandbox(
         id=sandbox_id,
         name=name,
@@ -163,9 +167,7 @@ class Podmand:
             "OPENSHELL_SANDBOX_IMAGE": SANDBOX_IMAGE,
             "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR_IMAGE,
             "OPENSHELL_STOP_TIMEOUT": "5",
-            # The pre-0.1 single-container layout, which these tests were written for; the
-            # split topology's tests (test_pair_*.py) say PODMAND_TOPOLOGY=split
-            "PODMAND_TOPOLOGY": "single",
+            "OPENSHELL_SANDBOX_RUNTIME_IMAGE": RUNTIME_IMAGE,
             "PODMAND_STATE_DIR": str(self.state_dir),
             "OPENSHELL_LOG_LEVEL": "debug",
             **COVERAGE_ENV,
@@ -265,12 +267,41 @@ def pex_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def podman_client(podman_socket: str) -> Iterator[podman.PodmanClient]:
     with podman.PodmanClient(base_url=f"unix://{podman_socket}") as client:
         # Start from a clean slate: what an aborted earlier run left behind would
-        # hold user-namespace ranges and be resumed or reported by new daemons.
+        # hold user-namespace ranges and be resumed or reported by new daemons. Only
+        # orphans go: a sandbox whose podmand still runs, or whose state directory was
+        # used in the last quarter hour (a test restarting its podmand), belongs to another
+        # session on this store (a developer's second pytest), which this one must not break.
         owned = {"label": "io.podmand.owner=podmand"}
-        for item in [*client.containers.list(all=True, filters=owned), *client.volumes.list(filters=owned)]:
+        live = live_state_dirs()
+        volumes = client.volumes.list(filters=owned)
+        kept = {v.attrs["Labels"].get("openshell.ai/sandbox-id") for v in volumes
+                if v.attrs["Labels"].get("io.podmand.state-dir") in live}
+        for item in [*client.containers.list(all=True, filters=owned), *volumes]:
+            labels = item.labels if hasattr(item, "labels") else item.attrs["Labels"]
+            if labels.get("openshell.ai/sandbox-id") in kept - {None}:
+                continue
             with contextlib.suppress(podman.errors.NotFound):
                 item.remove(force=True)
         yield client
+
+
+def live_state_dirs(recent: float = 900.0) -> set[str]:
+    """State directories of the podmand processes running now (their environment names it),
+    and those changed in the last ``recent`` seconds."""
+    found = set()
+    for state in Path(tempfile.gettempdir()).glob("podmand-e2e-*/state"):
+        with contextlib.suppress(OSError):
+            if time.time() - max(state.stat().st_mtime, (state / "sandboxes").stat().st_mtime) < recent:
+                found.add(str(state))
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            found.update(v[len(b"PODMAND_STATE_DIR="):].decode(errors="replace") for v in environ
+                         if v.startswith(b"PODMAND_STATE_DIR="))
+    return found
 
 
 @pytest.fixture
@@ -303,7 +334,7 @@ def cleanup(podman_client: podman.PodmanClient) -> Iterator[list[str]]:
     ids: list[str] = []
     yield ids
     for sandbox_id in ids:
-        for item in [*containers_of(podman_client, sandbox_id), *volumes_of(podman_client, sandbox_id)]:
+        for item in [*pair_of(podman_client, sandbox_id), *volumes_of(podman_client, sandbox_id)]:
             try:
                 item.remove(force=True)
             except podman.errors.NotFound:
@@ -314,8 +345,15 @@ def cleanup(podman_client: podman.PodmanClient) -> Iterator[list[str]]:
                     raise
 
 
-def containers_of(client: podman.PodmanClient, sandbox_id: str) -> list[Any]:
-    """The sandbox's containers, fully inspected (list entries lack State)."""
+def containers_of(client: podman.PodmanClient, sandbox_id: str, role: str = "sandbox") -> list[Any]:
+    """The sandbox's containers of one isolation role, fully inspected (list entries lack
+    State): its workload (``sandbox``, the default) or its supervisor (``supervisor``)."""
+    found = client.containers.list(all=True, filters={"label": f"openshell.ai/sandbox-id={sandbox_id}"})
+    return [client.containers.get(c.id) for c in found if c.labels.get("openshell.ai/isolation-role") == role]
+
+
+def pair_of(client: podman.PodmanClient, sandbox_id: str) -> list[Any]:
+    """Every container of the sandbox, workload and supervisor alike."""
     found = client.containers.list(all=True, filters={"label": f"openshell.ai/sandbox-id={sandbox_id}"})
     return [client.containers.get(c.id) for c in found]
 

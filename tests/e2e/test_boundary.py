@@ -100,7 +100,8 @@ def test_capability_bits(make_podmand: Callable[..., Podmand]) -> None:
     caps = driver.stub.GetCapabilities(pb.GetCapabilitiesRequest(gateway=gateway_metadata()))
     gpu = caps.resource_capabilities.gpu
     assert (gpu.count_selection_supported, gpu.default_selection_supported) == (False, False)
-    assert caps.supports_sandbox_authentication is True
+    # the gateway verifies its own session tokens (contract §1.2): podmand mints no credential
+    assert caps.supports_sandbox_authentication is False
     assert caps.driver_reports_runtime_readiness is False
     box = sandbox(resource_requirements=pb.ResourceRequirements(gpu=pb.GpuResourceRequirements(count=1)))
     try:

@@ -18,8 +18,10 @@ import podman
 import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
+from tests.standin.launch import Launch
 
 from .conftest import (
+    RUNTIME_IMAGE,
     SANDBOX_IMAGE,
     SUPERVISOR_IMAGE,
     USER,
@@ -27,6 +29,7 @@ from .conftest import (
     Watch,
     containers_of,
     gateway_metadata,
+    pair_of,
     ready,
     sandbox,
     wait_until,
@@ -97,16 +100,15 @@ def launcher_env(
         "OPENSHELL_GATEWAY_PORT": str(port),
         "OPENSHELL_NETWORK_NAME": network,
         "OPENSHELL_STOP_TIMEOUT": "15",
-        "OPENSHELL_SANDBOX_RUNTIME_IMAGE": "openshell/sandbox:dev",
+        # the launcher's runtime image is openshell/sandbox:dev, which this machine has not:
+        # the stand-in runtime stands in for it, under the launcher's variable
+        "OPENSHELL_SANDBOX_RUNTIME_IMAGE": RUNTIME_IMAGE,
         "OPENSHELL_SUPERVISOR_IMAGE": f"{SUPERVISOR_IMAGE.rsplit(':', 1)[0]}@{digest}",
         **make_pki(daemon.workdir / "pki"),
         "OPENSHELL_ENABLE_BIND_MOUNTS": "true",
         # Not the launcher's: it isolates its driver through XDG_DATA_HOME, which podmand does
         # not use; this keeps the run's state apart (and lets Podmand.stop find the process).
         "PODMAND_STATE_DIR": str(daemon.state_dir),
-        # Nor this: the single-container layout, which the test images here are for (the
-        # launcher's runtime image, openshell/sandbox:dev, is not on this machine)
-        "PODMAND_TOPOLOGY": "single",
     }
 
 
@@ -133,41 +135,50 @@ def test_launcher_lifecycle_in_default_workspace(
     launched: Podmand, e2e_network: str, podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
     """No arguments, upstream's environment only: capabilities, create in workspace
-    ``default`` on the launcher's network, Ready, stop, start, delete."""
+    ``default``, Ready, stop, start with a fresh bundle, delete. The pair joins no network,
+    the launcher's included: the workload has none, its supervisor the host's, and the
+    supervisor (not the workload) gets the launcher's gateway endpoint and TLS material."""
     assert "unknown environment variables" not in launched.logs()  # every launcher variable is known
     assert "ignores the TLS files" not in launched.logs()  # https endpoint with TLS files: consistent
     caps = launched.stub.GetCapabilities(pb.GetCapabilitiesRequest(gateway=gateway_metadata()))
     assert caps.driver_name and caps.default_image == SANDBOX_IMAGE
 
     watch = launched.watch()
-    box = sandbox(workspace="default", token=True)
+    box = sandbox(workspace="default")
     cleanup.append(box.id)
     launched.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     wait_until(lambda: latest_ready(watch, box.id) == "True", READY_DEADLINE,
                f"{box.id} Ready; last: {watch.latest(box.id)}")
 
     [container] = containers_of(podman_client, box.id)
-    assert networks_of(podman_client, container.id) == {e2e_network}
+    [supervisor] = containers_of(podman_client, box.id, "supervisor")
+    assert container.attrs["HostConfig"]["NetworkMode"] == "none"
+    assert supervisor.attrs["HostConfig"]["NetworkMode"] == "host"
+    assert e2e_network not in networks_of(podman_client, container.id) | networks_of(podman_client, supervisor.id)
     names = {n.name for n in podman_client.networks.list()}
     assert f"{e2e_network}-default" not in names
-    env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"])
+    workload_env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"] or [] if "=" in e)
+    assert not [k for k in workload_env if k.startswith("OPENSHELL_")]
+    env = dict(e.split("=", 1) for e in supervisor.attrs["Config"]["Env"])
     assert env["OPENSHELL_ENDPOINT"] == launched.env["OPENSHELL_GRPC_ENDPOINT"]
     assert env["OPENSHELL_TLS_CA"]
 
     launched.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id, name=box.name))
     assert podman_client.containers.get(container.id).status == "exited"
+    assert podman_client.containers.get(supervisor.id).status == "exited"
     wait_until(lambda: latest_ready(watch, box.id) == "False", what=f"{box.id} Ready=False after stop")
 
-    launched.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id, name=box.name))
+    launched.stub.StartSandbox(pb.StartSandboxRequest(
+        sandbox_id=box.id, name=box.name, launch_authentication=Launch(sandbox_id=box.id).bundle()))
     wait_until(lambda: latest_ready(watch, box.id) == "True", READY_DEADLINE,
                f"{box.id} Ready again; last: {watch.latest(box.id)}")
     [again] = containers_of(podman_client, box.id)
-    assert again.id == container.id and networks_of(podman_client, again.id) == {e2e_network}
+    assert again.id == container.id and again.attrs["State"]["Status"] == "running"
 
     assert launched.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted is True
     wait_until(lambda: watch.deleted(box.id), what="Deleted event")
-    assert containers_of(podman_client, box.id) == []
-    # The launcher's network is its own: podmand joined it and leaves it in place.
+    assert pair_of(podman_client, box.id) == []
+    # The launcher's network is its own: podmand leaves it in place.
     assert e2e_network in {n.name for n in podman_client.networks.list()}
     watch.cancel()
 

@@ -20,7 +20,17 @@ import pytest
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 
-from .conftest import ROOT, SANDBOX_IMAGE, SUPERVISOR_IMAGE, USER, Watch, containers_of, sandbox, wait_until
+from .conftest import (
+    ROOT,
+    RUNTIME_IMAGE,
+    SANDBOX_IMAGE,
+    SUPERVISOR_IMAGE,
+    USER,
+    Watch,
+    containers_of,
+    sandbox,
+    wait_until,
+)
 
 BASE = "localhost/podmand-test/python:3.11"
 IMAGE = "localhost/podmand:test"
@@ -114,13 +124,14 @@ def run_sidecar(name: str, podman_socket: str, state_mount: str, shared: Path, *
     as_user("podman", "run", "-d", "--name", name, *SIDECAR_USER,
             "-v", f"{podman_socket}:/run/podman/podman.sock", "-v", state_mount, "-v", f"{shared / 'run'}:/run/podmand",
             "-e", f"OPENSHELL_SUPERVISOR_IMAGE={SUPERVISOR_IMAGE}", "-e", f"OPENSHELL_SANDBOX_IMAGE={SANDBOX_IMAGE}",
-            "-e", "PODMAND_TOPOLOGY=single",  # the layout these images are for (tests/e2e/conftest.py)
+            "-e", f"OPENSHELL_SANDBOX_RUNTIME_IMAGE={RUNTIME_IMAGE}",
             *extra, IMAGE)
 
 
 def test_sidecar_serves_and_sandbox_gets_ready(sidecar_image: str, shared: Path, podman_socket: str,
                                                podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
-    """The sidecar serves on the shared socket, its HEALTHCHECK passes, and a sandbox reaches Ready=True."""
+    """The sidecar serves on the shared socket, its HEALTHCHECK passes, and a sandbox reaches Ready=True:
+    its pair runs, the runtime binary extracted into the shared state directory."""
     name = "podmand-sidecar-test"
     state = shared / "state"
     try:
@@ -135,12 +146,13 @@ def test_sidecar_serves_and_sandbox_gets_ready(sidecar_image: str, shared: Path,
                    "the sidecar's HEALTHCHECK to pass")
         stub = pb_grpc.ComputeDriverStub(grpc.insecure_channel(f"unix://{sock}"))
         watch = Watch(stub)
-        box = sandbox(token=True)
+        box = sandbox()
         cleanup.append(box.id)
         stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
         watch.wait_reason(box.id, "ContainerRunning", timeout=60)
         [container] = containers_of(podman_client, box.id)
-        assert container.status == "running"
+        [supervisor] = containers_of(podman_client, box.id, "supervisor")
+        assert (container.status, supervisor.status) == ("running", "running")
         assert stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
         watch.cancel()
     finally:

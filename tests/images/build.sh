@@ -177,7 +177,19 @@ python_rootfs() {  # pybase + the wheels + a sandbox account + the supervisor st
     "$py" -m compileall -q -j 0 --invalidation-mode unchecked-hash -d "$PY_SITE" "$d$PY_SITE" >/dev/null
     grep -q '^sandbox:' "$d/etc/passwd" || echo 'sandbox:x:1000:1000:sandbox user:/sandbox:/bin/sh' >>"$d/etc/passwd"
     grep -q '^sandbox:' "$d/etc/group" || echo 'sandbox:x:1000:' >>"$d/etc/group"
+    grep -q '^extra:' "$d/etc/group" || echo 'extra:x:1001:sandbox' >>"$d/etc/group"
     install -d -m 0755 -o 1000 -g 1000 "$d/sandbox"
+    # busybox's applets where Debian's minbase has no such command (httpd, nc, wget, ip ...)
+    [ -x /bin/busybox ] || fail "/bin/busybox missing (apt-get install busybox-static)"
+    cp /bin/busybox "$d/bin/busybox"
+    for a in $(/bin/busybox --list-full); do
+        [ -e "$d/$a" ] || [ -L "$d/$a" ] || [ -e "$d/usr/$a" ] || [ -e "$d/bin/${a##*/}" ] \
+            || [ -e "$d/usr/bin/${a##*/}" ] || ln -s /bin/busybox "$d/$a"
+    done
+    # the sandbox-workdir images' project (one tar for every sandbox image; only the config differs)
+    mkdir -p "$d/workspace/project"
+    echo "image content" >"$d/workspace/project/README"
+    chown -R 1000:1000 "$d/workspace"
     install -m 0755 "$SUPERVISOR2_SRC" "$d/openshell-supervisor"
 }
 
@@ -262,18 +274,17 @@ for t in "${targets[@]}"; do
     if [ "$t" = rootless ]; then
         id -u "$TEST_USER" >/dev/null 2>&1 || fail "user $TEST_USER missing (run tests/setup-podman.sh)"
     fi
-    load "$t" "$SANDBOX_IMAGE"        "$CACHE/sandbox.tar" "${SANDBOX_CHANGES[@]}" --change 'USER=sandbox'
-    load "$t" "$SANDBOX_NOUSER_IMAGE" "$CACHE/sandbox.tar" "${SANDBOX_CHANGES[@]}"
-    load "$t" "$SANDBOX_UID_IMAGE"    "$CACHE/sandbox.tar" "${SANDBOX_CHANGES[@]}" --change 'USER=2345:2346'
-    load "$t" "$SANDBOX_ROOT_IMAGE"   "$CACHE/sandbox.tar" "${SANDBOX_CHANGES[@]}" --change 'USER=root'
-    load "$t" "$SUPERVISOR_IMAGE"     "$CACHE/supervisor.tar" "${SUPERVISOR_CHANGES[@]}"
+    py="$CACHE/python-standin.tar"
+    load "$t" "$SANDBOX_IMAGE"        "$py" "${SANDBOX_CHANGES[@]}" --change 'USER=sandbox'
+    load "$t" "$SANDBOX_NOUSER_IMAGE" "$py" "${SANDBOX_CHANGES[@]}"
+    load "$t" "$SANDBOX_UID_IMAGE"    "$py" "${SANDBOX_CHANGES[@]}" --change 'USER=2345:2346'
+    load "$t" "$SANDBOX_ROOT_IMAGE"   "$py" "${SANDBOX_CHANGES[@]}" --change 'USER=root'
     for w in :/workspace/project -root:/ -sandbox:/sandbox -proc:/proc/sys; do
-        load "$t" "$WORKDIR_IMAGE${w%%:*}:1" "$CACHE/sandbox-workdir.tar" "${SANDBOX_CHANGES[@]}" \
+        load "$t" "$WORKDIR_IMAGE${w%%:*}:1" "$py" "${SANDBOX_CHANGES[@]}" \
             --change 'USER=sandbox' --change "WORKDIR=${w#*:}"
     done
-    if [ "$t" = rootless ]; then  # the split topology runs only on the rootless store
-        load "$t" "$RUNTIME_IMAGE"     "$CACHE/runtime.tar"        "${RUNTIME_CHANGES[@]}"
-        load "$t" "$SUPERVISOR2_IMAGE" "$CACHE/python-standin.tar" "${SUPERVISOR2_CHANGES[@]}"
-        load "$t" "$WORKLOAD_IMAGE"    "$CACHE/python-standin.tar" "${WORKLOAD_CHANGES[@]}"
-    fi
+    load "$t" "$RUNTIME_IMAGE"     "$CACHE/runtime.tar" "${RUNTIME_CHANGES[@]}"
+    load "$t" "$SUPERVISOR2_IMAGE" "$py" "${SUPERVISOR2_CHANGES[@]}"
+    load "$t" "$WORKLOAD_IMAGE"    "$py" "${WORKLOAD_CHANGES[@]}"
+    load "$t" "$SUPERVISOR_IMAGE"  "$CACHE/supervisor.tar" "${SUPERVISOR_CHANGES[@]}"
 done
