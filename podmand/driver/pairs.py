@@ -89,8 +89,10 @@ class Pairs:
     async def create(self, pending: Pending, prepared: Prepared, selinux: bool) -> str:
         """Make and start the pending sandbox's pair from the launch bundle its create
         recorded; the workload's ID. What an interrupted earlier attempt of this create left
-        is removed first; a failure leaves nothing of this attempt (``lifecycle.create``)."""
+        is removed first, before any check can fail it; a failure leaves nothing of this
+        attempt (``lifecycle.create``)."""
         files, podman, plan = self.ctx.files, self.ctx.podman, pending.plan
+        await self._clear_leftovers(bare_pair(self.ctx, plan.sandbox_id, plan.container_name), pending.instance)
         image = prepared.image
         prov = Provision(
             image_id=image.id,
@@ -137,12 +139,12 @@ class Pairs:
             raise ProvisionFailed("HostGatewayInvalid", exc.message) from exc
         pair = pair_of(self.ctx, plan, prov, rootless=rootless,
                        supervisor_image_id=prepared.supervisor_image_id)
-        await self._clear_leftovers(pair, prov.instance)
         files.write_resolver(plan.sandbox_id)
         child_env = documents.child_env(prov.image_env, plan.user_env)
 
-        async def make() -> tuple[str, list[str]]:
-            return await lifecycle.create(podman, pair, sess, identity, child_env), []
+        async def make() -> tuple[str, list[str]]:  # a stop meanwhile leaves it made, never started
+            return await lifecycle.create(podman, pair, sess, identity, child_env,
+                                          start=lambda: not pending.stopped), []
 
         # Podman carries out what it was sent when podmand stops waiting: a delete waits for
         # this (creation.finished), and the create removes what it made when it fails
