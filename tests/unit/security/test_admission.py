@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -22,8 +23,8 @@ from podmand.libpod import Info, PodmanClient, StoreInfo, VolumeInspect
 from podmand.sandbox.driverconfig import Mount
 from podmand.security import admission
 from podmand.security.admission import Protected
-from tests.fakes.harness import Rig, Sink, driver_on, eventually
-from tests.fakes.libpod import INFO, FakeLibpod, Request
+from tests.fakes.harness import Containers, Rig, Sink, driver_on, eventually, labels_for, name_for
+from tests.fakes.libpod import INFO, FakeLibpod, Hang, Request
 from tests.jwt import make_launch
 
 UPSTREAM_DEFAULT = (
@@ -287,22 +288,20 @@ def test_traversal_ids_never_reach_files_or_podman(bad: str, tree: Path) -> None
 
 
 def container(labels: dict[str, str], mounts: list[dict[str, str]]) -> Any:
+    """sb1's pair, stopped: its workload has ``labels`` and ``mounts``."""
     def setup(fake: FakeLibpod) -> None:
-        name = names.container_name("ws", "n", "sb1")
-        entry = {"Id": "cid", "Names": [name], "State": "exited", "Labels": labels}
-        fake.route("GET", "/containers/json", (200, {}, [entry]))
-        fake.route("GET", "/containers/cid/json", (200, {}, {"Id": "cid", "Name": name, "Config": {"Labels": labels},
-                                                            "Mounts": mounts}))
-        fake.route("POST", "/containers/cid/start", (204, {}, b""))
+        boxes = Containers(fake)
+        workload = boxes.boxes[boxes.add_pair("sb1", "exited")]
+        workload["Config"]["Labels"], workload["Mounts"] = labels, mounts
         fake.volumes["data"] = {"Name": "data", "Labels": {}}
         fake.volumes["good"] = {"Name": "good", "Labels": ADMITTED}
     return setup
 
 
-BASE_LABELS = {names.MANAGED: "true", names.OWNER: names.OWNER_VALUE, names.SANDBOX_ID: "sb1",
-               names.SANDBOX_NAME: "n", names.SANDBOX_WORKSPACE: "ws", names.INSTANCE: "inst",
-               names.ISOLATION_ROLE: names.ROLE_WORKLOAD}
+BASE_LABELS = {**labels_for("sb1"), names.ISOLATION_ROLE: names.ROLE_WORKLOAD}
+del BASE_LABELS[names.DRIVER_CONFIG_USED]  # each test says
 BUNDLE = make_launch("sb1", "g0000000000000001")  # every start brings one
+STARTED = rf"/containers/{name_for('sb1')}/start$"  # the workload's start (by name, as the pair's)
 
 
 @pytest.mark.parametrize(
@@ -333,7 +332,7 @@ def test_start_of_an_admitted_sandbox_goes_ahead(tree: Path) -> None:
 
     labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "false"}
     fake = run_driver(Settings(), tree / "state", container(labels, mounts), body)
-    assert [r for r in fake.requests if r.endswith("/containers/cid/start")]
+    assert [r for r in fake.requests if re.search(STARTED, r)]
 
 
 def test_validate_checks_volumes_and_bind_sources(tree: Path) -> None:
@@ -405,14 +404,12 @@ OPEN = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_ena
 
 
 def own_binds(state: Path) -> list[dict[str, str]]:
-    """The binds podmand gives every sandbox (sandboxmounts.py), as Podman's inspect shows them,
-    and what a started image mount looks like: a bind from Podman's storage."""
-    secrets = state / "sandboxes" / "sb1"
+    """The binds podmand gives every workload (pair/specs.py: the runtime binary), as Podman's
+    inspect shows them, and what a started image mount looks like: a bind from Podman's storage."""
     return [
         {"Type": "bind", "Source": str(state / "supervisor" / "sha256-x" / "openshell-sandbox"),
-         "Destination": names.SUPERVISOR_BIN},
-        {"Type": "bind", "Source": str(secrets / "sandbox.jwt"), "Destination": names.TOKEN_PATH},
-        {"Type": "bind", "Source": str(secrets / "ca.crt"), "Destination": f"{names.TLS_DIR}/ca.crt"},
+         "Destination": names.RUNTIME_BIN},
+        {"Type": "volume", "Name": names.channel_volume_name("sb1"), "Destination": names.CHANNEL_DIR},
         {"Type": "image", "Source": "localhost/data:1", "Destination": "/img"},
         {"Type": "bind", "Source": "/srv/podman/graph/overlay-containers/c/userdata/overlay/1/merge",
          "Destination": "/img"},
@@ -443,7 +440,8 @@ def test_start_rechecks_bind_sources_with_symlinks_resolved_now(tree: Path) -> N
     async def body(driver: Driver) -> None:
         [fake] = fakes
         await driver.start("sb1", launch_authentication=BUNDLE)  # harmless: started
-        assert fake.count(r"/containers/cid/start$") == 1
+        assert fake.count(STARTED) == 1
+        await driver.stop("sb1")  # a running pair's start with the same bundle is a retry: nothing to check
         link.unlink()
         link.symlink_to(state)
         with pytest.raises(FailedPrecondition) as exc:
@@ -455,7 +453,7 @@ def test_start_rechecks_bind_sources_with_symlinks_resolved_now(tree: Path) -> N
         with pytest.raises(FailedPrecondition) as exc:
             await driver.start("sb1", launch_authentication=BUNDLE)
         assert "would expose Podman's storage (graphRoot) (/srv/podman/graph)" in exc.value.message
-        assert fake.count(r"/containers/cid/start$") == 1  # neither refused start reached Podman
+        assert fake.count(STARTED) == 1  # neither refused start reached Podman
 
     run_driver(OPEN, state, setup, body)
 
@@ -494,7 +492,7 @@ def test_podmands_own_binds_from_another_state_directory_are_its_own(tree: Path)
         await driver.start("sb1", launch_authentication=BUNDLE)
 
     fake = run_driver(Settings(), tree / "state", container(labels, mounts), body)
-    assert [r for r in fake.requests if r.endswith("/containers/cid/start")]
+    assert [r for r in fake.requests if re.search(STARTED, r)]
 
 
 def test_podmands_own_binds_outside_reserved_targets_are_checked(tree: Path) -> None:
@@ -502,7 +500,7 @@ def test_podmands_own_binds_outside_reserved_targets_are_checked(tree: Path) -> 
     bound anywhere else is refused."""
     state = tree / "state"
     labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "true"}
-    stray = {"Type": "bind", "Source": str(state / "sandboxes" / "sb1" / "sandbox.jwt"), "Destination": "/tok"}
+    stray = {"Type": "bind", "Source": str(state / "sandboxes" / "sb1" / "launch.json"), "Destination": "/tok"}
 
     async def body(driver: Driver) -> None:
         with pytest.raises(FailedPrecondition) as exc:
@@ -519,7 +517,8 @@ def test_podmands_own_binds_outside_reserved_targets_are_checked(tree: Path) -> 
 def bind_box(sandbox_id: str, source: Path) -> pb.DriverSandbox:
     template = pb.DriverSandboxTemplate(image="registry.example/app:1")
     template.driver_config.update({"mounts": [{"type": "bind", "source": str(source), "target": "/data"}]})
-    return pb.DriverSandbox(id=sandbox_id, name="demo", workspace="ws", spec=pb.DriverSandboxSpec(template=template))
+    spec = pb.DriverSandboxSpec(template=template, launch_authentication=make_launch(sandbox_id, "g0000000000000001"))
+    return pb.DriverSandbox(id=sandbox_id, name="demo", workspace="ws", spec=spec)
 
 
 def harmless_link(tmp: Path) -> Path:
@@ -560,9 +559,9 @@ def test_provisioning_rechecks_binds_just_before_the_first_start() -> None:
 
 
 def test_a_resumed_create_rechecks_binds_before_starting_the_container_it_adopts() -> None:
-    """podmand went away while Podman made the container; before the next podmand resumes
-    the create the bind source is re-pointed at the state directory: the container it
-    adopts is removed unstarted and the sandbox fails with MountRefused."""
+    """podmand went away while Podman made the workload; before the next podmand resumes
+    the create the bind source is re-pointed at the state directory: the workload that
+    attempt left is removed unstarted and the sandbox fails with MountRefused."""
 
     async def main() -> None:
         async with driver_on(lambda _tmp: OPEN) as rig:
@@ -570,24 +569,19 @@ def test_a_resumed_create_rechecks_binds_before_starting_the_container_it_adopts
 
     async def scenario(rig: Rig) -> None:
         link = harmless_link(rig.tmp)
-        made, answer = asyncio.Event(), asyncio.Event()
+        made = asyncio.Event()
 
-        async def create(req: Request) -> Any:
-            sandbox_id = (req.json().get("labels") or {}).get(names.SANDBOX_ID)
-            if sandbox_id and any(b["Config"]["Labels"].get(names.SANDBOX_ID) == sandbox_id
-                                   for b in rig.boxes.boxes.values()):
-                return 500, {}, {"message": "container name is already in use"}  # Podman 4.3.1's answer
+        def create(req: Request) -> Any:
             reply = rig.boxes.create(req)
-            if sandbox_id:  # made, but podmand is gone before it hears so
-                made.set()
-                await answer.wait()
+            if (req.json().get("labels") or {}).get(names.SANDBOX_ID) and not made.is_set():
+                made.set()  # the workload is made, but podmand is gone before it hears so
+                return Hang()
             return reply
 
         rig.fake.route("POST", "/containers/create", create)
         await rig.driver.create(bind_box("sb-1", link))
         await asyncio.wait_for(made.wait(), 10)
         await rig.driver.close()
-        answer.set()
         link.unlink()
         link.symlink_to(rig.driver.state_dir)
         sink = Sink()
