@@ -57,6 +57,18 @@ def test_socket_path_of_108_bytes(tmp: Path, launch: Callable[..., Podmand]) -> 
     assert not (d.state / LOCK_FILE).exists()  # refused before the state directory was touched
 
 
+def test_a_removed_setting_stops_the_start_before_anything_is_made(tmp: Path, launch: Callable[..., Podmand]) -> None:
+    """PODMAND_TOPOLOGY (the single-container layout is gone): a configuration error (exit 2),
+    one line naming the setting and what to do, no socket directory made, the state
+    directory untouched."""
+    d = launch(PODMAND_TOPOLOGY="split", **in_new_dir(tmp))
+    assert d.wait_exit() == 2, d.log
+    [line] = [line for line in d.log.splitlines() if line.startswith("podmand: ")]
+    assert "setting topology (--topology / PODMAND_TOPOLOGY) was removed" in line, d.log
+    assert line.endswith("remove it from podmand's configuration") and "Traceback" not in d.log
+    assert not (tmp / "run").exists() and not (d.state / LOCK_FILE).exists()
+
+
 def test_podman_answering_garbage_to_info(tmp: Path, fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:
     fake.route("GET", "/info", (200, {}, b"<html>this is not libpod</html>"))
     d = launch(**in_new_dir(tmp))
