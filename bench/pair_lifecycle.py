@@ -1,22 +1,20 @@
-"""Sandbox create → Ready in the split topology (a workload and a supervisor container per
-sandbox, podmand/pair/), through podmand and as the same libpod calls made raw, beside the
-single-container layout; and podmand's memory per sandbox in each layout (issue 31, item 9).
+"""Sandbox create → Ready (a workload and a supervisor container per sandbox,
+podmand/pair/), through podmand and as the same libpod calls made raw; and podmand's
+memory per sandbox (issue 31, item 9).
 
     eval "$(bash tests/setup-podman.sh env)"      # PODMAN_ROOTLESS_SOCK; run as root
     python3 bench/pair_lifecycle.py [--pex dist/podmand.pex] [-n 8] [-m 24] [--calls 3]
 
-Why: the split makes two containers, three archives and a fresh TLS authority per sandbox
-where the single layout made one container, so its create is slower whatever podmand does;
-the question is what podmand adds on top of the topology's own calls (issue 31's aim: at
-most 1.10× them) and what each sandbox costs podmand's memory (aim: within +20 kB of the
-single layout's).
+Why: a pair is two containers, three archives and a fresh TLS authority per sandbox; the
+question is what podmand adds on top of those calls (issue 31's aim: at most 1.10× them)
+and what each sandbox costs podmand's memory. The single-container layout this was once
+compared with is gone; docs/benchmarks.md keeps those figures as history.
 
-Two phases, split then single, each with a podmand of its own (the pex as the rootless
-user, state under /tmp). In each: two warm-up sandboxes each way; M podmand creates back to
-back between two RSS readings; then N turns of one raw create and one podmand create, the
-raw one first on even turns and second on odd ones, so both see the same host (the test
-host's two cores are shared): the ratio is of these. Every sandbox is kept until the
-phase ends.
+One phase, with a podmand of its own (the pex as the rootless user, state under /tmp):
+two warm-up sandboxes each way; M podmand creates back to back between two RSS readings;
+then N turns of one raw create and one podmand create, the raw one first on even turns
+and second on odd ones, so both see the same host (the test host's two cores are
+shared): the ratio is of these. Every sandbox is kept until the phase ends.
 
 - **raw split**: ``pair/lifecycle.create``'s calls, written out here in its order with
   podmand's own libpod client on the rootless socket (its keep-alive pool and encoder,
@@ -30,12 +28,9 @@ phase ends.
   with a real Ed25519-signed launch bundle (tests/standin/launch.py); the fence, TLS mint,
   documents and archives between the inspect and the uploads are timed too (a raw client
   must make them), and reported apart.
-- **podmand split**: ``PODMAND_TOPOLOGY=split`` with the stand-in images of
+- **podmand split**: podmand with the stand-in images of
   tests/images, ``CreateSandbox`` with a fresh bundle until a watch stream opened before
   says ``Ready=True`` (its reason is counted: ``ContainerRunning`` when nothing else ran).
-- **raw single**: bench/_scale_raw.py's sandbox (volume, container, start on a
-  workspace-shaped network), the raw anchor of bench/scale.py and create_cpu.py.
-- **podmand single**: ``PODMAND_TOPOLOGY=single`` with the single-container images.
 - **calls** (``--calls K``): a split podmand behind a counting proxy (create_cpu.py's),
   the libpod calls per create by route, until the proxy was quiet for 0.5 s, and when
   each request of the last create was sent.
@@ -44,7 +39,7 @@ Before the phases every userns=auto range the run will use is primed (:func:`pri
 Memory: podmand's RSS (and its anonymous part) from /proc after the warm-up and a settle,
 then after the M back-to-back sandboxes and a settle: (after − before) / M; and, as RSS
 grows in pages and in uneven steps, the median of what each of the M creates added (read
-right after its Ready). Both podmands resync every 600 s instead of 30 s (``QUIET``), so
+right after its Ready). podmand resyncs every 600 s instead of 30 s (``QUIET``), so
 no resync falls between the readings.
 
 Every object is named after this run's id (raw ones also carry a label of their own, not
@@ -79,7 +74,7 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _scale_raw as single_raw
+from bench import _scale_raw
 from bench._scale_host import rootless_target
 from bench._scale_procs import Podmand
 from bench.create_cpu import Proxy
@@ -87,7 +82,6 @@ from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand.config import Settings, loading
-from podmand.errors import FailedPrecondition
 from podmand.libpod import PodmanClient, PodmanError
 from podmand.pair import archives, documents, outerfence, specs, tls
 from podmand.sandbox import spec as sandbox_spec
@@ -99,13 +93,11 @@ from tests.standin.launch import Launch
 RUNTIME_IMAGE = "localhost/podmand-test/runtime:1"
 SUPERVISOR2_IMAGE = "localhost/podmand-test/supervisor2:1"
 WORKLOAD_IMAGE = "localhost/podmand-test/workload:1"
-SANDBOX_IMAGE = "localhost/podmand-test/sandbox:1"
-SUPERVISOR_IMAGE = "localhost/podmand-test/supervisor:1"
 RUNTIME_PATH = "/openshell-sandbox"  # in runtime:1
 IDENTITY = 1000  # workload:1's USER sandbox
-COMMAND = single_raw.COMMAND  # a shell that exits on SIGTERM, in every layout
+COMMAND = _scale_raw.COMMAND  # a shell that exits on SIGTERM
 RUN = uuid.uuid4().hex[:6]
-WORKSPACE = f"bench{RUN}"  # podmand's single layout makes a network per workspace: this run's own
+WORKSPACE = f"bench{RUN}"  # this run's own
 RAW_LABEL = "io.podmand.bench"  # the raw objects' own label: not podmand's owner, which e2e wipes
 RAW_VALUE = f"pair-{RUN}"
 # No periodic resync inside a phase (the default is every 30 s): its list of every sandbox
@@ -114,19 +106,12 @@ RAW_VALUE = f"pair-{RUN}"
 QUIET = {"PODMAND_RESYNC_INTERVAL": "600"}
 SPLIT = {
     **QUIET,
-    "PODMAND_TOPOLOGY": "split",
     "OPENSHELL_SANDBOX_RUNTIME_IMAGE": RUNTIME_IMAGE,
     "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR2_IMAGE,
     "OPENSHELL_SANDBOX_IMAGE": WORKLOAD_IMAGE,
 }
-SINGLE = {
-    **QUIET,
-    "PODMAND_TOPOLOGY": "single",
-    "OPENSHELL_SANDBOX_IMAGE": SANDBOX_IMAGE,
-    "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR_IMAGE,
-}
 READY_TIMEOUT = 120.0
-PREFIXES = ("bpr", "bps", "bpq", "bpt", "bpc", "bpp")  # sandbox ids and names: raw split, podmand split, ...
+PREFIXES = ("bpr", "bps", "bpc", "bpp")  # sandbox ids and names: raw split, podmand split, ...
 ATTEMPTS = 3  # per sandbox slot, when sandboxes vanish under the bench
 SETTLE = 3.0  # seconds of quiet before an RSS reading
 PRIME_SPARE = 8  # userns ranges primed beyond a phase's own sandboxes (others' containers may hold some)
@@ -191,7 +176,7 @@ class Raw:
         supervisor = specs.supervisor_spec(plan, self.settings, prov, supervisor_image_id=self.supervisor_image_id)
         for built in (workload, supervisor):
             built["labels"] = {**built["labels"], names.OWNER: RAW_VALUE, RAW_LABEL: RAW_VALUE}
-        bundle = sandbox_spec.launch_bundle(raw, sandbox_id, "launch_authentication", FailedPrecondition)
+        bundle = sandbox_spec.launch_bundle(raw, sandbox_id, "launch_authentication")
         return RawPair(plan, prov, workload, supervisor, bundle)
 
     async def create(self, p: RawPair) -> tuple[float, float, dict[str, float]]:
@@ -485,9 +470,9 @@ def extract_runtime(user: str, into: Path) -> str:
     return str(into / "openshell-sandbox")
 
 
-async def sweep(podman: PodmanClient, prefixes: tuple[str, ...], networks: list[str]) -> list[str]:
+async def sweep(podman: PodmanClient, prefixes: tuple[str, ...]) -> list[str]:
     """Whatever this run made and left: raw objects by their run label, podmand's by the
-    sandbox ids of this run, and this run's networks; the names removed."""
+    sandbox ids of this run; the names removed."""
     removed = []
     entries = [*await podman.list_containers([f"{RAW_LABEL}={RAW_VALUE}"]),
                *await podman.list_containers([names.SANDBOX_ID])]
@@ -504,10 +489,6 @@ async def sweep(podman: PodmanClient, prefixes: tuple[str, ...], networks: list[
             with contextlib.suppress(PodmanError):
                 if await podman.remove_volume(volume.name):
                     removed.append(f"volume {volume.name}")
-    for network in networks:
-        with contextlib.suppress(PodmanError):
-            if await podman.remove_network(network):
-                removed.append(f"network {network}")
     return removed
 
 
@@ -560,11 +541,10 @@ class Bench:
                   (await podman.inspect_image(SUPERVISOR2_IMAGE)).id)
 
         count = 2 * WARM + 2 * n + m + PRIME_SPARE  # raw and podmand sandboxes live side by side
-        for image in (WORKLOAD_IMAGE, SANDBOX_IMAGE):
-            took = await prime(podman, (await podman.inspect_image(image)).id, count)
-            slow = sum(t > 0.5 for t in took)
-            print(f"primed {image} at {count} userns ranges: {slow} new (over 0.5 s, max {max(took):.2f} s)",
-                  flush=True)
+        took = await prime(podman, (await podman.inspect_image(WORKLOAD_IMAGE)).id, count)
+        slow = sum(t > 0.5 for t in took)
+        print(f"primed {WORKLOAD_IMAGE} at {count} userns ranges: {slow} new (over 0.5 s, max {max(took):.2f} s)",
+              flush=True)
         await self.strangers(podman, "before split")
         print("split: raw and podmand ...", flush=True)
         self.phase = "split"
@@ -593,33 +573,6 @@ class Bench:
             await raw.remove_all()
         mints, steps = mints[WARM:], steps[WARM:]
 
-        await self.strangers(podman, "before single")
-        print("single: raw and podmand ...", flush=True)
-        self.phase = "single"
-        network = f"bench-pair-{RUN}"
-        image_id = (await podman.inspect_image(SANDBOX_IMAGE)).id
-        await podman.create_network({**single_raw.network_body(network), "labels": {RAW_LABEL: RAW_VALUE}})
-        singles: list[str] = []
-
-        async def raw_one() -> float:
-            for _ in range(ATTEMPTS):
-                singles.append(f"bpq{RUN}{len(singles):02d}")
-                try:
-                    return await raw_single_create(podman, singles[-1], image_id, network)
-                except PodmanError as exc:
-                    self.notes.append(f"raw sandbox {singles[-1]}: {exc}")
-                    print(f"  raw sandbox {singles[-1]}: {exc}; retrying", flush=True)
-            raise SystemExit(f"no raw sandbox in {ATTEMPTS} attempts")
-
-        try:
-            pd_single, raw_single, _ = await via_podmand(self.daemon(SINGLE), SANDBOX_IMAGE, False, n, f"bpt{RUN}", m,
-                                                         raw_one)
-        finally:
-            for name in singles:
-                with contextlib.suppress(PodmanError):
-                    await single_raw.delete(podman, name)
-            with contextlib.suppress(PodmanError):
-                await podman.remove_network(network)
 
         routes: Counter[str] = Counter()
         counted = Phase()
@@ -635,7 +588,7 @@ class Bench:
                                                    self.args.calls, f"bpc{RUN}", self.args.calls, proxy=proxy)
         await self.strangers(podman, "at the end")
         print(f"load average at the end {os.getloadavg()[0]:.2f}")
-        report(n, raw_split, mints, pd_split, raw_single, pd_single, routes, self.args.calls)
+        report(n, raw_split, mints, pd_split, routes, self.args.calls)
         if self.args.calls:
             print("the last counted create, ms from CreateSandbox (request sent to Podman):")
             for t, what in counted.timeline:
@@ -643,7 +596,7 @@ class Bench:
         print("raw split, median per step:")
         for what in steps[0]:
             print(f"  {statistics.median(s[what] for s in steps) * 1000:7.1f} ms  {what}")
-        vanished = pd_split.vanished + pd_single.vanished
+        vanished = pd_split.vanished
         if vanished or self.notes:
             print(f"DISTURBED ({'; '.join([*self.notes, *vanished])}): rerun with nothing else on this Podman")
 
@@ -651,20 +604,9 @@ class Bench:
         for d in self.daemons:
             d.cleanup()
         prefixes = tuple(f"{p}{RUN}" for p in PREFIXES)
-        removed = await sweep(podman, prefixes, [f"bench-pair-{RUN}", names.network_name("openshell", WORKSPACE)])
+        removed = await sweep(podman, prefixes)
         print(f"clean-up: {len(removed)} left, now removed: {', '.join(removed) or 'none'}", flush=True)
         subprocess.run(["rm", "-rf", str(self.work)], check=False)
-
-
-async def raw_single_create(podman: PodmanClient, name: str, image_id: str, network: str) -> float:
-    """bench/_scale_raw.py's create, its objects labelled with this run's label."""
-    spec = single_raw.container_spec(name, image_id, network)
-    spec["labels"] = {RAW_LABEL: RAW_VALUE}
-    begin = time.perf_counter()
-    await podman.create_volume(name, {RAW_LABEL: RAW_VALUE})
-    await podman.create_container(spec)
-    await podman.start_container(name)
-    return time.perf_counter() - begin
 
 
 def paired(podmand: list[float], raw: list[float]) -> float:
@@ -672,31 +614,22 @@ def paired(podmand: list[float], raw: list[float]) -> float:
     return statistics.median(p / r for p, r in zip(podmand, raw, strict=True))
 
 
-def report(n: int, raw_split: list[float], mints: list[float], pd_split: Phase, raw_single: list[float],
-           pd_single: Phase, routes: Counter[str], calls: int) -> None:
+def report(n: int, raw_split: list[float], mints: list[float], pd_split: Phase, routes: Counter[str],
+           calls: int) -> None:
     med = statistics.median
     calls_only = [t - m for t, m in zip(raw_split, mints, strict=True)]
-    print(f"\n{n} turns of a raw and a podmand create per layout, one at a time (median, max)")
-    print(f"split   raw calls {ms(raw_split)} (of which minting {med(mints) * 1000:.1f} ms; calls alone "
+    print(f"\n{n} turns of a raw and a podmand create, one at a time (median, max)")
+    print(f"raw calls {ms(raw_split)} (of which minting {med(mints) * 1000:.1f} ms; calls alone "
           f"{med(calls_only) * 1000:.1f} ms) | podmand {ms(pd_split.create)} | "
           f"x{med(pd_split.create) / med(raw_split):.2f} (median of pairs x{paired(pd_split.create, raw_split):.2f})")
-    print(f"single  raw calls {ms(raw_single)} | podmand {ms(pd_single.create)} | "
-          f"x{med(pd_single.create) / med(raw_single):.2f} "
-          f"(median of pairs x{paired(pd_single.create, raw_single):.2f})")
-    print(f"split vs single through podmand: x{med(pd_split.create) / med(pd_single.create):.2f}; "
-          f"raw x{med(raw_split) / med(raw_single):.2f}")
-    print(f"podmand back to back (the RSS stretch): split {ms(pd_split.alone)}, single {ms(pd_single.alone)}")
-    for label, phase in (("split", pd_split), ("single", pd_single)):
-        print(f"podmand RSS {label:6}: {phase.rss[0]} -> {phase.rss_after[0]} kB with "
-              f"{phase.present[0]} -> {phase.present[1]} sandboxes: {phase.per_sandbox(0):.1f} kB/sandbox "
-              f"(anonymous {phase.rss[1]} -> {phase.rss_after[1]} kB: {phase.per_sandbox(1):.1f}); "
-              f"median of each create's step {med(phase.deltas):.1f} kB (steps {phase.deltas}); "
-              f"Ready reasons {dict(phase.reasons)}")
-    print(f"memory per sandbox, split - single: {pd_split.per_sandbox(0) - pd_single.per_sandbox(0):+.1f} kB "
-          f"(anonymous {pd_split.per_sandbox(1) - pd_single.per_sandbox(1):+.1f} kB; medians of the steps "
-          f"{med(pd_split.deltas) - med(pd_single.deltas):+.1f} kB)")
+    print(f"podmand back to back (the RSS stretch): {ms(pd_split.alone)}")
+    print(f"podmand RSS: {pd_split.rss[0]} -> {pd_split.rss_after[0]} kB with "
+          f"{pd_split.present[0]} -> {pd_split.present[1]} sandboxes: {pd_split.per_sandbox(0):.1f} kB/sandbox "
+          f"(anonymous {pd_split.rss[1]} -> {pd_split.rss_after[1]} kB: {pd_split.per_sandbox(1):.1f}); "
+          f"median of each create's step {med(pd_split.deltas):.1f} kB (steps {pd_split.deltas}); "
+          f"Ready reasons {dict(pd_split.reasons)}")
     if routes:
-        print(f"libpod calls per split create through podmand (over {calls}):")
+        print(f"libpod calls per create through podmand (over {calls}):")
         for route, c in sorted(routes.items(), key=lambda kv: -kv[1]):
             print(f"  {c / calls:5.2f}  {route}")
 
@@ -717,7 +650,7 @@ async def main_async(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pex", default=str(Path(__file__).resolve().parents[1] / "dist" / "podmand.pex"))
-    parser.add_argument("-n", type=int, default=8, help="timed turns of a raw and a podmand create per layout")
+    parser.add_argument("-n", type=int, default=8, help="timed turns of a raw and a podmand create")
     parser.add_argument("-m", type=int, default=0, help="podmand creates between the RSS readings (default: n)")
     parser.add_argument("--calls", type=int, default=3, help="split creates counted by route (0: none)")
     parser.add_argument("--user", default=os.environ.get("PODMAND_TEST_USER", "podmand"))

@@ -4,14 +4,13 @@
   reached or the connection broke, ``PodmanError`` when it answered with an error
   status, ``PodmanUnreadable`` when its answer does not decode. Nothing lower (socket
   errors, HTTP parsing, JSON decoding) is meant to leave the client.
-- **driver and its parts** (spec, admission, identity, tokens, credentials, rootfs,
+- **driver and its parts** (spec, admission, identity, tokens, rootfs,
   cdi, ...): ``DriverError`` subclasses below, each naming the gRPC status it means.
   Podman errors pass through the driver unchanged, but for those an RPC words itself:
   a start Podman refused (``startstop``) and a stop or removal Podman failed in its
   network teardown, asked again and then ``Unavailable`` (``driver/teardown.py``).
-  Errors that only describe an input to their caller (``BadCredential``,
-  ``SpecError``, ``ProxyFileError``, ``AuthFileError``, ``PullStalled``,
-  ``ProvisionFailed``) are translated by that caller and cross no layer.
+  Errors that only describe an input to their caller (``SpecError``, ``ProxyFileError``,
+  ``AuthFileError``, ``PullStalled``, ``ProvisionFailed``) are translated by that caller and cross no layer.
 - **hub**: ends watch streams with a status of its own (``streams.End``); it never raises
   into a stream.
 - **servicer** (the gRPC edge): ``servicer.status_of`` is the one mapping. A
@@ -92,6 +91,3 @@ class Unavailable(DriverError):
 class Unimplemented(DriverError):
     code = _Status("UNIMPLEMENTED")
 
-
-class Unauthenticated(DriverError):
-    code = _Status("UNAUTHENTICATED")

@@ -12,8 +12,8 @@ import logging
 import re
 import time
 
-# JWTs (gateway tokens) and podmand's own credentials, wherever they appear.
-_SECRET = re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*|pdc1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+# JWTs (the gateway's tokens), wherever they appear.
+_SECRET = re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
 REDACTED = "[REDACTED]"
 
 

@@ -33,12 +33,11 @@ def admission_policy(settings: Settings) -> str:
 
 # Each advertised bit is true only when something proves the behaviour; the reason
 # and its proof sit next to the value (tests/unit/test_negotiation.py checks them).
-# The single-container layout's own credential is minted, mounted and vouched for by
-# AuthenticateSandbox: tests/e2e/test_conformance.py::test_token_sources. The split topology
-# mounts none (the supervisor's bearer is the bundle's gateway token, contract §2.3), so
-# there the bit is false, as upstream's: the gateway then needs no runtime identity and
-# answers AuthenticateSandbox itself (contract §1.2).
-SANDBOX_AUTHENTICATION = {"single": True, "split": False}
+# podmand mounts no credential of its own into a sandbox: the supervisor's bearer is the
+# launch bundle's gateway token (contract §2.3). So the bit is false, as upstream's: the
+# gateway then needs no runtime identity and answers AuthenticateSandbox itself, never
+# calling the driver (contract §1.2); podmand's AuthenticateSandbox answers UNIMPLEMENTED.
+SANDBOX_AUTHENTICATION = False
 # GPU bits follow the CDI inventory as it is at each call (cdi.py; re-read at each create too):
 # with selectable NVIDIA devices podmand picks them for a plain gpu.count or a gpu request with
 # no count (tests/e2e/test_resources.py::test_gpu_count_assigns_cdi_devices); with none, both
@@ -59,7 +58,7 @@ def capabilities(
         driver_version=__version__,
         default_image=settings.sandbox_image,
         gateway_manages_lifecycle=True,
-        supports_sandbox_authentication=SANDBOX_AUTHENTICATION[settings.topology],
+        supports_sandbox_authentication=SANDBOX_AUTHENTICATION,
         driver_reports_runtime_readiness=RUNTIME_READINESS,
         resource_capabilities=pb.ResourceCapabilities(
             cpu=pb.CpuResourceCapabilities(limit_supported=limits.cpu),
@@ -76,7 +75,9 @@ def capabilities(
             implementation_name=IMPLEMENTATION_NAME,
             implementation_version=__version__,
             supported_capabilities=[CONTRACT, LAUNCH_AUTHENTICATION],
-            required_capabilities=[CONTRACT, LAUNCH_AUTHENTICATION] if settings.require_launch_auth else [CONTRACT],
+            # the bundle is required by refusing a create or start without it (FAILED_PRECONDITION),
+            # not by requiring the capability: the contract's §1 item 1, upstream's choice too
+            required_capabilities=[CONTRACT],
         ),
         resource_admission_policy=admission_policy(settings),
     )

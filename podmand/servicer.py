@@ -17,7 +17,7 @@ import grpc
 from . import logs, names
 from ._proto import compute_driver_pb2 as pb
 from .driver import Driver
-from .errors import DriverError, Unavailable
+from .errors import DriverError, Unavailable, Unimplemented
 from .libpod import PodmanError, PodmanUnavailable, PodmanUnreadable
 from .negotiation import check_gateway, with_gpus
 from .sandbox import requestchecks
@@ -157,11 +157,19 @@ class ComputeDriverServicer:
     async def AuthenticateSandbox(
         self, request: pb.AuthenticateSandboxRequest, context: Any
     ) -> pb.AuthenticateSandboxResponse:
-        async def call() -> pb.AuthenticateSandboxResponse:
-            sandbox_id, identity = await self.driver.authenticate(request.credential)
-            return pb.AuthenticateSandboxResponse(sandbox_id=sandbox_id, runtime_identity=identity)
+        """UNIMPLEMENTED, always: podmand advertises ``supports_sandbox_authentication = false``
+        (negotiation.py), so the gateway answers this exchange itself and never calls it
+        (Sandbox Protocol contract §1.2, as upstream's Podman driver). podmand mounts no
+        credential of its own for it to vouch for: a sandbox's supervisor authenticates with
+        the launch bundle's gateway token."""
 
-        return await self._run("AuthenticateSandbox", "", context, self._when_ready(call))
+        async def call() -> pb.AuthenticateSandboxResponse:
+            raise Unimplemented(
+                "AuthenticateSandbox: podmand issues no sandbox credential of its own (supports_sandbox_authentication "
+                "is false): a sandbox's supervisor authenticates with its launch bundle's gateway token"
+            )
+
+        return await self._run("AuthenticateSandbox", "", context, call)
 
     async def ValidateSandboxCreate(
         self, request: pb.ValidateSandboxCreateRequest, context: Any

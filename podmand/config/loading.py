@@ -26,6 +26,7 @@ from .options import (
     FIELD_TYPES,
     LIST_FIELDS,
     OPTIONS,
+    REMOVED,
     describe,
     expected_value,
     invalid,
@@ -62,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if opt.field in BOOL_FIELDS:  # a bare switch means true, as upstream's --enable-bind-mounts
             kwargs.update(nargs="?", const="true", metavar="BOOL")
         parser.add_argument(opt.flag, *opt.aliases, **kwargs)
+    for gone in REMOVED:  # accepted only to be refused in words (load), not an argparse usage error
+        parser.add_argument(gone.flag, dest=_removed_dest(gone.field), default=argparse.SUPPRESS,
+                            help=argparse.SUPPRESS)
+
+
+def _removed_dest(field: str) -> str:
+    return f"removed_{field}"
 
 
 def _coerce_bool(field: str, value: Any) -> Any:
@@ -139,6 +147,9 @@ def load(
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config file {config_file}: {exc}") from exc
 
+    for gone in REMOVED:
+        if gone.field in raw or env.get(gone.env) or _removed_dest(gone.field) in flags:
+            raise gone.error()
     for opt in OPTIONS:
         if opt.env in env and env[opt.env] != "":
             value: Any = env[opt.env]

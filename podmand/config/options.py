@@ -23,6 +23,31 @@ IGNORED_ENV: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
+class Removed:
+    """A setting podmand no longer has. Set anywhere (file, variable, flag) it stops the
+    start with one line saying why, rather than being ignored: the operator who set it
+    expected something of it."""
+
+    field: str
+    env: str
+    flag: str
+    why: str
+
+    def error(self) -> ConfigError:
+        return ConfigError(f"setting {self.field} ({self.flag} / {self.env}) was removed: {self.why}; "
+                           "remove it from podmand's configuration")
+
+
+REMOVED: tuple[Removed, ...] = (
+    Removed("topology", "PODMAND_TOPOLOGY", "--topology",
+            "the single-container layout is gone, every sandbox is a workload and a supervisor container "
+            "(docs/sandboxes.md)"),
+    Removed("require_launch_auth", "PODMAND_REQUIRE_LAUNCH_AUTHENTICATION", "--require-launch-authentication",
+            "every create and start requires the gateway's launch_authentication bundle now (docs/sandboxes.md)"),
+)
+
+
+@dataclass(frozen=True)
 class Option:
     """One setting with a flag and a variable; ``field`` is its key in ``Settings`` and the TOML file."""
 

@@ -81,11 +81,6 @@ class _Serving(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         "uids besides podmand's own and root that may connect to the driver socket (repeatable)",
         default="none", see="security.md",
     )] = msgspec.field(default_factory=list)
-    require_launch_auth: Annotated[bool, S(
-        "PODMAND_REQUIRE_LAUNCH_AUTHENTICATION", "--require-launch-authentication",
-        "refuse creates and starts without the gateway's launch_authentication bundle",
-        see="sandboxes.md",
-    )] = False
     state_dir: Annotated[str, S(
         "PODMAND_STATE_DIR", "--state-dir",
         "directory for per-sandbox files and the supervisor cache",
@@ -177,16 +172,12 @@ class _Sandboxes(_Podman):
         "OPENSHELL_SANDBOX_IMAGE_PULL_POLICY", "--sandbox-image-pull-policy",
         "when to pull an image (upstream's Always, IfNotPresent, Never, Newer are accepted too)",
     )] = "missing"
-    topology: Annotated[Literal["split", "single"], S(
-        "PODMAND_TOPOLOGY", "--topology", "split: a workload and a supervisor container per sandbox (OpenShell "
-        "0.1.x); single: the pre-0.1 one-container layout (deprecated)", see="sandboxes.md",
-    )] = "split"
     sandbox_runtime_image: Annotated[str, S("OPENSHELL_SANDBOX_RUNTIME_IMAGE", "--sandbox-runtime-image",
-        "split: image holding /openshell-sandbox, the workload's entrypoint", see="sandboxes.md",
+        "image holding /openshell-sandbox, the workload's entrypoint", see="sandboxes.md",
     )] = "ghcr.io/nvidia/openshell/sandbox:latest"
     supervisor_image: Annotated[str, S(
         "OPENSHELL_SUPERVISOR_IMAGE", "--supervisor-image",
-        "split: the supervisor's image (/openshell-supervisor); single: image holding /openshell-sandbox",
+        "the supervisor container's image (/openshell-supervisor)",
     )] = "ghcr.io/nvidia/openshell/supervisor:latest"
     registry_auth_file: Annotated[str, S(
         "PODMAND_REGISTRY_AUTH_FILE", "--registry-auth-file",
@@ -317,8 +308,8 @@ class _Network(_Sandboxes):
 
     grpc_endpoint: Annotated[str, S(
         "OPENSHELL_GRPC_ENDPOINT", "--grpc-endpoint",
-        "gateway URL given to sandboxes",
-        default="http(s)://host.containers.internal:<gateway_port>", see="deployment.md",
+        "gateway URL a sandbox's supervisor dials (it shares this host's network)",
+        default="http(s)://127.0.0.1:<gateway_port>", see="deployment.md",
     )] = ""
     gateway_port: Annotated[int, S(
         "OPENSHELL_GATEWAY_PORT", "--gateway-port",
@@ -389,9 +380,8 @@ class Settings(_Network):
 
     @property
     def endpoint(self) -> str:
-        "''The gateway URL a sandbox's supervisor dials (split: from the host's network, so loopback).''"
-        host = "127.0.0.1" if self.topology == "split" else "host.containers.internal"
-        return self.grpc_endpoint or f"{'https' if self.tls_enabled else 'http'}://{host}:{self.gateway_port}"
+        "''The gateway URL a sandbox's supervisor dials (from the host's network, so loopback).''"
+        return self.grpc_endpoint or f"{'https' if self.tls_enabled else 'http'}://127.0.0.1:{self.gateway_port}"
 
     @property
     def userns_base(self) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
-from ..errors import FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
+from ..errors import FailedPrecondition, NotFound
 from ..libpod import ContainerListEntry, PodmanClient, VolumeInspect
 from ..locks import LockTable
 from ..sandbox import imagefiles
@@ -27,7 +27,6 @@ from ..sandbox.files import SandboxFiles
 from ..sandbox.plan import Plan
 from ..sandbox.spec import check_name, launch_bundle
 from ..security import tokens
-from ..security.credentials import BadCredential, CredentialSigner
 from . import lookup, records
 from .context import Context
 from .events import EventSink
@@ -50,7 +49,6 @@ class Driver:
         self.state_dir = state_dir
         self.sink = sink
         self.files = SandboxFiles(state_dir)
-        self.signer = CredentialSigner(state_dir / "credential.key")
         self.tasks = Tasks()
         self.locks = LockTable()  # per sandbox id (and "net:<network>"): an entry only while in use
         self.index = Index()  # sandbox -> its containers, kept by the hub (index.py)
@@ -58,7 +56,7 @@ class Driver:
         # The hub's latest list until resume() takes it (then None for good): start-up
         # reads what the hub's first list said instead of listing every container again.
         self._unresumed: list[ContainerListEntry] | None = None
-        # The split topology's supervisors in the hub's latest list: its first snapshots fold them in.
+        # The supervisors in the hub's latest list: its first snapshots fold them in.
         self._listed_supervisors: dict[str, ContainerListEntry] = {}
         self._resumed = False
         self.validator = Validator(podman, settings, state_dir, Images(podman, self.tasks))
@@ -68,7 +66,7 @@ class Driver:
         )
         ctx = Context(podman, settings, state_dir, self.files, sink)
         self.provisioning = Provisioner(
-            ctx, self.tasks, self.locks, self.networks, self.validator, self.signer, self.index,
+            ctx, self.tasks, self.locks, self.validator, self.index,
         )
         self.observer = Observer(
             podman, settings, self.files, sink, self.tasks, self.index,
@@ -224,35 +222,12 @@ class Driver:
         check_name("sandbox_id", sandbox_id, required=True)
         if generation_id:
             tokens.check_generation("generation_id", generation_id)
-        split = self.settings.topology == "split"
-        if split and not launch_authentication:  # every start re-mints the pair's session from it
+        if not launch_authentication:  # every start re-mints the pair's session from it
             raise FailedPrecondition("launch_authentication: required (OpenShell 0.1.x's Sandbox Protocol)")
-        # its token becomes the sandbox's: it must be this sandbox's
-        bundle = (
-            launch_bundle(launch_authentication, sandbox_id, "launch_authentication",
-                          FailedPrecondition if split else InvalidArgument)
-            if launch_authentication
-            else None
-        )
+        # its gateway token becomes the supervisor's: it must be this sandbox's
+        bundle = launch_bundle(launch_authentication, sandbox_id, "launch_authentication")
         return await self.startstop.start(sandbox_id, bundle, generation_id, expected_runtime_identity,
                                           launch_authentication)
-
-    async def authenticate(self, credential: str) -> tuple[str, str]:
-        """Check podmand's own bootstrap credential: (sandbox id, runtime identity)."""
-        try:
-            claims = self.signer.verify(credential)
-        except BadCredential as exc:
-            raise Unauthenticated(f"credential rejected: {exc}") from exc
-        try:
-            check_name("sandbox_id", claims.sandbox_id, required=True)
-        except InvalidArgument as exc:
-            raise Unauthenticated(f"credential rejected: {exc.message}") from exc
-        entry = await lookup.find_indexed(self.podman, self.index, claims.sandbox_id)
-        if entry is None or (entry.labels or {}).get(names.INSTANCE) != claims.instance:
-            raise Unauthenticated("credential rejected: its sandbox no longer exists")
-        if self.files.generation(claims.sandbox_id) != claims.generation:
-            raise Unauthenticated("credential rejected: it belongs to an earlier start of the sandbox")
-        return claims.sandbox_id, names.runtime_identity(claims.instance, claims.generation)
 
     # ------------------------------------------------------------ delete
 

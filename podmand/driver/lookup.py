@@ -16,7 +16,7 @@ async def containers(podman: PodmanClient, sandbox_id: str | None = None) -> lis
 async def with_supervisors(
     podman: PodmanClient, sandbox_id: str | None = None
 ) -> tuple[list[ContainerListEntry], dict[str, ContainerListEntry]]:
-    """:func:`containers`, and the split topology's supervisors by sandbox id
+    """:func:`containers`, and the supervisors by sandbox id
     (:func:`names.supervisor_of`), from the same list."""
     labels = list(names.MANAGED_FILTER)
     if sandbox_id is not None:

@@ -177,11 +177,9 @@ class Networks:
         return removed
 
     async def ensure_workspace(self, workspace: str) -> None:
+        """Nothing to make: no container joins a workspace network (a workload has no network,
+        its supervisor is on the host's); the name is checked all the same."""
         check_name("workspace", workspace, required=False)
-        if self.settings.topology == "split":  # nothing joins one: the workload has none, its supervisor the host's
-            return
-        async with self.lock(workspace):
-            await self.ensure(workspace)
 
     async def delete_workspace(self, workspace: str) -> None:
         check_name("workspace", workspace, required=False)

@@ -1,4 +1,4 @@
-"""The split topology in the driver: each sandbox a workload and a supervisor container
+"""Each sandbox's pair in the driver: a workload and a supervisor container
 (``pair``), made from what preparation found, started again with a new launch bundle,
 stopped supervisor first and removed with its channel volume.
 
@@ -39,10 +39,6 @@ DEFAULT_HOST_GATEWAY_IP = "127.0.0.1"  # the supervisor shares the host's networ
 SUPERVISOR_GONE = "SupervisorExited"  # the workload stopped because its supervisor is not running
 
 
-def split(ctx: Context) -> bool:
-    return ctx.settings.topology == "split"
-
-
 def pair_of(
     ctx: Context, plan: Plan, prov: Provision, *, rootless: bool, supervisor_image_id: str = ""
 ) -> lifecycle.Pair:
@@ -79,7 +75,7 @@ def session(ctx: Context, bundle: tokens.LaunchAuthentication, userns: str) -> l
 
 
 class Pairs:
-    """The driver's side of each sandbox's pair (the split topology)."""
+    """The driver's side of each sandbox's pair."""
 
     def __init__(self, ctx: Context, runtime: SupervisorCache) -> None:
         self.ctx = ctx
@@ -93,8 +89,10 @@ class Pairs:
     async def create(self, pending: Pending, prepared: Prepared, selinux: bool) -> str:
         """Make and start the pending sandbox's pair from the launch bundle its create
         recorded; the workload's ID. What an interrupted earlier attempt of this create left
-        is removed first; a failure leaves nothing of this attempt (``lifecycle.create``)."""
+        is removed first, before any check can fail it; a failure leaves nothing of this
+        attempt (``lifecycle.create``)."""
         files, podman, plan = self.ctx.files, self.ctx.podman, pending.plan
+        await self._clear_leftovers(bare_pair(self.ctx, plan.sandbox_id, plan.container_name), pending.instance)
         image = prepared.image
         prov = Provision(
             image_id=image.id,
@@ -120,7 +118,7 @@ class Pairs:
             raise ProvisionFailed("LaunchAuthenticationMissing", "the launch bundle is gone from the state directory; "
                                   "start the sandbox with a fresh one, or recreate it")
         try:
-            bundle = launch_bundle(raw, plan.sandbox_id, LAUNCH_WHERE, FailedPrecondition)
+            bundle = launch_bundle(raw, plan.sandbox_id, LAUNCH_WHERE)
         except FailedPrecondition as exc:  # e.g. its gateway token expired while the image was pulled
             raise ProvisionFailed("LaunchAuthenticationInvalid", exc.message) from exc
         try:  # Podman resolves bind sources at the start: checked now, just before it
@@ -141,12 +139,12 @@ class Pairs:
             raise ProvisionFailed("HostGatewayInvalid", exc.message) from exc
         pair = pair_of(self.ctx, plan, prov, rootless=rootless,
                        supervisor_image_id=prepared.supervisor_image_id)
-        await self._clear_leftovers(pair, prov.instance)
         files.write_resolver(plan.sandbox_id)
         child_env = documents.child_env(prov.image_env, plan.user_env)
 
-        async def make() -> tuple[str, list[str]]:
-            return await lifecycle.create(podman, pair, sess, identity, child_env), []
+        async def make() -> tuple[str, list[str]]:  # a stop meanwhile leaves it made, never started
+            return await lifecycle.create(podman, pair, sess, identity, child_env,
+                                          start=lambda: not pending.stopped), []
 
         # Podman carries out what it was sent when podmand stops waiting: a delete waits for
         # this (creation.finished), and the create removes what it made when it fails

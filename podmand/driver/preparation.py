@@ -48,7 +48,7 @@ class Prepared:
     mount_images: dict[str, str]  # image mount reference -> pinned image ID
     identity: Resolved
     workspace: str  # the workspace volume's path, from the image's WorkingDir
-    supervisor_image_id: str = ""  # split: the supervisor container's image, pinned
+    supervisor_image_id: str = ""  # the supervisor container's image, pinned
 
 
 class Preparation:
@@ -65,22 +65,18 @@ class Preparation:
         with the reason the sandbox is reported with."""
         plan, s = pending.plan, self.ctx.settings
         pull = self._image
-        split = s.topology == "split"
         sup = await pull(s.supervisor_image, supervisor_pull_policy(s.supervisor_image),
                          "SupervisorImageUnavailable", plan.sandbox_id)
-        # The binary bound into the sandbox: split, the runtime image's openshell-sandbox (the
-        # supervisor image runs as a container of its own); single, the supervisor image's.
-        binary_image, binary_reason = sup, "SupervisorImageUnavailable"
-        if split:
-            binary_reason = RUNTIME_UNAVAILABLE
-            binary_image = await pull(s.sandbox_runtime_image, supervisor_pull_policy(s.sandbox_runtime_image),
-                                      RUNTIME_UNAVAILABLE, plan.sandbox_id)
+        # The binary bound into the workload: the runtime image's openshell-sandbox (the
+        # supervisor image runs as a container of its own).
+        runtime = await pull(s.sandbox_runtime_image, supervisor_pull_policy(s.sandbox_runtime_image),
+                             RUNTIME_UNAVAILABLE, plan.sandbox_id)
         # A sandbox whose root is podmand's uid gets a copy of its own (supervisor.py).
         own = self.ctx.files.dir(plan.sandbox_id) if usernamespace.maps_own_uid(plan.userns, s) else None
         try:
-            supervisor_path = await self.supervisor.binary(binary_image.id, own)
+            supervisor_path = await self.supervisor.binary(runtime.id, own)
         except FailedPrecondition as exc:
-            raise ProvisionFailed(binary_reason, exc.message) from exc
+            raise ProvisionFailed(RUNTIME_UNAVAILABLE, exc.message) from exc
         if plan.rootfs_tar:
             image = await self.import_rootfs(pending)
         else:
@@ -109,7 +105,7 @@ class Preparation:
             mountlinks.check_links(plan.image, image.config.working_dir, walks, facts.paths)
         except mountlinks.Refused as exc:
             raise ProvisionFailed(MOUNT_REFUSED if exc.caller else IMAGE_REFUSED, exc.message) from exc
-        if split and facts.paths.get(RESERVED_HIERARCHY, mountlinks.ABSENT) != mountlinks.ABSENT:
+        if facts.paths.get(RESERVED_HIERARCHY, mountlinks.ABSENT) != mountlinks.ABSENT:
             raise ProvisionFailed(IMAGE_REFUSED, f"image {plan.image}: a workload image must not ship "
                                   f"{RESERVED_HIERARCHY} (the Sandbox Protocol's reserved hierarchy)")
         try:
@@ -132,7 +128,7 @@ class Preparation:
                 },
             )
         )
-        return Prepared(image, supervisor_path, mount_images, workload, workdir, sup.id if split else "")
+        return Prepared(image, supervisor_path, mount_images, workload, workdir, sup.id)
 
     async def import_rootfs(self, pending: Pending) -> ImageInspect:
         """Import the staged tar as the sandbox's image, pin its ID, delete the slot.

@@ -6,7 +6,7 @@ container exists a sandbox is :class:`~podmand.driver.pending.Pending`, owned
 here: the provisioner keeps the pending table, runs each create's task (its
 retries, and the failures it reports), and stops or resumes it on request. The
 work itself is preparation.py's (the images and what comes from them) and
-creation.py's (the container).
+pairs.py's (the sandbox's two containers).
 """
 
 from __future__ import annotations
@@ -23,15 +23,12 @@ from ..locks import LockTable
 from ..sandbox import rootfs, snapshots
 from ..sandbox.plan import Plan
 from ..sandbox.snapshots import Condition
-from ..sandbox.spec import filtered_user_env
 from ..security import admission
-from ..security.credentials import CredentialSigner
 from .context import Context
-from .creation import Creation, finished
+from .creation import Relabel, finished
 from .events import platform_event, sandbox_event
 from .index import Index
-from .networks import Networks
-from .pairs import Pairs, split
+from .pairs import Pairs
 from .pending import STOPPED_EARLY, STOPPED_EARLY_MESSAGE, Pending, ProvisionFailed
 from .preparation import Preparation
 from .tasks import Tasks, cancel
@@ -48,20 +45,16 @@ class Provisioner:
         ctx: Context,
         tasks: Tasks,
         locks: LockTable,
-        networks: Networks,
         validator: Validator,
-        signer: CredentialSigner,
         index: Index,
     ) -> None:
         self.ctx = ctx
         self.tasks = tasks
         self.locks = locks
-        self.networks = networks
         self.validator = validator
-        self.signer = signer
         self.index = index  # the hub's sandbox -> containers (read only here)
         self.preparation = Preparation(ctx, validator, say=self._set)
-        self.creation = Creation(ctx, networks, validator, self.preparation.supervisor)
+        self.relabel = Relabel(ctx.podman, ctx.settings.selinux)
         self.pairs = Pairs(ctx, self.preparation.supervisor)
         self._pending: dict[str, Pending] = {}
 
@@ -98,14 +91,6 @@ class Provisioner:
     def runtime_identity(self, sandbox_id: str, instance: str) -> str:
         return names.runtime_identity(instance, self.ctx.files.generation(sandbox_id) or "0")
 
-    def new_generation(self, sandbox_id: str, instance: str, generation: str) -> None:
-        """Record the generation and mint podmand's credential for it (the old one stops
-        working); none under the split topology, which mounts none (negotiation.py)."""
-        files = self.ctx.files
-        if not split(self.ctx):
-            files.write(sandbox_id, "driver.credential", self.signer.mint(sandbox_id, instance, generation).encode())
-        files.set_generation(sandbox_id, generation)
-
     def start(self, plan: Plan, instance: str) -> None:
         """Make ``plan`` pending, announce it, and provision it in the background."""
         ready = Condition("False", "Starting", f"Sandbox accepted; preparing image {plan.image}", snapshots.now())
@@ -125,18 +110,6 @@ class Provisioner:
                 },
             )
         )
-        filtered = filtered_user_env(plan) if not split(self.ctx) else []  # split: bootstrap.json's child_env
-        if filtered:
-            # Keys only: values may be secrets.
-            self.ctx.sink.publish(
-                platform_event(
-                    plan.sandbox_id,
-                    "EnvironmentFiltered",
-                    f"Not given to the main process (they could steer the root supervisor or the loader; "
-                    f"SSH sessions still get them): {', '.join(filtered)}",
-                    warning=True,
-                )
-            )
         pending.task = self.tasks.spawn(self._provision(pending))
 
     # ------------------------------------------------------------ stop / start before a container
@@ -186,7 +159,7 @@ class Provisioner:
     async def _provision_retrying(self, pending: Pending) -> None:
         sandbox_id = pending.plan.sandbox_id
         delay = 0.5
-        stale = True  # what podmand remembers (network, image IDs) may be out of date once
+        stale = True  # what podmand remembers (image IDs) may be out of date once
         while True:
             try:
                 await self._provision_once(pending)
@@ -194,11 +167,10 @@ class Provisioner:
             except ProvisionFailed as exc:
                 if exc.reason != "ContainerCreateFailed" or not stale:
                     self._fail(pending, exc.reason, exc.message, terminal=True)
-                else:  # e.g. the network or the image was removed while podmand remembered it
+                else:  # e.g. the image was removed while podmand remembered it
                     log.info("sandbox %s: container create failed; trying once more without what podmand "
                              "remembers: %s", sandbox_id, exc.message)
                     stale = False
-                    self.networks.forget(pending.plan.workspace)
                     self.validator.images.forget_all()
                     continue
             except PodmanUnavailable as exc:
@@ -233,23 +205,12 @@ class Provisioner:
 
     async def _provision_once(self, pending: Pending) -> None:
         plan = pending.plan
-        if plan.has_token and not self.ctx.files.has_token(plan.sandbox_id):
-            raise ProvisionFailed(
-                "SandboxTokenMissing", "the sandbox token file is gone from the state directory; delete and recreate"
-            )
         prepared = await self.preparation.prepare(pending)
         self._set(pending, "ContainerStarting", "Creating the sandbox container")
         step = {"sandbox.id": plan.sandbox_id}
-        if split(self.ctx):
-            plan = pending.plan = self.validator.assign_gpus(plan)  # a retry keeps the devices
-            with tracing.span("podman.create_pair", step):
-                container_id = await self.pairs.create(pending, prepared, await self.creation.relabel())
-        else:
-            with tracing.span("podman.create_container", step):
-                container_id = await self.creation.create(pending, prepared)
-            plan = pending.plan  # with its devices assigned
-            with tracing.span("podman.start_container", step):
-                await self.creation.start(plan, container_id, str(prepared.supervisor_path))
+        plan = pending.plan = self.validator.assign_gpus(plan)  # a retry keeps the devices
+        with tracing.span("podman.create_pair", step):
+            container_id = await self.pairs.create(pending, prepared, await self.relabel())
         self._pending.pop(plan.sandbox_id, None)
         self.ctx.sink.publish(
             platform_event(

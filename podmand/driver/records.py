@@ -22,10 +22,9 @@ from ..libpod import ContainerListEntry, PodmanError, PodmanUnavailable, VolumeI
 from ..sandbox import rootfs, snapshots
 from ..sandbox.plan import Plan
 from ..sandbox.snapshots import Condition
-from ..sandbox.spec import decode_intent, gateway_token, intent_labels, validate
+from ..sandbox.spec import decode_intent, intent_labels, validate
 from . import lookup
 from .garbage import remove_stale_readers
-from .pairs import split
 from .pending import STOPPED_EARLY, STOPPED_EARLY_MESSAGE, Pending
 from .provisioning import Provisioner
 
@@ -102,11 +101,10 @@ async def _record(prov: Provisioner, plan: Plan, sandbox: pb.DriverSandbox, inst
     else what the volume already there records. Files written here go again when no
     record is made."""
     try:
-        token = "" if split(prov.ctx) else gateway_token(sandbox.spec)
-        prov.ctx.files.write_secrets(plan.sandbox_id, token, _tls_files(prov.ctx.settings))
-        if split(prov.ctx):  # the pair's bundle: validate() required it
-            prov.ctx.files.write_launch(plan.sandbox_id, sandbox.spec.launch_authentication)
-        prov.new_generation(plan.sandbox_id, instance, plan.generation)
+        prov.ctx.files.write_tls(plan.sandbox_id, _tls_files(prov.ctx.settings))
+        # the pair's bundle (validate() required it), until the pair is made
+        prov.ctx.files.write_launch(plan.sandbox_id, sandbox.spec.launch_authentication)
+        prov.ctx.files.set_generation(plan.sandbox_id, plan.generation)
         labels = intent_labels(plan, instance, str(prov.ctx.state_dir))
         await prov.ctx.podman.create_volume(plan.volume_name, labels)
         return None
@@ -204,8 +202,8 @@ async def resume(
 
 
 def _never_started(prov: Provisioner, sandbox_id: str, entry: ContainerListEntry, intent: dict[str, str]) -> bool:
-    """Created for this very create (same instance), never started, not stopped since; or,
-    the split topology's, a pair whose create did not finish (its launch bundle is dropped
+    """Created for this very create (same instance), never started, not stopped since; or
+    a pair whose create did not finish (its launch bundle is dropped
     only once the pair is made: pairs.py)."""
     if (entry.labels or {}).get(names.INSTANCE) != intent.get(names.INSTANCE):
         return False
@@ -225,11 +223,7 @@ async def _resume_one(
     except (DriverError, ValueError) as exc:
         log.warning("sandbox %s: recorded create request is unusable: %s", sandbox_id, exc)
         return 0
-    plan = dataclasses.replace(
-        plan,
-        has_token=labels.get(names.HAS_TOKEN) == "true",
-        generation=files.generation(sandbox_id) or plan.generation,
-    )
+    plan = dataclasses.replace(plan, generation=files.generation(sandbox_id) or plan.generation)
     instance = labels.get(names.INSTANCE) or uuid.uuid4().hex
     if entry is None and files.stopped_container(sandbox_id) == STOPPED_EARLY:
         log.info("sandbox %s: stopped before its container existed; stays stopped", sandbox_id)
@@ -246,8 +240,8 @@ async def _resume_one(
         log.info("sandbox %s: reporting its failure (%s), not provisioning again", sandbox_id, failure[0])
         prov.add(Pending(plan, instance, Condition("False", *failure, snapshots.now())))
         return 0
-    if not (files.dir(sandbox_id) / "driver.credential").exists():
-        prov.new_generation(sandbox_id, instance, plan.generation)
+    if not files.generation(sandbox_id):
+        files.set_generation(sandbox_id, plan.generation)
     # With a created container, provisioning adopts it (same labels) and starts it.
     log.info("sandbox %s: resuming interrupted create%s", sandbox_id, " (starting its container)" if entry else "")
     prov.start(plan, instance)

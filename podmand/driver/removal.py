@@ -21,7 +21,6 @@ from .garbage import remove_rootfs_image
 from .index import Index
 from .networks import Networks
 from .observer import Observer
-from .pairs import split
 from .provisioning import Provisioner
 from .teardown import retried
 
@@ -91,8 +90,8 @@ class Removal:
         if pending is not None:
             existed, workspace = True, pending.plan.workspace
         pairs = self.provisioning.pairs
-        if split(self.ctx):  # the supervisor first (contract §4.4)
-            await retried(sandbox_id, "removing", partial(pairs.remove_supervisor, sandbox_id))
+        # the supervisor first (contract §4.4)
+        await retried(sandbox_id, "removing", partial(pairs.remove_supervisor, sandbox_id))
         # Listed or inspected means it existed, even when the removal then finds
         # it already gone (Podman says 500 "no such ..." under load): Deleted follows.
         for entry in await lookup.all_indexed(self.ctx.podman, self.index, sandbox_id):
@@ -101,8 +100,7 @@ class Removal:
             removal = partial(self.ctx.podman.remove_container, entry.id, self.ctx.settings.stop_timeout)
             await retried(sandbox_id, "removing", removal)
             existed = True
-        if split(self.ctx):
-            await pairs.remove_channel(sandbox_id)
+        await pairs.remove_channel(sandbox_id)
         volume = await self.ctx.podman.inspect_volume(names.volume_name(sandbox_id))
         if volume is not None:
             if workspace is None:

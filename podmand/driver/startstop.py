@@ -2,10 +2,10 @@
 Its own module because these transitions work on a sandbox that exists, under its lock,
 apart from how it was made (provisioning.py) and how it ends (removal.py).
 
-A stop marks the sandbox stopped (it is reported Suspended, not as an exit) and
-waits for its container to end. A start admits the container again under today's
-policy, writes a fresh launch bundle's token and podmand's credential for the new
-generation, and starts it; a running sandbox is restarted when the request starts a
+A stop marks the sandbox stopped (it is reported Suspended, not as an exit), stops
+its supervisor and waits for its workload to end. A start admits the workload again
+under today's policy and starts the pair again with every per-session file minted from
+the request's launch bundle; a running sandbox is restarted when the request starts a
 new generation; a retry of either changes nothing. Before its container exists, the
 sandbox goes back to provisioning (stopped early, resumed). The driver (core.py) has
 checked the request.
@@ -16,19 +16,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from functools import partial
 
 from .. import names
 from ..errors import DriverError, FailedPrecondition, NotFound
-from ..host import hostgateway
-from ..libpod import ContainerListEntry, PodmanError
+from ..libpod import ContainerListEntry
 from ..locks import LockTable
 from ..security import admission, tokens
 from . import lookup
 from .context import Context
 from .index import Index
-from .pairs import split
 from .pending import Pending
 from .provisioning import Provisioner
 from .teardown import retried
@@ -46,8 +43,8 @@ class StartStop:
 
     async def stop(self, sandbox_id: str) -> None:
         async with self.locks[sandbox_id]:
-            if split(self.ctx):  # the supervisor first, even when its workload is gone (contract §4.3)
-                await self.pairs.stop_supervisor(sandbox_id)
+            # the supervisor first, even when its workload is gone (contract §4.3)
+            await self.pairs.stop_supervisor(sandbox_id)
             entry = await self._container_or_pending(sandbox_id)
             if isinstance(entry, Pending):
                 made = await self.provisioning.stop_early(entry)
@@ -58,63 +55,33 @@ class StartStop:
         self.ctx.sink.refresh(entry.id, sandbox_id)
 
     async def start(
-        self, sandbox_id: str, bundle: tokens.LaunchAuthentication | None, generation_id: str, expected: str,
+        self, sandbox_id: str, bundle: tokens.LaunchAuthentication, generation_id: str, expected: str,
         raw: bytes = b"",
     ) -> str:
-        """Start a stopped sandbox (idempotent), with its launch bundle if the request
-        brought one; the new runtime identity.
+        """Start a stopped sandbox (idempotent) with the request's launch bundle (``raw``:
+        its bytes); the new runtime identity.
 
-        A fresh launch bundle's token and podmand's credential for the new
-        generation replace the old files before the container starts. A running
-        sandbox is restarted when the request starts a new generation (a new
-        ``generation_id``, or a bundle for another runtime generation): the
-        supervisor reads its token once, at start. A retry of the same
-        transition changes nothing."""
+        A running sandbox is restarted when the request starts a new generation (a new
+        ``generation_id``, or a bundle for another runtime generation). A retry of the
+        same transition changes nothing. A sandbox an earlier podmand made as one
+        container is refused (FailedPrecondition): no 0.1.x supervisor runs it."""
         identity = self.provisioning.runtime_identity
         async with self.locks[sandbox_id]:
             entry = await self._container_or_pending(sandbox_id)
             if isinstance(entry, Pending):
                 _check_expected(expected, entry.instance)
-                if split(self.ctx) and raw:  # its pair is made from the newest bundle
+                if raw:  # its pair is made from the newest bundle
                     self.ctx.files.write_launch(sandbox_id, raw)
                 await self.provisioning.resume_stopped(entry)  # admission under today's policy
                 return identity(sandbox_id, entry.instance)
             instance = (entry.labels or {}).get(names.INSTANCE, "")
             _check_expected(expected, instance)
-            wanted = generation_id or (bundle.supervisor.runtime_generation if bundle else "")
-            if split(self.ctx) and bundle is not None:
-                if (entry.labels or {}).get(names.ISOLATION_ROLE) != names.ROLE_WORKLOAD:
-                    raise FailedPrecondition(
-                        "sandbox_id: made by an earlier podmand as one container, which no 0.1.x supervisor runs; "
-                        "delete and recreate it (or run topology = single until it is gone: docs/operations.md)")
-                await self._start_pair(sandbox_id, entry, bundle, wanted)
-                self.ctx.sink.refresh(entry.id, sandbox_id)
-                return identity(sandbox_id, instance)
-            running = entry.state == "running"
-            if running and (not wanted or wanted == self.ctx.files.generation(sandbox_id)):
-                self.ctx.files.clear_stopped(sandbox_id)
-                return identity(sandbox_id, instance)
-            ctx = self.ctx
-            facts = await admission.admit_start(ctx.podman, ctx.settings, str(ctx.state_dir), entry.id,
-                                                entry.labels or {})
-            for m in facts.mounts or ():  # the binary every sandbox runs as root, unchanged (supervisor.py)
-                if m.type == "bind" and m.destination == names.SUPERVISOR_BIN:
-                    await self.provisioning.creation.supervisor.check(m.source)
-            if bundle is None and self.ctx.settings.require_launch_auth:
-                raise FailedPrecondition("launch_authentication: podmand is configured to require it")
-            if running:
-                log.info("sandbox %s: restarting for generation %s", sandbox_id, wanted)
-                await self._stop_container(sandbox_id, entry)
-            if bundle is not None:
-                self.ctx.files.write_secrets(sandbox_id, bundle.supervisor.gateway_token, {})
-            self.provisioning.new_generation(sandbox_id, instance, wanted or uuid.uuid4().hex[:16])
-            try:
-                await self.ctx.podman.start_container(entry.id)
-            except PodmanError as exc:  # still reported as stopped (the marker stays)
-                if hostgateway.unresolved(exc.message):
-                    raise FailedPrecondition(hostgateway.explanation(exc.message)) from exc
-                raise DriverError(f"starting the sandbox container failed: {exc.message}") from exc
-            self.ctx.files.clear_stopped(sandbox_id)
+            wanted = generation_id or bundle.supervisor.runtime_generation
+            if (entry.labels or {}).get(names.ISOLATION_ROLE) != names.ROLE_WORKLOAD:
+                raise FailedPrecondition(
+                    "sandbox_id: made by an earlier podmand as one container, which no 0.1.x supervisor runs; "
+                    "delete and recreate it (docs/operations.md)")
+            await self._start_pair(sandbox_id, entry, bundle, wanted)
         self.ctx.sink.refresh(entry.id, sandbox_id)
         return identity(sandbox_id, instance)
 
@@ -134,7 +101,7 @@ class StartStop:
         await admission.admit_start(ctx.podman, ctx.settings, str(ctx.state_dir), entry.id, entry.labels or {})
         ctx.files.mark_stopped(sandbox_id, entry.id)
         await self.pairs.start(sandbox_id, lookup.entry_name(entry), bundle, generation)
-        self.provisioning.new_generation(sandbox_id, (entry.labels or {}).get(names.INSTANCE, ""), generation)
+        ctx.files.set_generation(sandbox_id, generation)
         ctx.files.clear_stopped(sandbox_id)
 
     async def _container_or_pending(self, sandbox_id: str) -> ContainerListEntry | Pending:

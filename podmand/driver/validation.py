@@ -129,7 +129,7 @@ class Validator:
         anything is made; otherwise the image is read while provisioning (what an earlier
         read found is refused here too)."""
         # ValidateSandboxCreate does not require the launch bundle (the gateway mints it after);
-        # a create does, in the split topology (contract §1.1, §2.1)
+        # a create does (contract §1.1, §2.1)
         plan = validate(sandbox, self.settings, podman=await self.features(), recorded=not read)
         if plan.gpu_count:  # peek: only a create takes devices
             self.gpus.peek(plan.gpu_count)
@@ -224,8 +224,7 @@ class Validator:
         resolved = identity.resolve(
             plan.workload_user, plan.workload_group, image_user, passwd, group, image_id, id_limit=limit
         )
-        if self.settings.topology == "split":  # the workload runtime refuses root (contract §5)
-            documents.identity_of(resolved)
+        documents.identity_of(resolved)  # the workload runtime refuses root (contract §5)
         return resolved
 
     async def facts(self, image_id: str, walks: Sequence[mountlinks.Walk]) -> ImageFacts:

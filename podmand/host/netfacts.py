@@ -199,7 +199,7 @@ def facts(settings: config.Settings, info: Info, sandbox_address: str, asked: bo
         endpoint=settings.endpoint, host_gateway_ip=settings.host_gateway_ip, network_cmd=network_cmd(info),
         rootless=info.host.security.rootless, sandbox_address=sandbox_address, asked=asked,
         host_addresses=tuple(every), default_addresses=tuple(primary),
-        listeners=tuple(found) if found is not None else None, host_network=settings.topology == "split",
+        listeners=tuple(found) if found is not None else None, host_network=True,
     )
 
 

@@ -148,12 +148,14 @@ async def _quietly(what: str, call: Callable[[], Awaitable[Any]]) -> None:
 
 async def create(
     client: PodmanClient, pair: Pair, session: Session, identity: documents.WorkloadIdentity,
-    child_env: dict[str, str],
+    child_env: dict[str, str], *, start: Callable[[], bool] = lambda: True,
 ) -> str:
     """Make and start the pair (contract §4.1, step 8): the channel volume, the workload
     (stopped), the fence, the channel and workspace archives, the supervisor (stopped)
-    and its archive, then start the workload and the supervisor. The workload's ID.
-    On any failure what this call made is removed (containers, then the volume)."""
+    and its archive, then start the workload and the supervisor unless ``start()`` says
+    no by then (the sandbox was stopped while Podman made it: the pair stays made,
+    stopped). The workload's ID. On any failure what this call made is removed
+    (containers, then the volume)."""
     made_containers: list[str] = []
     made_volumes: list[str] = []
     try:
@@ -171,7 +173,8 @@ async def create(
         await _step(f"create the supervisor {pair.supervisor_name}", client.create_container(pair.supervisor))
         made_containers.append(pair.supervisor_name)
         await _upload(client, pair.supervisor_name, "/", archives.supervisor(docs, identity), "supervisor archive")
-        await _start_both(client, pair)
+        if start():
+            await _start_both(client, pair)
         return workload_id
     except BaseException:
         for name in reversed(made_containers):  # the supervisor first

@@ -21,9 +21,8 @@
   per-sandbox files for the gateway (its TLS client files, the corporate proxy's) and
   the environment of §3.3. Its limits are the workload's, as upstream's are.
 
-Both reuse the single-container spec's parts (``sandbox.spec``: labels, limits; the
-caller's mounts, ``usernamespace``, ``envvars``, ``ownmounts``, ``proxy``) and change
-nothing the single-container layout builds.
+Both are built from the sandbox's parts (``sandbox.spec``: labels; the caller's
+mounts, ``usernamespace``, ``envvars``, ``ownmounts``, ``proxy``).
 
 Kept out of the supervisor's environment on purpose, unlike upstream: the caller's
 variables themselves. The supervisor starts no workload process in this topology (the
@@ -40,7 +39,7 @@ from ..config import Settings
 from ..sandbox import driverconfig, envvars, ownmounts, proxy, selinux
 from ..sandbox.identity import Resolved
 from ..sandbox.plan import Plan, Provision
-from ..sandbox.spec import HEALTH_MAX_LOG_COUNT, HEALTH_MAX_LOG_SIZE, container_labels
+from ..sandbox.spec import container_labels
 from ..sandbox.usernamespace import libpod as userns_libpod
 from .documents import WorkloadIdentity, identity_of
 
@@ -58,6 +57,13 @@ SUPERVISOR_TMPFS = ("/run", "/var/log", "/tmp")
 _TMPFS = ["rw", "noexec", "nosuid", "nodev", "mode=0777"]
 _DEFAULT_UID_GID = "1000"  # upstream's DEFAULT_SANDBOX_UID and _GID, for an image without USER
 _SECONDS = 10**9
+# The health log's bounds, Podman's own defaults (libpod/define/healthchecks.go:61-64 at v5.3.0),
+# sent because Podman 5.3.0-5.4.1 gives a libpod create that leaves them out no bound at all
+# (podmanversion.HEALTH_LOG_UNBOUNDED): the supervisor's probe every health_check_interval would grow
+# the log without end. Older Podman has no such fields and drops them (its create decodes with
+# encoding/json, unknown fields ignored: pkg/api/handlers/libpod/containers_create.go:38 at v4.3.1).
+HEALTH_MAX_LOG_COUNT = 5
+HEALTH_MAX_LOG_SIZE = 500
 
 
 def launches_as_root(identity: WorkloadIdentity, *, rootless: bool) -> bool:
@@ -138,20 +144,14 @@ def workload_spec(plan: Plan, settings: Settings, prov: Provision, *, rootless: 
 
 
 def supervisor_env(plan: Plan, settings: Settings, image_user: str, identity: Resolved) -> dict[str, str]:
-    """The supervisor's environment (contract §3.3): podmand's variables of the single
-    container's supervisor, without the caller's own variables and without a token or
-    credential file (its bearer is ``auth.json``), plus the backend it admits and where
-    it keeps its interception CA (a tmpfs it can write as a non-root user). Its default
-    gateway endpoint is the loopback address: it shares the host's network."""
+    """The supervisor's environment (contract §3.3): podmand's variables for it
+    (``envvars``: none of the caller's own, no token file: its bearer is ``auth.json``),
+    plus the backend it admits and where it keeps its interception CA (a tmpfs it can
+    write as a non-root user). Its default gateway endpoint is the loopback address
+    (``Settings.endpoint``): it shares the host's network."""
     env = envvars.sandbox_env(plan, settings, image_user=image_user)
-    for key in [*plan.user_env, names.ENV_TOKEN_FILE, names.ENV_BOOTSTRAP_TOKEN_FILE]:
-        if key != names.ENV_USER_ENV:
-            env.pop(key, None)
     if not image_user:  # upstream's numeric default identity for an image without USER
         env[names.ENV_UID] = env[names.ENV_GID] = _DEFAULT_UID_GID
-    # on the host's network the gateway's own port is at loopback (Settings.endpoint, whatever the topology)
-    if not settings.grpc_endpoint:
-        env[names.ENV_ENDPOINT] = f"{'https' if settings.tls_enabled else 'http'}://127.0.0.1:{settings.gateway_port}"
     env[names.ENV_ADMITTED_BACKEND] = names.ISOLATION_BACKEND
     env[names.ENV_PROXY_TLS_DIR] = names.PROXY_TLS_DIR
     return dict(sorted(env.items()))
@@ -161,11 +161,9 @@ def supervisor_spec(plan: Plan, settings: Settings, prov: Provision, *, supervis
     """The supervisor container, from the supervisor image's ID."""
     identity = identity_of(prov.identity)
     # podmand's own files for the gateway (TLS client files, the proxy's credential and CA):
-    # ownmounts' per-sandbox copies, chowned ("U") to this container's user. Not the netns
-    # tmpfs nor the runtime binary (the workload's), nor a token or podmand's credential: the
+    # ownmounts' per-sandbox copies, chowned ("U") to this container's user. No token: the
     # supervisor's bearer tokens are auth.json's, uploaded into its own root filesystem.
-    skip = (names.NETNS_DIR, names.SUPERVISOR_BIN, names.TOKEN_PATH, names.CREDENTIAL_PATH)
-    own = [m for m in ownmounts.own_mounts(plan, settings, prov) if m["destination"] not in skip]
+    own = ownmounts.own_mounts(settings, prov)
     # "U" as well as upstream's mode=0777: Podman 4.3.1 mounts these root's and 0755 whatever the
     # mode says (seen: the supervisor, as the identity, could not create /run/openshell); U gives
     # each to the container's user, the identity, on every version
@@ -208,7 +206,7 @@ def supervisor_spec(plan: Plan, settings: Settings, prov: Provision, *, supervis
             "Retries": 10,
             "StartPeriod": 5 * _SECONDS,
         }
-        spec["healthMaxLogCount"] = HEALTH_MAX_LOG_COUNT  # as sandbox.spec bounds its own (Podman 5.3-5.4.1)
+        spec["healthMaxLogCount"] = HEALTH_MAX_LOG_COUNT  # pkg/specgen/specgen.go:606-609 at v5.3.0
         spec["healthMaxLogSize"] = HEALTH_MAX_LOG_SIZE
     else:
         spec["healthconfig"] = {"Test": ["NONE"]}

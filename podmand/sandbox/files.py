@@ -1,7 +1,7 @@
 """Per-sandbox host files under the state directory.
 
-Secrets reach the sandbox as single-file bind mounts with Podman's ``U``
-option: Podman chowns each file to the container's root, whatever the user
+Secrets reach the supervisor as single-file bind mounts with Podman's ``U``
+option: Podman chowns each file to the container's user, whatever the user
 namespace, and the 0400 mode keeps every other uid out.  Directories are 0711
 so that a remapped container root can traverse them but not list them.
 """
@@ -20,7 +20,7 @@ from ..errors import FailedPrecondition
 from . import proxy
 
 DIR_MODE = 0o711
-LAUNCH = "launch.json"  # the split topology's launch bundle, until its pair is made
+LAUNCH = "launch.json"  # the launch bundle, until its pair is made
 FIXES = {  # what to do when writing the state directory fails with this errno
     errno.EROFS: "remount its filesystem read-write",
     errno.ENOSPC: "free space on its filesystem",
@@ -67,7 +67,7 @@ def write_atomic(path: Path, data: bytes, mode: int) -> None:
 
 
 class SandboxFiles:
-    """``<state>/sandboxes/<id>/``: token, TLS copies, the stop marker and the last fence evidence. A failed
+    """``<state>/sandboxes/<id>/``: the launch bundle, TLS copies, the stop marker and the last fence evidence. A failed
     write raises :class:`StateDirUnwritable`, a FAILED_PRECONDITION naming the directory."""
 
     def __init__(self, state_dir: Path) -> None:
@@ -85,21 +85,19 @@ class SandboxFiles:
             raise ValueError(f"not a sandbox id: {sandbox_id[:64]!r}")
         return self.root / sandbox_id
 
-    def write_secrets(self, sandbox_id: str, token: str, tls: dict[str, Path]) -> None:
-        """Write the token (``<jwt>\\n``) and copies of the TLS files, each 0400."""
-        if token:
-            self.write(sandbox_id, "sandbox.jwt", token.strip().encode() + b"\n")
+    def write_tls(self, sandbox_id: str, tls: dict[str, Path]) -> None:
+        """Copies of the TLS files, each 0400."""
         for name, src in tls.items():
             self.write(sandbox_id, name, src.read_bytes())
 
     def write_proxy(self, sandbox_id: str, auth: bytes | None, ca_bundle: bytes | None) -> None:
-        """The corporate proxy's credential and CA bundle, copied per sandbox and mounted like the token."""
+        """The corporate proxy's credential and CA bundle, copied per sandbox and mounted like the TLS files."""
         for name, data in ((proxy.AUTH_FILE, auth), (proxy.CA_FILE, ca_bundle)):
             if data is not None:
                 self.write(sandbox_id, name, data)
 
     def write(self, sandbox_id: str, name: str, data: bytes) -> None:
-        """Replace one root-only file (launch bundle, driver credential) atomically."""
+        """Replace one root-only file (the launch bundle, a TLS or proxy copy) atomically."""
         self._put(sandbox_id, name, data, 0o400)
 
     def _put(self, sandbox_id: str, name: str, data: bytes, mode: int = 0o600) -> None:
@@ -124,12 +122,12 @@ class SandboxFiles:
         self._put(sandbox_id, "generation", generation.encode())
 
     def write_launch(self, sandbox_id: str, bundle: bytes) -> None:
-        """The split topology's launch bundle (its JSON bytes, both tokens), kept 0400 only
+        """The launch bundle (its JSON bytes, both tokens), kept 0400 only
         until the pair it launches is made: a restart finishes the create from it."""
         self.write(sandbox_id, LAUNCH, bundle)
 
     def write_resolver(self, sandbox_id: str) -> None:
-        """The split topology's workload's /etc/resolv.conf (names.RESOLVER), 0444."""
+        """The workload's /etc/resolv.conf (names.RESOLVER), 0444."""
         self._put(sandbox_id, names.RESOLVER_FILE, names.RESOLVER.encode(), 0o444)
 
     def launch(self, sandbox_id: str) -> bytes | None:
@@ -144,9 +142,6 @@ class SandboxFiles:
             (self.dir(sandbox_id) / LAUNCH).unlink(missing_ok=True)
         except OSError as exc:
             raise unwritable(self.root.parent, exc) from None
-
-    def has_token(self, sandbox_id: str) -> bool:
-        return names.is_id(sandbox_id) and (self.dir(sandbox_id) / "sandbox.jwt").exists()
 
     def remove(self, sandbox_id: str) -> None:
         shutil.rmtree(self.dir(sandbox_id), ignore_errors=True)

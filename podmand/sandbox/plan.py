@@ -38,7 +38,6 @@ class Plan:
     driver_config_used: bool = False
     spec_hash: str = ""
     intent: str = ""
-    has_token: bool = False
     generation: str = "0"
     workload_user: str = ""
     workload_group: str = ""

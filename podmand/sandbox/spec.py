@@ -1,12 +1,11 @@
-"""Sandbox request validation and the libpod container spec, as pure functions.
+"""Sandbox request validation and the labels of what a sandbox is made of, as pure functions.
 
 ``validate`` turns a ``DriverSandbox`` into a :class:`Plan` or raises an error
 naming the offending field, the request's size as recorded included (the
-intent label, :func:`encode_intent`); ``container_spec`` turns a plan plus what
-provisioning resolved (image ID, paths) into the SpecGenerator JSON. Their
-parts live beside them: single-field checks in ``requestchecks``, the container
-environment in ``sandboxenv``, podmand's own mounts in ``sandboxmounts`` and the
-user namespace in ``usernamespace``.
+intent label, :func:`encode_intent`); :func:`container_labels` and
+:func:`intent_labels` are the labels its containers and its workspace volume carry
+(the containers' specs are ``pair.specs``'). Single-field checks live beside it in
+``requestchecks``, the user namespace in ``usernamespace``.
 """
 
 from __future__ import annotations
@@ -14,35 +13,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Any
 
 from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..config import Settings
-from ..errors import DriverError, FailedPrecondition, InvalidArgument
+from ..errors import FailedPrecondition, InvalidArgument
 from ..libpod import versions
 from ..libpod.versions import Features
 from ..names import is_image_reference
 from ..security import tokens
-from . import cdi, driverconfig, envvars, imagechecks, ownmounts, proxy, requestchecks, rootfs, usernamespace
+from . import cdi, driverconfig, imagechecks, requestchecks, rootfs, usernamespace
 from .identity import Resolved
-from .plan import Plan, Provision
+from .plan import Plan
 from .resources import resources
-
-CAP_ADD = ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYSLOG", "DAC_READ_SEARCH", "SETPCAP"]
-# Upstream also drops KILL; podmand keeps it: the supervisor (root) forwards the
-# stop signal to a workload running as another uid, which needs CAP_KILL, or
-# every stop waits out stop_timeout and ends in SIGKILL.
-CAP_DROP = ["DAC_OVERRIDE", "FSETID", "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SYS_CHROOT"]
-STOP_SIGNAL = 15  # the only signal the supervisor (PID 1) handles
-# The health log's bounds, Podman's own defaults (libpod/define/healthchecks.go:61-64 at v5.3.0),
-# sent because Podman 5.3.0-5.4.1 gives a libpod create that leaves them out no bound at all
-# (podmanversion.HEALTH_LOG_UNBOUNDED): podmand's probe every health_check_interval would grow
-# the log without end. Older Podman has no such fields and drops them (its create decodes with
-# encoding/json, unknown fields ignored: pkg/api/handlers/libpod/containers_create.go:38 at v4.3.1).
-HEALTH_MAX_LOG_COUNT = 5
-HEALTH_MAX_LOG_SIZE = 500
-MAX_TOKEN_BYTES = 64 * 1024
 
 
 def check_name(where: str, value: str, *, required: bool) -> None:
@@ -70,28 +53,16 @@ def _gpu(sandbox: pb.DriverSandbox, devices: tuple[str, ...]) -> tuple[tuple[str
     return (), count or 0
 
 
-def gateway_token(spec: pb.DriverSandboxSpec) -> str:
-    """The token the supervisor presents to the gateway: ``sandbox_token``, else the
-    launch bundle's ``gateway_token`` (the rest of the bundle is for split-topology
-    supervisors, which this single-container layout does not run)."""
-    if spec.sandbox_token.strip() or not spec.launch_authentication:
-        return spec.sandbox_token.strip()
-    where = "sandbox.spec.launch_authentication"
-    return tokens.decode_launch_authentication(spec.launch_authentication, where).supervisor.gateway_token
-
-
-def launch_bundle(
-    raw: bytes, sandbox_id: str, where: str, refuse: type[DriverError] = InvalidArgument
-) -> tokens.LaunchAuthentication:
+def launch_bundle(raw: bytes, sandbox_id: str, where: str) -> tokens.LaunchAuthentication:
     """The gateway's launch bundle, decoded strictly and validated, and this sandbox's: its
-    gateway token names ``sandbox_id``. Otherwise ``refuse`` naming ``where`` (the split
-    topology's create and start answer FailedPrecondition, contract §2.1)."""
-    bundle = tokens.decode_launch_authentication(raw, where, refuse=refuse)
+    gateway token names ``sandbox_id``. Otherwise FailedPrecondition naming ``where`` (a
+    create's and a start's answer, contract §2.1)."""
+    bundle = tokens.decode_launch_authentication(raw, where, refuse=FailedPrecondition)
     try:
         tokens.check_sandbox_token(bundle.supervisor.gateway_token, sandbox_id,
                                    where=f"{where}.supervisor.gateway_token")
     except InvalidArgument as exc:
-        raise refuse(exc.message) from None
+        raise FailedPrecondition(exc.message) from None
     return bundle
 
 
@@ -163,26 +134,16 @@ def validate(
     else:  # the operator's setting: a bad one is a server-side problem
         where = "ssh_socket_path (--sandbox-ssh-socket-path / OPENSHELL_SANDBOX_SSH_SOCKET_PATH)"
         ssh_socket = requestchecks.check_socket_path(where, settings.ssh_socket_path, FailedPrecondition)
-    split = settings.topology == "split"
-    token = "" if split else spec.sandbox_token.strip()  # split: the supervisor's bearer is auth.json's
-    if token:
-        if len(token) > MAX_TOKEN_BYTES:
-            raise InvalidArgument("sandbox.spec.sandbox_token: longer than 64 KiB")
-        tokens.check_sandbox_token(token, sandbox.id)
+    # the supervisor's bearer is the launch bundle's (its auth.json): sandbox_token is not used
     generation = "0"
     if spec.launch_authentication:
-        bundle = launch_bundle(spec.launch_authentication, sandbox.id, "sandbox.spec.launch_authentication",
-                               FailedPrecondition if split else InvalidArgument)
-        generation = bundle.supervisor.runtime_generation
-        if not token and not split:
-            token = bundle.supervisor.gateway_token
-    elif split and not recorded:
+        generation = launch_bundle(spec.launch_authentication, sandbox.id,
+                                   "sandbox.spec.launch_authentication").supervisor.runtime_generation
+    elif not recorded:
         raise FailedPrecondition(
             "sandbox.spec.launch_authentication: required (OpenShell 0.1.x's Sandbox Protocol: the supervisor's "
             "credentials and the workload's bootstrap come from it)"
         )
-    elif settings.require_launch_auth and not recorded:
-        raise FailedPrecondition("sandbox.spec.launch_authentication: podmand is configured to require it")
     requestchecks.check_text("sandbox.spec.workload_identity.user", spec.workload_identity.user)
     requestchecks.check_text("sandbox.spec.workload_identity.group", spec.workload_identity.group)
     userns = usernamespace.mode(tpl, settings)
@@ -216,7 +177,6 @@ def validate(
         rootfs_tar=cfg.rootfs_tar,
         spec_hash=spec_hash,
         intent=intent,
-        has_token=bool(token),
         generation=generation,
         workload_user=spec.workload_identity.user.strip(),
         workload_group=spec.workload_identity.group.strip(),
@@ -235,12 +195,6 @@ def identity_label(identity: Resolved) -> str:
         "digest": identity.digest,
     }
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
-
-
-def filtered_user_env(plan: Plan) -> list[str]:
-    """Keys of the caller's environment that stay out of the container environment
-    (they still reach SSH sessions through OPENSHELL_USER_ENVIRONMENT)."""
-    return sorted(k for k, v in plan.user_env.items() if envvars.caller_env_held_back(k, v))
 
 
 def container_labels(plan: Plan, instance: str = "", identity: Resolved | None = None) -> dict[str, str]:
@@ -270,7 +224,6 @@ def intent_labels(plan: Plan, instance: str, state_dir: str = "") -> dict[str, s
         names.SANDBOX_ID: plan.sandbox_id,
         names.SANDBOX_WORKSPACE: plan.workspace,
         names.SPEC_HASH: plan.spec_hash,
-        names.HAS_TOKEN: "true" if plan.has_token else "false",
         names.INSTANCE: instance,
         names.STATE_DIR: state_dir,
         names.INTENT: plan.intent,
@@ -282,65 +235,3 @@ def userns_id_limit(settings: Settings, mode: str, podman: Features = versions.U
     """Container ids ``< limit`` exist in the sandbox's user namespace (None: not known
     here). The supervisor's setuid/setgid to any other id fails with EINVAL."""
     return usernamespace.id_limit(mode, settings, podman)
-
-
-def health_probe(ssh_socket_path: str) -> list[str]:
-    """Exec form: the shell only joins two tests with ``||``; the paths reach it
-    as arguments, never as script text (and the socket path is validated too)."""
-    script = 'test -e "$1" || test -S "$2"'
-    return ["CMD", "/bin/sh", "-c", script, "probe", names.SSH_READY_MARKER, ssh_socket_path]
-
-
-def container_spec(plan: Plan, settings: Settings, prov: Provision) -> dict[str, Any]:
-    """The libpod SpecGenerator for one sandbox container (V1 single-container layout)."""
-    mounts = ownmounts.own_mounts(plan, settings, prov)
-    volumes: list[dict[str, Any]] = [{"Name": plan.volume_name, "Dest": prov.workspace, "Options": ["rw"]}]
-    caller = driverconfig.libpod_mounts(plan.mounts, prov.mount_images)
-    mounts += caller.mounts
-    volumes += caller.volumes
-    hosts = ["host.openshell.internal"]
-    if settings.host_gateway_ip:
-        hosts.insert(0, "host.containers.internal")
-    hostadd = [f"{h}:{settings.host_gateway_ip or 'host-gateway'}" for h in hosts]
-    limits: dict[str, Any] = plan.resources.libpod()
-    if settings.pids_limit:
-        limits["pids"] = {"limit": settings.pids_limit}
-    spec: dict[str, Any] = {
-        "name": plan.container_name,
-        "hostname": f"sandbox-{plan.name}"[:63],
-        "image": prov.image_id,
-        "labels": container_labels(plan, prov.instance, prov.identity),
-        "entrypoint": [names.SUPERVISOR_BIN],
-        "command": ["--workdir", prov.workspace, *proxy.supervisor_args(settings)],
-        "work_dir": "/",  # the supervisor starts at /: an image workdir is its to check (workspace.py)
-        "user": "0:0",
-        "cap_add": CAP_ADD,
-        "cap_drop": CAP_DROP,
-        "no_new_privileges": True,
-        "seccomp_profile_path": "unconfined",
-        "env": envvars.sandbox_env(plan, settings, image_user=prov.image_user),
-        "unsetenv": envvars.unsafe_image_env(prov.image_env),
-        "mounts": mounts,
-        "volumes": volumes,
-        **({"image_volumes": caller.image_volumes} if caller.image_volumes else {}),
-        "netns": {"nsmode": "bridge"},
-        "Networks": {prov.network: {}},
-        "hostadd": hostadd,
-        "stop_signal": STOP_SIGNAL,
-        "stop_timeout": settings.stop_timeout,
-        "resource_limits": limits,
-        **usernamespace.libpod(plan.userns, settings),
-    }
-    if settings.health_check_interval:
-        spec["healthconfig"] = {
-            "Test": health_probe(plan.ssh_socket_path),
-            "Interval": settings.health_check_interval * 10**9,
-            "Timeout": 2 * 10**9,
-            "Retries": 10,
-            "StartPeriod": 0,
-        }
-        spec["healthMaxLogCount"] = HEALTH_MAX_LOG_COUNT  # pkg/specgen/specgen.go:606-609 at v5.3.0
-        spec["healthMaxLogSize"] = HEALTH_MAX_LOG_SIZE
-    if plan.cdi_devices:
-        spec["devices"] = [{"path": d} for d in plan.cdi_devices]
-    return spec

@@ -3,7 +3,6 @@ for it, and the evidence of what confines a container.
 
 - ``peers``: peer credentials on the driver socket (only trusted uids get in).
 - ``tokens``: the gateway's JWTs and launch bundles, decoded, never verified.
-- ``credentials``: podmand's own bootstrap credential for AuthenticateSandbox.
 - ``admission``: what podmand attaches is what GetCapabilities advertises.
 - ``fence``: a digest of what ``podman inspect`` says confines a container.
 
@@ -12,7 +11,6 @@ May import the leaves, ``libpod`` and ``config``; nothing above.
 
 __all__ = [
     "admission",
-    "credentials",
     "fence",
     "peers",
     "tokens",

@@ -2,17 +2,20 @@
 
 :func:`libpod` is the one place tests build a Podman client for in-process
 driver, observer, provisioning and hub tests.  :class:`Containers` is a small
-model of sandbox containers (list, inspect, wait, stop, start, remove) that the
-fake serves, so those tests can stage states Podman reaches on its own (an
-exit, an OOM kill, a container removed out of band).
+model of sandbox containers (each sandbox's workload and supervisor: what a pair's
+create, start, stop and delete ask of Podman) that the fake serves, so those tests
+can stage states Podman reaches on its own (an exit, an OOM kill, a container
+removed out of band).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import re
+import tarfile
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -20,15 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
 from podmand.driver.events import EventSink
 from podmand.libpod import PodmanClient, times
+from podmand.pair import documents
 from podmand.watch.hub import Hub
 from podmand.watch.inbox import Inbox, Lost
-from tests.fakes.libpod import FakeLibpod, Feed, Reply, Request, Stream
+from tests.fakes.libpod import FakeLibpod, Feed, Reply, Request, Stream, tar_with
 
 
 class Sink:
@@ -72,42 +78,81 @@ def labels_for(sandbox_id: str, workspace: str = "ws") -> dict[str, str]:
 
 
 class Containers:
-    """Sandbox containers as the fake libpod reports them."""
+    """Sandbox containers as the fake libpod reports them: each sandbox a pair, its workload
+    (``<id>-cid…``) and its supervisor (``<id>-sup…``), found by ID or by name as Podman
+    finds them. It models every call a pair's create, start, stop and delete makes
+    (podmand/pair/lifecycle.py): creates (the workload's network mode from its spec's
+    netns, for the outer fence), uploads (``PUT …/archive``, kept by container and path),
+    the supervisor's restart metadata read back from what was uploaded, starts, stops and
+    waits (a stopped container's wait is answered at once), removals."""
 
     def __init__(self, fake: FakeLibpod) -> None:
         self.fake = fake
         self.boxes: dict[str, dict[str, Any]] = {}  # container id -> inspect JSON
+        self.uploads: dict[str, dict[str, bytes]] = {}  # container id -> destination -> the tar
         self.waits = Feed(fake)  # one line answers every /wait open at that moment
         fake.route("POST", "/containers/create", self.create)
         fake.route("GET", "/containers/json", self._list)
         fake.route("GET", "/containers/(?P<c>[^/]+)/json", self._inspect)
         fake.route("DELETE", "/containers/(?P<c>[^/]+)", self._remove)
-        fake.route("POST", "/containers/(?P<c>[^/]+)/wait", lambda _req: Stream(self.waits))
+        fake.route("POST", "/containers/(?P<c>[^/]+)/wait", self._wait)
         fake.route("POST", "/containers/(?P<c>[^/]+)/stop", lambda req: self._set(req, "exited", running=False))
         fake.route("POST", "/containers/(?P<c>[^/]+)/start", lambda req: self._set(req, "running", running=True))
+        fake.route("PUT", "/containers/(?P<c>[^/]+)/archive", self._upload)
+        fake.route("GET", "/containers/(?P<c>[^/]+)/archive", self._download)
 
     def add(self, sandbox_id: str, status: str = "running", *, exit_code: int = 0, oom: bool = False,
-            finished_at: str = "", workspace: str = "ws") -> str:
-        cid = f"{sandbox_id}-cid".ljust(64, "0")
+            finished_at: str = "", workspace: str = "ws", role: str = "") -> str:
+        """A container of ``sandbox_id`` (the workload, or the supervisor for that ``role``)."""
+        supervisor = role == names.ROLE_SUPERVISOR
+        cid = f"{sandbox_id}-{'sup' if supervisor else 'cid'}".ljust(64, "0")
+        labels = labels_for(sandbox_id, workspace)
+        if role:
+            labels[names.ISOLATION_ROLE] = role
         self.boxes[cid] = {
             "Id": cid,
-            "Name": name_for(sandbox_id, workspace),
+            "Name": names.supervisor_name(sandbox_id) if supervisor else name_for(sandbox_id, workspace),
             "Created": "2026-11-29T17:00:00Z",
             "State": {"Status": status, "Running": status == "running", "ExitCode": exit_code, "OOMKilled": oom,
                       "StartedAt": "2026-11-29T17:00:01Z", "FinishedAt": finished_at or "0001-01-01T00:00:00Z"},
-            "Config": {"Labels": labels_for(sandbox_id, workspace)},
+            "Config": {"Labels": labels},
+            "HostConfig": {"NetworkMode": "host" if supervisor else "none"},
         }
         return cid
 
+    def add_pair(self, sandbox_id: str, status: str = "running", *, workspace: str = "ws") -> str:
+        """A pair an earlier podmand made, both containers in ``status``, the supervisor holding
+        the restart metadata a start reads back; the workload's ID."""
+        cid = self.add(sandbox_id, status, workspace=workspace, role=names.ROLE_WORKLOAD)
+        sup = self.add(sandbox_id, status, workspace=workspace, role=names.ROLE_SUPERVISOR)
+        meta = documents.RestartMetadata("g0000000000000001", documents.workload_identity(
+            1000, 1000, (), "image", "sha256:" + "7e" * 32), {"PATH": "/usr/bin:/bin"})
+        self.uploads[sup] = {"/": _tar({names.RESTART_METADATA_PATH.lstrip("/"): msgspec.json.encode(meta)})}
+        return cid
+
+    def of(self, sandbox_id: str, role: str = names.ROLE_WORKLOAD) -> str:
+        """The ID of ``sandbox_id``'s workload (or supervisor), as made."""
+        [cid] = [c for c, box in self.boxes.items() if box["Config"]["Labels"].get(names.SANDBOX_ID) == sandbox_id
+                 and box["Config"]["Labels"].get(names.ISOLATION_ROLE) == role]
+        return cid
+
     def create(self, req: Request) -> Reply:
-        """A sandbox container joins the model (created, not started); an image reader does not."""
+        """A sandbox container joins the model (created, not started); an image reader does not.
+        A name in use is refused, as Podman refuses it."""
         spec = req.json()
-        sandbox_id = (spec.get("labels") or {}).get(names.SANDBOX_ID)
+        labels = spec.get("labels") or {}
+        sandbox_id = labels.get(names.SANDBOX_ID)
         if not sandbox_id:
             return 201, {}, {"Id": "reader", "Warnings": []}
-        cid = self.add(sandbox_id, "created")
-        self.boxes[cid]["Config"]["Labels"] = spec["labels"]
-        self.boxes[cid]["Name"] = spec["name"]
+        if self._find(spec["name"]) is not None:
+            message = f"creating container storage: the container name {spec['name']!r} is already in use"
+            return 500, {}, {"cause": "that name is already in use", "message": message, "response": 500}
+        cid = self.add(sandbox_id, "created", role=labels.get(names.ISOLATION_ROLE, ""))
+        box = self.boxes[cid]
+        box["Config"]["Labels"], box["Name"] = labels, spec["name"]
+        box["HostConfig"]["NetworkMode"] = (spec.get("netns") or {}).get("nsmode", "")
+        box["Mounts"] = [{"Type": "bind", "Source": m["source"], "Destination": m["destination"]}
+                         for m in spec.get("mounts") or () if m.get("type") == "bind"]
         return 201, {}, {"Id": cid, "Warnings": []}
 
     def end(self, cid: str, exit_code: int, *, oom: bool = False) -> None:
@@ -115,6 +160,17 @@ class Containers:
         state = self.boxes[cid]["State"]
         now = time.strftime("%Y-%m-%dT%H:%M:%S.123456789Z", time.gmtime())
         state.update(Status="exited", Running=False, ExitCode=exit_code, OOMKilled=oom, FinishedAt=now)
+
+    def _find(self, key: str) -> dict[str, Any] | None:
+        """A container by ID or by name, as Podman resolves either."""
+        box = self.boxes.get(key)
+        if box is None:
+            box = next((b for b in self.boxes.values() if b["Name"].removeprefix("/") == key), None)
+        return box
+
+    @staticmethod
+    def _key(req: Request, tail: bool = True) -> str:
+        return req.path.rsplit("/", 2)[-2] if tail else req.path.rsplit("/", 1)[-1]
 
     def _list(self, req: Request) -> Reply:
         filters = json.loads(req.query.get("filters", "{}"))
@@ -134,19 +190,64 @@ class Containers:
         return 200, {}, out
 
     def _inspect(self, req: Request) -> Reply:
-        box = self.boxes.get(req.path.rsplit("/", 2)[-2])
+        box = self._find(self._key(req))
         return (200, {}, box) if box else (404, {}, {"message": "no such container"})
 
     def _remove(self, req: Request) -> Reply:
-        box = self.boxes.pop(req.path.rsplit("/", 1)[-1], None)
-        return (200, {}, [{"Id": box["Id"]}]) if box else (404, {}, {"message": "no such container"})
+        box = self._find(self._key(req, tail=False))
+        if box is None:
+            return 404, {}, {"message": "no such container"}
+        del self.boxes[box["Id"]]
+        self.uploads.pop(box["Id"], None)
+        return 200, {}, [{"Id": box["Id"]}]
 
     def _set(self, req: Request, status: str, *, running: bool) -> Reply:
-        box = self.boxes.get(req.path.rsplit("/", 2)[-2])
+        box = self._find(self._key(req))
         if box is None:
             return 404, {}, {"message": "no such container"}
         box["State"].update(Status=status, Running=running)
         return 204, {}, b""
+
+    def _wait(self, req: Request) -> Reply | Stream:
+        """A running container's wait stays open (the test answers it through :attr:`waits`);
+        a stopped one's is answered at once with its exit code, as Podman does."""
+        box = self._find(self._key(req))
+        if box is None:
+            return 404, {}, {"message": "no such container"}
+        return Stream(self.waits) if box["State"]["Running"] else (200, {}, f"{box['State']['ExitCode']}\n")
+
+    def _upload(self, req: Request) -> Reply:
+        box = self._find(self._key(req))
+        if box is None:
+            return 404, {}, {"message": "no such container"}
+        self.uploads.setdefault(box["Id"], {})[req.query["path"]] = req.body
+        return 200, {}, b""
+
+    def _download(self, req: Request) -> Reply:
+        """A file uploaded earlier, as Podman's archive endpoint sends it (a tar of that one
+        file); a container the model does not hold (an image reader) has the runtime binary."""
+        box = self._find(self._key(req))
+        if box is None:
+            return 200, {"Content-Type": "application/x-tar"}, tar_with("openshell-sandbox", b"#!/bin/true\n")
+        path = req.query.get("path", "")
+        for root, tar in self.uploads.get(box["Id"], {}).items():
+            with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+                member = path.removeprefix(root.rstrip("/") + "/") if path.startswith(root.rstrip("/") + "/") else ""
+                found = next((m for m in archive.getmembers() if m.name == member and m.isfile()), None)
+                if found is not None and (data := archive.extractfile(found)) is not None:
+                    return 200, {"Content-Type": "application/x-tar"}, tar_with(path.rsplit("/", 1)[-1], data.read())
+        return 404, {}, {"message": f"{path}: no such file or directory"}
+
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    """A tar of ``files`` (path -> content), as podmand uploads them."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
 
 
 @contextlib.asynccontextmanager
@@ -196,7 +297,7 @@ class Rig:
 
 @contextlib.asynccontextmanager
 async def driver_on(
-    settings: Callable[[Path], Settings] = lambda _tmp: Settings(topology="single"), sink: EventSink | None = None
+    settings: Callable[[Path], Settings] = lambda _tmp: Settings(), sink: EventSink | None = None
 ) -> AsyncIterator[Rig]:
     """A Driver (state directory set up) on a fake libpod; ``settings`` gets a scratch
     directory; events go to ``sink`` (the hub's inbox) or to a :class:`Sink` (``rig.sink``)."""

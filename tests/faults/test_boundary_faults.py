@@ -14,7 +14,6 @@ import grpc
 
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.host.statedir import LOCK_FILE
-from podmand.security.credentials import KEY_BYTES
 from tests.fakes.libpod import FakeLibpod
 from tests.faults import test_faults
 from tests.faults.test_faults import DEADLINE, Podmand, rpc_error, sandbox
@@ -48,22 +47,6 @@ def in_new_dir(tmp: Path) -> dict[str, str]:
     return {"OPENSHELL_COMPUTE_DRIVER_SOCKET": str(tmp / "run" / "sub" / "d.sock")}
 
 
-def test_truncated_credential_key(tmp: Path, launch: Callable[..., Podmand]) -> None:
-    (tmp / "state").mkdir(mode=0o700)
-    (tmp / "state" / "credential.key").write_bytes(b"\x01" * (KEY_BYTES - 5))
-    d = launch(**in_new_dir(tmp))
-    d.socket = str(tmp / "run" / "sub" / "d.sock")
-    assert_clean_exit(d, f"credential key {tmp}/state/credential.key is not {KEY_BYTES} bytes long", tmp / "run")
-    assert (tmp / "state" / "credential.key").read_bytes() == b"\x01" * (KEY_BYTES - 5)  # never replaced
-
-
-def test_garbage_credential_key(tmp: Path, launch: Callable[..., Podmand]) -> None:
-    (tmp / "state").mkdir(mode=0o700)
-    (tmp / "state" / "credential.key").write_bytes(os.urandom(KEY_BYTES * 3))
-    d = launch()
-    assert_clean_exit(d, "is not 32 bytes long")
-
-
 def test_socket_path_of_108_bytes(tmp: Path, launch: Callable[..., Podmand]) -> None:
     long = tmp / "run" / ("s" * (108 - len(str(tmp / "run")) - 1))
     assert len(str(long)) == 108
@@ -72,6 +55,18 @@ def test_socket_path_of_108_bytes(tmp: Path, launch: Callable[..., Podmand]) -> 
     assert_clean_exit(d, f"driver socket path {str(long)!r} is 108 bytes; Unix sockets allow at most 107",
                       tmp / "run")
     assert not (d.state / LOCK_FILE).exists()  # refused before the state directory was touched
+
+
+def test_a_removed_setting_stops_the_start_before_anything_is_made(tmp: Path, launch: Callable[..., Podmand]) -> None:
+    """PODMAND_TOPOLOGY (the single-container layout is gone): a configuration error (exit 2),
+    one line naming the setting and what to do, no socket directory made, the state
+    directory untouched."""
+    d = launch(PODMAND_TOPOLOGY="split", **in_new_dir(tmp))
+    assert d.wait_exit() == 2, d.log
+    [line] = [line for line in d.log.splitlines() if line.startswith("podmand: ")]
+    assert "setting topology (--topology / PODMAND_TOPOLOGY) was removed" in line, d.log
+    assert line.endswith("remove it from podmand's configuration") and "Traceback" not in d.log
+    assert not (tmp / "run").exists() and not (d.state / LOCK_FILE).exists()
 
 
 def test_podman_answering_garbage_to_info(tmp: Path, fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:

@@ -26,6 +26,7 @@ from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand.host import discovery
 from tests import wait
 from tests.fakes.libpod import FakeLibpod, Feed, Request, Stream
+from tests.jwt import make_launch
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 15.0
@@ -48,7 +49,6 @@ class Podmand:
             "PODMAND_STATE_DIR": str(self.state),
             "OPENSHELL_SANDBOX_IMAGE": "img:1",
             "OPENSHELL_SUPERVISOR_IMAGE": "sup:1",
-            "PODMAND_TOPOLOGY": "single",  # the layout these fault tests were written for
             "PYTHONUNBUFFERED": "1",
         })
         if podman_socket is not None:
@@ -113,8 +113,8 @@ def launch(tmp: Path, fake: FakeLibpod) -> Iterator[Callable[..., Podmand]]:
 
 
 def sandbox(sandbox_id: str = "sb1") -> pb.DriverSandbox:
-    return pb.DriverSandbox(id=sandbox_id, name="box", workspace="ws",
-                            spec=pb.DriverSandboxSpec(command=["sleep", "600"]))
+    return pb.DriverSandbox(id=sandbox_id, name="box", workspace="ws", spec=pb.DriverSandboxSpec(
+        command=["sleep", "600"], launch_authentication=make_launch(sandbox_id, "g0000000000000001")))
 
 
 def ready(snapshot: pb.DriverSandbox) -> pb.DriverCondition:

@@ -16,6 +16,9 @@ from podmand.libpod import PodmanClient
 from podmand.locks import LockTable
 from tests.fakes.harness import Sink
 from tests.fakes.libpod import FakeLibpod
+from tests.jwt import make_launch
+
+GENERATION = "g0000000000000001"
 
 DEADLINE = 30.0
 
@@ -84,7 +87,7 @@ def test_unknown_ids_leave_the_driver_lock_table_empty() -> None:
             fake = FakeLibpod()
             await fake.start(f"{tmp}/podman.sock")
             podman = PodmanClient(fake.path)
-            driver = Driver(Settings(topology="single"), podman, Path(tmp) / "state", Sink())
+            driver = Driver(Settings(), podman, Path(tmp) / "state", Sink())
             driver.files.setup()
             try:
                 for i in range(500):
@@ -92,7 +95,7 @@ def test_unknown_ids_leave_the_driver_lock_table_empty() -> None:
                     with pytest.raises(NotFound):
                         await driver.stop(sandbox_id)
                     with pytest.raises(NotFound):
-                        await driver.start(sandbox_id)
+                        await driver.start(sandbox_id, launch_authentication=make_launch(sandbox_id, GENERATION))
                     assert await driver.delete(sandbox_id) is False
                 assert len(driver.locks) == 0
                 assert not any((Path(tmp) / "state" / "sandboxes").iterdir())

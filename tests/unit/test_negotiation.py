@@ -71,18 +71,17 @@ def test_gpu_bits_are_what_the_inventory_can_serve(selectable: bool) -> None:
     assert "def test_gpu_count_assigns_cdi_devices(" in e2e
 
 
-def test_sandbox_authentication_bit_has_its_proof() -> None:
-    """Advertised by the single-container layout, because the e2e test mints, mounts and
-    authenticates podmand's credential; not by the split topology, which mounts none (its
-    supervisor spec has no credential: tests/unit/pair/test_specs.py)."""
-    single = negotiation.capabilities(Settings(topology="single"), limits=enforcement.BOTH)
-    assert single.supports_sandbox_authentication is True
-    conformance = (Path(__file__).parents[1] / "e2e" / "test_conformance.py").read_text()
-    assert "def test_token_sources(" in conformance and "AuthenticateSandbox" in conformance
-    split = negotiation.capabilities(Settings(topology="split"), limits=enforcement.BOTH)
-    assert split.supports_sandbox_authentication is False
+def test_sandbox_authentication_bit_is_false_and_the_bundle_is_not_a_required_capability() -> None:
+    """Not advertised: podmand mounts no credential of its own (the supervisor's env and mounts
+    carry no token: tests/unit/pair/test_specs.py), so AuthenticateSandbox has nothing to vouch
+    for. The launch bundle is required by refusing a create or start without it, not by
+    requiring its capability (contract §1 item 1)."""
+    caps = negotiation.capabilities(Settings(), limits=enforcement.BOTH)
+    assert caps.supports_sandbox_authentication is False
+    assert list(caps.extension.required_capabilities) == [negotiation.CONTRACT]
+    assert negotiation.LAUNCH_AUTHENTICATION in caps.extension.supported_capabilities
     specs = (Path(__file__).parent / "pair" / "test_specs.py").read_text()
-    assert "names.CREDENTIAL_PATH)]" in specs
+    assert '"OPENSHELL_SANDBOX_TOKEN_FILE", "OPENSHELL_K8S_SA_TOKEN_FILE"} & set(env)' in specs
 
 
 def test_runtime_readiness_not_claimed() -> None:

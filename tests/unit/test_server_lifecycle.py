@@ -35,7 +35,6 @@ from podmand.config import Settings, rundir
 from podmand.errors import ConfigError, StartupError
 from podmand.host import discovery, enforcement, podmanservice, socketpath, statedir
 from podmand.host.shutdown import Stop
-from podmand.security.credentials import KEY_BYTES
 from podmand.server import Server
 from podmand.watch.hub import Hub
 from tests import wait
@@ -271,14 +270,6 @@ def start_up_failure(tmp: Path, fake: FakeLibpod) -> StartupError:
     assert not (tmp / "run").exists()
     assert lock_is_free(tmp / "state")
     return err.value
-
-
-def test_bad_credential_key_is_a_start_up_error(tmp: Path, fake: FakeLibpod) -> None:
-    """The driver's BadKeyFile (a DriverError) becomes a StartupError with its message."""
-    (tmp / "state").mkdir(mode=0o700)
-    (tmp / "state" / "credential.key").write_bytes(b"\x01" * (KEY_BYTES - 5))
-    err = start_up_failure(tmp, fake)
-    assert str(err).startswith(f"credential key {tmp}/state/credential.key is not {KEY_BYTES} bytes long")
 
 
 def test_podman_error_at_start_is_a_start_up_error(tmp: Path, fake: FakeLibpod) -> None:

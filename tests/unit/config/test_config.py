@@ -369,7 +369,6 @@ BAD: dict[str, tuple[str | int, str]] = {
     "image_pull_policy": ("sometimes", "expected one of: always, missing, never, newer"),
     "supervisor_image": (1, "expected a string, got 1"),
     "sandbox_runtime_image": (1, "expected a string, got 1"),
-    "topology": ("both", "expected one of: split, single; got 'both'"),
     "grpc_endpoint": ("https://gw:17670", "needs TLS material"),
     "gateway_port": ("http", "expected a whole number, got 'http'"),
     "network_name": ("-bad", "must match"),
@@ -393,7 +392,6 @@ BAD: dict[str, tuple[str | int, str]] = {
     "state_dir": (1, "expected a string, got 1"),
     "log_level": ("loud", "expected one of: debug, info, warning, error; got 'loud'"),
     "log_format": ("xml", "expected one of: human, json; got 'xml'"),
-    "require_launch_auth": ("maybe", "expected true or false, got 'maybe'"),
     "resync_interval": ("often", "expected a number of seconds, got 'often'"),
     "resync_interval_silent": ("-1", "must be 0 or more (0: resync_interval)"),
     "gc_grace": ("inf", "expected a number of seconds, got inf"),
@@ -451,6 +449,23 @@ def test_network_and_exit_watch_defaults_and_overrides() -> None:
 def test_every_setting_has_a_bad_value_case() -> None:
     """A new setting must come with its bad-value message checked below."""
     assert set(BAD) == {opt.field for opt in options.OPTIONS}
+
+
+@pytest.mark.parametrize("gone", options.REMOVED, ids=lambda gone: gone.field)
+def test_a_removed_setting_stops_the_start_in_one_line_wherever_it_is_set(
+        gone: options.Removed, tmp_path: Path) -> None:
+    """topology (the single-container layout) and require_launch_auth are gone: from the
+    environment, a flag or the file, whatever the value, one line names the setting and why,
+    rather than the setting being ignored or argparse's usage error."""
+    toml = write_toml(tmp_path, f'{gone.field} = "x"\n')
+    for args, environ in ((None, {gone.env: "single"}), (flags(gone.flag, "single"), {}),
+                          (None, {"PODMAND_CONFIG": toml})):
+        with pytest.raises(ConfigError) as exc:
+            load(args, environ)
+        message = str(exc.value)
+        assert message.startswith(f"setting {gone.field} ({gone.flag} / {gone.env}) was removed: "), message
+        assert "\n" not in message and message.endswith("remove it from podmand's configuration")
+    assert "single-container layout is gone" in str(options.REMOVED[0].error())
 
 
 @pytest.mark.parametrize("opt", options.OPTIONS, ids=lambda opt: opt.field)

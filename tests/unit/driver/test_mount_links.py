@@ -21,13 +21,14 @@ from podmand.errors import FailedPrecondition
 from podmand.sandbox import imagefiles
 from tests.fakes.harness import Rig, driver_on, eventually
 from tests.fakes.libpod import Reply, Request
+from tests.jwt import make_launch
 
 IMAGE = "registry.example/app:1"
 DEADLINE = 30.0
 DIRECTORY = (1 << 31) | 0o755  # Go's os.ModeDir | 0755, as the stat says of a directory
 SYMLINK = (1 << 27) | 0o777  # Go's os.ModeSymlink | 0777
 FILE = 0o644
-OWN_ROOTS = ["/.openshell", "/etc", "/opt", "/run"]  # where podmand's own destinations begin: absent from these images
+OWN_ROOTS = ["/.openshell", "/opt", "/run"]  # where podmand's own destinations begin: absent from these images
 
 
 def stat(name: str, mode: int, target: str) -> str:
@@ -64,7 +65,8 @@ def box(sandbox_id: str, *mounts: dict[str, Any]) -> pb.DriverSandbox:
     template = pb.DriverSandboxTemplate(image=IMAGE)
     if mounts:
         template.driver_config.update({"mounts": list(mounts)})
-    return pb.DriverSandbox(id=sandbox_id, name="demo", workspace="ws", spec=pb.DriverSandboxSpec(template=template))
+    spec = pb.DriverSandboxSpec(template=template, launch_authentication=make_launch(sandbox_id, "g0000000000000001"))
+    return pb.DriverSandbox(id=sandbox_id, name="demo", workspace="ws", spec=spec)
 
 
 def tmpfs(target: str) -> dict[str, Any]:
@@ -73,7 +75,7 @@ def tmpfs(target: str) -> dict[str, Any]:
 
 def run(body: Any, **settings: Any) -> None:
     async def main() -> None:
-        async with driver_on(lambda _t: Settings(topology="single", **settings)) as rig:
+        async with driver_on(lambda _t: Settings(**settings)) as rig:
             await body(rig)
 
     asyncio.run(asyncio.wait_for(main(), DEADLINE))
@@ -146,8 +148,8 @@ def test_a_working_dir_without_links_is_read_once_for_the_create_and_its_provisi
         await rig.driver.create(box("sb-1"))
         await eventually(lambda: any(s == "sb-1" for _c, s in rig.sink.refreshes), "sb-1 started")
         # nothing below a missing one
-        assert looked == ["/.openshell", "/etc", "/opt", "/run", "/workspace", "/workspace/project"]
-        assert passwd_reads(rig) == 1 and len(readers(rig)) == 2  # the accounts and links, and the supervisor binary
+        assert looked == ["/.openshell", "/opt", "/run", "/workspace", "/workspace/project"]
+        assert passwd_reads(rig) == 1 and len(readers(rig)) == 2  # the accounts and links, and the runtime binary
 
     run(body)
 
@@ -178,7 +180,7 @@ def test_a_link_at_the_default_sandbox_path_fails_provisioning_as_image_refused(
 @pytest.mark.parametrize("kind", ["tmpfs", "volume"])
 def test_a_caller_mount_through_a_link_is_refused_at_create_naming_its_target(kind: str) -> None:
     """A caller's target /a/b/c/d/e with /a/b/c/d/e -> /opt/openshell/bin in the image: Podman
-    would mount it over the supervisor. FAILED_PRECONDITION naming mounts[1].target, the image
+    would mount it over the runtime binary. FAILED_PRECONDITION naming mounts[1].target, the image
     and the link; nothing made, the reader removed; ValidateSandboxCreate refuses it too."""
 
     async def body(rig: Rig) -> None:
@@ -207,14 +209,14 @@ def test_each_path_is_looked_up_once_per_image_and_only_new_ones_need_a_reader()
     async def body(rig: Rig) -> None:
         looked = image_with(rig, "", {}, ("/data",))
         await rig.driver.create(box("sb-1", tmpfs("/data")))
-        assert sorted(looked) == ["/.openshell", "/data", "/etc", "/opt", "/run", "/sandbox"]
+        assert sorted(looked) == ["/.openshell", "/data", "/opt", "/run", "/sandbox"]
         looked.clear()
         await rig.driver.create(box("sb-2", tmpfs("/data/cache/x")))
         assert looked == ["/data/cache"]
         await rig.driver.create(box("sb-3", tmpfs("/data/cache/x")))
         assert looked == ["/data/cache"] and passwd_reads(rig) == 1
         await eventually(lambda: {s for _c, s in rig.sink.refreshes} >= {"sb-1", "sb-2", "sb-3"}, "all started")
-        assert len(readers(rig)) == 3  # sb-1's, sb-2's and the supervisor binary's
+        assert len(readers(rig)) == 3  # sb-1's, sb-2's and the runtime binary's
 
     run(body, allow_driver_config=True)
 
@@ -238,7 +240,7 @@ def test_a_caller_mount_through_a_link_in_an_image_pulled_later_fails_provisioni
         present = (200, {}, {"Id": "sha256:img", "Config": {"User": "1000:1000"}})
 
         def inspect(req: Request) -> Reply:
-            if "openshell" in req.path or pulled:  # the supervisor image is here
+            if "openshell" in req.path or pulled:  # the supervisor and runtime images are here
                 return present
             return 404, {}, {"message": "no such image", "response": 404}
 
@@ -264,7 +266,7 @@ def test_a_caller_mount_through_a_link_in_an_image_pulled_later_fails_provisioni
 
 
 def test_a_link_on_the_way_of_podmands_own_files_fails_provisioning_as_image_refused() -> None:
-    """/opt/openshell -> /srv/os: the supervisor's bind would land at /srv/os/bin, where a
+    """/opt/openshell -> /srv/os: the runtime binary's bind would land at /srv/os/bin, where a
     deeper mount could cover it. No WorkingDir, no mounts: found while provisioning."""
 
     async def body(rig: Rig) -> None:
@@ -284,7 +286,7 @@ def test_a_link_on_the_way_of_podmands_own_files_fails_provisioning_as_image_ref
     run(body)
 
 
-@pytest.mark.parametrize("link", ["/etc/openshell/auth", "/etc/openshell/tls/client/ca.crt", "/run/netns"])
+@pytest.mark.parametrize("link", ["/.openshell/channel", "/opt/openshell/bin", "/run/openshell-supervisor-ca"])
 def test_every_own_destination_is_walked(link: str) -> None:
     async def body(rig: Rig) -> None:
         parents = tuple(link.rsplit("/", i)[0] for i in range(1, link.count("/")))
@@ -300,7 +302,7 @@ def test_every_own_destination_is_walked(link: str) -> None:
 
 def test_an_image_volume_through_a_link_fails_provisioning_as_image_refused() -> None:
     """VOLUME /a/b/c/d/e with /a/b/c/d/e -> /opt/openshell/bin: Podman would put the anonymous
-    volume (a copy of the image's files there) over the supervisor."""
+    volume (a copy of the image's files there) over the runtime binary."""
 
     async def body(rig: Rig) -> None:
         image_with(rig, "", {"/a/b/c/d/e": "/opt/openshell/bin"}, ("/a", "/a/b", "/a/b/c", "/a/b/c/d"),

@@ -173,12 +173,11 @@ SPLIT = dataclasses.replace(SLIRP, endpoint="http://127.0.0.1:17670", sandbox_ad
                             host_network=True)
 
 
-def test_the_split_topologys_supervisor_dials_from_this_hosts_network() -> None:
+def test_the_supervisor_dials_from_this_hosts_network() -> None:
     """Its default endpoint is loopback, which upstream's gateway default (127.0.0.1) serves;
     a wildcard does too; nothing on the port is a WARN whose fix needs no --bind-address."""
-    assert Settings(topology="split").endpoint == "http://127.0.0.1:17670"
-    assert Settings(topology="single").endpoint == "http://host.containers.internal:17670"
-    assert Settings(topology="split", grpc_endpoint="https://gw:1").endpoint == "https://gw:1"
+    assert Settings().endpoint == "http://127.0.0.1:17670"
+    assert Settings(grpc_endpoint="https://gw:1").endpoint == "https://gw:1"
     for listening in (("127.0.0.1", 17670), ("0.0.0.0", 17670)):
         found = decide(dataclasses.replace(SPLIT, listeners=on(listening)))
         assert found.status == "OK" and found.finding.startswith(

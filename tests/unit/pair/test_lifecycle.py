@@ -60,11 +60,11 @@ def pair() -> lifecycle.Pair:
                           workspace_volume=WORKSPACE, channel_labels={"k": "v"}, stop_timeout=3)
 
 
-def create(podman: Podman) -> None:
+def create(podman: Podman, *, start: bool = True) -> None:
     async def main() -> None:
         client = PodmanClient(transport=MockTransport(podman))
         session = lifecycle.Session(bundle=bundle(), host_gateway_ip="127.0.0.1", userns="auto")
-        await lifecycle.create(client, pair(), session, identity(), {"PATH": "/bin"})
+        await lifecycle.create(client, pair(), session, identity(), {"PATH": "/bin"}, start=lambda: start)
 
     asyncio.run(main())
 
@@ -78,6 +78,14 @@ def test_create_in_order() -> None:
         "POST /containers/create", f"PUT /containers/{SUPERVISOR}/archive",
         f"POST /containers/{WORKLOAD}/start", f"POST /containers/{SUPERVISOR}/start",
     ]
+
+
+def test_a_create_told_not_to_start_leaves_the_pair_made_and_stopped() -> None:
+    """A stop while Podman makes the pair: everything is made and filled, nothing started."""
+    podman = Podman()
+    create(podman, start=False)
+    assert podman.seen[-1] == f"PUT /containers/{SUPERVISOR}/archive"
+    assert not [call for call in podman.seen if call.endswith("/start") or call.startswith("DELETE")]
 
 
 def test_a_failed_create_removes_what_it_made_supervisor_first() -> None:

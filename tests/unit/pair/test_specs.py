@@ -171,7 +171,7 @@ def test_supervisor_health_check() -> None:
     assert built["healthconfig"] == {
         "Test": ["CMD", "/openshell-supervisor", "health", "--socket", "/run/openshell/supervisor-health.sock"],
         "Interval": 7 * 10**9, "Timeout": 2 * 10**9, "Retries": 10, "StartPeriod": 5 * 10**9}
-    assert built["healthMaxLogCount"] == spec.HEALTH_MAX_LOG_COUNT
+    assert built["healthMaxLogCount"] == specs.HEALTH_MAX_LOG_COUNT
 
 
 def test_supervisor_gets_podmands_files_for_the_gateway_the_workload_none() -> None:
@@ -183,10 +183,10 @@ def test_supervisor_gets_podmands_files_for_the_gateway_the_workload_none() -> N
     assert len(tls) == 3 and all("U" in m["options"] and m["source"].startswith(SECRETS) for m in tls)
     assert sup["env"]["OPENSHELL_TLS_CA"] == "/etc/openshell/tls/client/ca.crt"
     assert not [m for m in sup["mounts"] if m["destination"] in (names.NETNS_DIR, names.SUPERVISOR_BIN)]
-    # its bearer tokens are auth.json's: no token file, no podmand credential, whatever the plan
+    # its bearer tokens are auth.json's: no token file, whatever the plan
     for plan in (make_plan(settings), make_plan(settings, sandbox_token="a.b.c")):
         built = specs.supervisor_spec(plan, settings, prov(), supervisor_image_id="sha256:" + "5" * 64)
-        assert not [m for m in built["mounts"] if m["destination"] in (names.TOKEN_PATH, names.CREDENTIAL_PATH)]
+        assert not [m for m in built["mounts"] if m["destination"].startswith("/etc/openshell/auth")]
     work = workload(settings)
     assert not [m for m in work["mounts"] if m["destination"].startswith("/etc/openshell")]
 
@@ -201,16 +201,6 @@ def test_no_secret_in_either_spec() -> None:
 def test_an_identity_of_root_is_refused() -> None:
     with pytest.raises(FailedPrecondition, match=r"^workload identity: uid 0"):
         workload(identity=Resolved(0, 1000, (), "image", "sha256:feed"))
-
-
-def test_the_single_container_spec_is_unchanged() -> None:
-    """The pair builds beside today's layout: the single container's spec knows no pair."""
-    settings = Settings()
-    plan = make_plan(settings)
-    single = spec.container_spec(plan, settings, prov())
-    assert single["entrypoint"] == [names.SUPERVISOR_BIN] and single["user"] == "0:0"
-    assert names.ISOLATION_ROLE not in single["labels"]
-    assert not [v for v in single["volumes"] if v["Name"].startswith("openshell-channel-")]
 
 
 def test_the_workloads_resolver_is_the_runtimes_dns_relay() -> None:

@@ -13,8 +13,9 @@ from podmand.libpod import versions
 from podmand.libpod.versions import Features
 from podmand.sandbox import driverconfig, spec
 from podmand.sandbox.driverconfig import Mount
+from tests.jwt import make_launch
 
-OPEN = Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+OPEN = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
 WHERE = "sandbox.spec.template.driver_config.mounts[0]"
 
 
@@ -133,10 +134,10 @@ def test_subpath_shape_is_checked_whatever_the_podman(subpath: Any) -> None:
         ({"type": "bind", "source": "/srv", "target": "/srv", "selinux_label": "z"}, OPEN, InvalidArgument,
          ".selinux_label", "shared or private"),
         ({"type": "bind", "source": " /srv", "target": "/srv"}, OPEN, InvalidArgument, ".source", "absolute"),
-        ({"type": "bind", "source": "/srv", "target": "/srv"}, Settings(topology="single", allow_driver_config=True,
+        ({"type": "bind", "source": "/srv", "target": "/srv"}, Settings(allow_driver_config=True,
          admission_enabled=False), FailedPrecondition, "", "enable_bind_mounts"),
         ({"type": "image", "source": "localhost/d:1", "target": "/d"}, Settings(
-                topology="single", allow_driver_config=True),
+                allow_driver_config=True),
          FailedPrecondition, "", "host bind or image mount"),
         ({"type": "image", "source": "Not An Image", "target": "/d"}, OPEN, InvalidArgument, ".source", "image"),
         ({"type": "image", "source": "localhost/d:1", "target": "/d", "subpath": "a/b"}, OPEN, FailedPrecondition,
@@ -276,16 +277,17 @@ def test_duplicate_targets_of_different_kinds() -> None:
 def test_validate_passes_the_sandbox_userns_and_socket() -> None:
     """spec.validate hands drivercfg the sandbox's userns (the setting's auto here) and its SSH socket."""
     sandbox = pb.DriverSandbox(id="abc", name="n", spec=pb.DriverSandboxSpec(template=template(
-        {"type": "image", "source": "localhost/d:1", "target": "/d"})))
+        {"type": "image", "source": "localhost/d:1", "target": "/d"}),
+        launch_authentication=make_launch("abc", "g0000000000000001")))
     with pytest.raises(FailedPrecondition, match="userns=auto"):
         spec.validate(sandbox, OPEN)
     sandbox.spec.template.user_namespaces = False
     plan = spec.validate(sandbox, Settings(
-            topology="single", allow_driver_config=True, admission_enabled=False, allow_host_userns=True))
+            allow_driver_config=True, admission_enabled=False, allow_host_userns=True))
     assert plan.mounts == (Mount("image", "/d", "localhost/d:1", True),)
     sandbox.spec.template.driver_config.update({"mounts": [{"type": "tmpfs", "target": "/run/openshell-x"},
                                                            {"type": "tmpfs", "target": "/run/sshd"}]})
     sandbox.spec.template.agent_socket_path = "/run/sshd/agent.sock"
     with pytest.raises(InvalidArgument, match=r"mounts\[1\]\.target: .*control path '/run/sshd/agent.sock'"):
         spec.validate(sandbox, Settings(
-                topology="single", allow_driver_config=True, admission_enabled=False, allow_host_userns=True))
+                allow_driver_config=True, admission_enabled=False, allow_host_userns=True))

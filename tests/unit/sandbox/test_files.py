@@ -24,8 +24,8 @@ def test_paths_never_leave_the_state_dir(tmp_path: Path, bad: str) -> None:
     with pytest.raises(ValueError):
         files.remove(bad)
     # reads of such ids answer "nothing recorded" instead of failing
-    assert (files.generation(bad), files.stopped_container(bad), files.failure(bad), files.has_token(bad)) == (
-        "", "", None, False
+    assert (files.generation(bad), files.stopped_container(bad), files.failure(bad), files.launch(bad)) == (
+        "", "", None, None
     )
     assert (tmp_path / "state" / "keep").read_text() == "x"
 

@@ -64,14 +64,16 @@ def test_a_request_naming_an_imported_rootfs_is_refused_naming_the_field() -> No
     from podmand.config import Settings
     from podmand.errors import InvalidArgument
     from podmand.sandbox import spec
+    from tests.jwt import make_launch
 
-    box = pb.DriverSandbox(id="attacker", name="n", spec=pb.DriverSandboxSpec())
+    box = pb.DriverSandbox(id="attacker", name="n", spec=pb.DriverSandboxSpec(
+        launch_authentication=make_launch("attacker", "g0000000000000001")))
     box.spec.template.image = "podmand-rootfs:victim"
     with pytest.raises(InvalidArgument, match=r"^sandbox\.spec\.template\.image: .*only by the sandbox"):
-        spec.validate(box, Settings(topology="single"))
+        spec.validate(box, Settings())
     box.spec.template.image = "alpine"
     box.spec.template.driver_config.update(
         {"mounts": [{"type": "image", "source": "localhost/podmand-rootfs:victim", "target": "/data"}]}
     )
     with pytest.raises(InvalidArgument, match=r"^sandbox\.spec\.template\.driver_config\.mounts\[0\]\.source: "):
-        spec.validate(box, Settings(topology="single", allow_driver_config=True))
+        spec.validate(box, Settings(allow_driver_config=True))

@@ -8,12 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from podmand import names
+from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.errors import FailedPrecondition
-from podmand.sandbox import mountlinks, ownmounts
+from podmand.pair import specs
+from podmand.sandbox import mountlinks, ownmounts, spec
 from podmand.sandbox.driverconfig import Mount
+from podmand.sandbox.identity import Resolved
 from podmand.sandbox.mountlinks import ABSENT, FILE, HERE, LINK, Walk
-from podmand.sandbox.plan import Plan, Provision
+from podmand.sandbox.plan import Provision
 
 IMAGE = "localhost/app:1"
 
@@ -27,21 +31,24 @@ def test_walks_are_podmands_own_destinations_the_workspace_and_each_caller_targe
                                 Walk("/data", "caller", 1, "volume")]
 
 
-@pytest.mark.parametrize(("tls", "token", "proxy"), list(itertools.product([False, True], repeat=3)))
-def test_every_destination_podmand_mounts_is_walked_whatever_the_settings(
-    tls: bool, token: bool, proxy: bool, tmp_path: Path
+@pytest.mark.parametrize(("tls", "proxy"), list(itertools.product([False, True], repeat=2)))
+def test_every_destination_podmand_mounts_in_the_workload_is_walked_whatever_the_settings(
+    tls: bool, proxy: bool, tmp_path: Path
 ) -> None:
-    """ownmounts.destinations lists what own_mounts gives a sandbox, under any settings."""
+    """ownmounts.destinations lists podmand's own mounts in the workload (pair.specs), under any
+    settings: the runtime binary, the channel volume and the proxy CA's tmpfs. Not its
+    /etc/resolv.conf, a file Podman binds in place of the image's whatever that is; the TLS and
+    proxy files are the supervisor's, in its own image."""
     files = {"proxy_auth_file": str(tmp_path / "auth"), "proxy_ca_bundle": str(tmp_path / "ca")} if proxy else {}
-    settings = Settings(topology="single", tls_ca="/tls/ca.crt" if tls else "", **files)  # type: ignore[arg-type]
-    plan = Plan.__new__(Plan)
-    object.__setattr__(plan, "has_token", token)
-    prov = Provision.__new__(Provision)
-    for name, value in (("secrets_dir", "/state/s"), ("supervisor_path", "/state/bin"), ("selinux", False)):
-        object.__setattr__(prov, name, value)
-    made = {m["destination"] for m in ownmounts.own_mounts(plan, settings, prov)}
-    assert made <= set(ownmounts.destinations())
-    assert len(made) == 2 + (3 if settings.tls_enabled else 0) + (2 if proxy else 0) + 1
+    settings = Settings(tls_ca="/tls/ca.crt" if tls else "", **files)  # type: ignore[arg-type]
+    sandbox = pb.DriverSandbox(id="abc123", name="demo", spec=pb.DriverSandboxSpec())
+    plan = spec.validate(sandbox, settings, recorded=True)
+    identity = Resolved(uid=1000, gid=1000, supplementary=(), source="image", digest="sha256:feed")
+    prov = Provision(image_id="sha256:feed", image_user="", image_env=(), network="", supervisor_path="/state/bin",
+                     secrets_dir="/state/s", instance="i", identity=identity)
+    built = specs.workload_spec(plan, settings, prov, rootless=False)
+    made = {m["destination"] for m in built["mounts"]} | {v["Dest"] for v in built["volumes"]}
+    assert made - {names.RESOLV_CONF, names.WORKSPACE_PATH} == set(ownmounts.destinations())
 
 
 def test_a_walk_ends_at_a_link_an_absent_component_or_a_file() -> None:
@@ -120,7 +127,7 @@ def test_the_components_of_an_images_volumes_are_bounded() -> None:
 
 def test_walks_take_the_image_volumes_no_other_mount_replaces() -> None:
     walks = mountlinks.walks("/work", (Mount("tmpfs", "/data"),), ["/data", "/work", "/cache", "/run/netns"])
-    assert [w for w in walks if w.whose == "volume"] == [Walk("/cache", "volume")]
+    assert [w for w in walks if w.whose == "volume"] == [Walk("/cache", "volume"), Walk("/run/netns", "volume")]
 
 
 @pytest.mark.parametrize(

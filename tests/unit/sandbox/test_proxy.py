@@ -15,6 +15,7 @@ from podmand import config
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.errors import ConfigError
+from podmand.pair import specs
 from podmand.sandbox import proxy, spec
 from podmand.sandbox.files import SandboxFiles
 from podmand.sandbox.identity import Resolved
@@ -198,10 +199,10 @@ def test_ca_bundle_must_parse_as_x509(tmp_path: Path) -> None:
 
 def test_read_files_trims_the_credential(auth_file: str, ca_file: str) -> None:
     s = Settings(
-            topology="single", https_proxy="http://p:3128", proxy_auth_file=auth_file, proxy_auth_allow_insecure=True,
+            https_proxy="http://p:3128", proxy_auth_file=auth_file, proxy_auth_allow_insecure=True,
                  proxy_ca_bundle=ca_file)
     assert proxy.read_files(s) == (SECRET.encode() + b"\n", PEM)
-    assert proxy.read_files(Settings(topology="single")) == (None, None)
+    assert proxy.read_files(Settings()) == (None, None)
 
 
 def test_files_are_written_root_only(tmp_path: Path) -> None:
@@ -215,20 +216,26 @@ def test_files_are_written_root_only(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- the container
 
+SUPERVISOR_FLAGS = ("--backend-descriptor-file=", "--auth-bundle-file=", "--health-socket-path=")
+
+
 def container(settings: Settings, **env: str) -> dict[str, Any]:
+    """The supervisor container's spec: the proxy is the supervisor's."""
     sandbox = pb.DriverSandbox(id="abc123", name="demo", workspace="ws",
                                spec=pb.DriverSandboxSpec(environment=env))
-    plan = spec.validate(sandbox, settings)
+    plan = spec.validate(sandbox, settings, recorded=True)
     prov = Provision(image_id="sha256:feed", image_user="", image_env=("HTTPS_PROXY=http://image:1",),
                           network="n", supervisor_path="/cache/sup", secrets_dir="/state/abc123", instance="i",
-                          identity=Resolved(uid=1000, gid=1000, supplementary=(), source="image", digest=""))
-    return spec.container_spec(plan, settings, prov)
+                          identity=Resolved(uid=1000, gid=1000, supplementary=(), source="image", digest="sha256:feed"))
+    doc = specs.supervisor_spec(plan, settings, prov, supervisor_image_id="sha256:5e1f")
+    doc["command"] = [arg for arg in doc["command"] if not arg.startswith(SUPERVISOR_FLAGS)]  # the pair's own
+    return doc
 
 
 def test_supervisor_gets_the_proxy_on_its_command_line_only(auth_file: str, ca_file: str) -> None:
     settings = load_all(args=None, environ={
         PROXY: " http://proxy.corp:3128 ", NO_PROXY: "-x.corp,10.0.0.0/8", AUTH: auth_file, INSECURE: "true",
-        BY_HOSTNAME: "true", CA: ca_file, "PODMAND_TOPOLOGY": "single"})
+        BY_HOSTNAME: "true", CA: ca_file})
     doc = container(settings, HTTPS_PROXY="http://evil:1", https_proxy="http://evil:2", NO_PROXY="*")
     assert doc["command"] == [
         "--workdir", "/sandbox",
@@ -243,17 +250,16 @@ def test_supervisor_gets_the_proxy_on_its_command_line_only(auth_file: str, ca_f
     for inside, name in ((proxy.AUTH_PATH, proxy.AUTH_FILE), (proxy.CA_BUNDLE_PATH, proxy.CA_FILE)):
         assert mounts[inside]["source"] == f"/state/abc123/{name}"
         assert {"ro", "U"} <= set(mounts[inside]["options"])
-    # The caller's and the image's proxy variables stay out of the supervisor's environment.
+    # The caller's proxy variables stay out of the supervisor's environment (it runs its own image).
     assert not {"HTTPS_PROXY", "https_proxy", "NO_PROXY"} & set(doc["env"])
-    assert "HTTPS_PROXY" in doc["unsetenv"]  # the image's
     assert SECRET not in repr(doc) and auth_file not in repr(doc)
 
 
 def test_no_proxy_no_flags_no_mounts() -> None:
-    doc = container(Settings(topology="single"))
+    doc = container(Settings())
     assert doc["command"] == ["--workdir", "/sandbox"]
     assert not [m for m in doc["mounts"] if m["destination"] in (proxy.AUTH_PATH, proxy.CA_BUNDLE_PATH)]
-    plain = container(Settings(topology="single", https_proxy="http://p:3128"))
+    plain = container(Settings(https_proxy="http://p:3128"))
     assert plain["command"] == ["--workdir", "/sandbox", "--upstream-proxy=http://p:3128"]
 
 

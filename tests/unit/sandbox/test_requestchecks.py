@@ -11,9 +11,11 @@ from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.errors import InvalidArgument
+from podmand.pair import specs
 from podmand.sandbox import envvars, requestchecks, spec
 from podmand.sandbox.identity import Resolved
-from podmand.sandbox.plan import Plan, Provision
+from podmand.sandbox.plan import Plan
+from tests.jwt import make_launch
 
 KIB = 1024
 SECRET = "s3cr3t-"  # in every oversized value: no message may contain it
@@ -22,6 +24,8 @@ SPEC_ENV = "sandbox.spec.environment"
 
 
 def make_sandbox(**spec_fields: Any) -> pb.DriverSandbox:
+    """A minimal valid request, its launch bundle included; keyword arguments go to DriverSandboxSpec."""
+    spec_fields.setdefault("launch_authentication", make_launch("abc123", "g0000000000000001"))
     return pb.DriverSandbox(id="abc123", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(**spec_fields))
 
 
@@ -32,7 +36,7 @@ def value(size: int, fill: str = "v") -> str:
 
 def refused(sandbox: pb.DriverSandbox, *needles: str) -> str:
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(sandbox, Settings(topology="single"))
+        spec.validate(sandbox, Settings())
     message = exc.value.message
     assert SECRET not in message and "vvvv" not in message, message
     for needle in needles:
@@ -42,10 +46,8 @@ def refused(sandbox: pb.DriverSandbox, *needles: str) -> str:
 
 def execve_strings(plan: Plan) -> list[bytes]:
     """The supervisor's environment as the runtime execs it, KEY=VALUE with its NUL."""
-    prov = Provision(image_id="sha256:feed", image_user="", image_env=(), network="openshell-ws",
-                          supervisor_path="/cache/openshell-sandbox", secrets_dir="/secrets", instance="inst1",
-                          identity=Resolved(uid=1000, gid=1000, supplementary=(), source="image", digest="sha256:f"))
-    env = spec.container_spec(plan, Settings(topology="single"), prov)["env"]
+    identity = Resolved(uid=1000, gid=1000, supplementary=(), source="image", digest="sha256:f")
+    env = specs.supervisor_env(plan, Settings(), "", identity)
     return [f"{k}={v}".encode() + b"\0" for k, v in env.items()]
 
 
@@ -54,7 +56,7 @@ def execve_strings(plan: Plan) -> list[bytes]:
 
 def test_an_env_value_over_its_bound_is_refused_naming_its_key() -> None:
     at_bound = make_sandbox(environment={"CA_BUNDLE": value(requestchecks.MAX_ENV_VALUE)})
-    assert spec.validate(at_bound, Settings(topology="single")).user_env["CA_BUNDLE"].startswith(SECRET)
+    assert spec.validate(at_bound, Settings()).user_env["CA_BUNDLE"].startswith(SECRET)
     for where, field in ((SPEC_ENV, "environment"), (TEMPLATE_ENV, "template")):
         box = make_sandbox()
         env = box.spec.environment if field == "environment" else box.spec.template.environment
@@ -70,14 +72,14 @@ def test_the_environment_is_bounded_with_both_maps_together() -> None:
         return {f"{prefix}{i}": value(total // 4 - len(f"{prefix}{i}")) for i in range(4)}
 
     template_only = make_sandbox(template=pb.DriverSandboxTemplate(environment=spread("T", 60 * KIB)))
-    spec.validate(template_only, Settings(topology="single"))
-    spec.validate(make_sandbox(environment=spread("S", 40 * KIB)), Settings(topology="single"))
+    spec.validate(template_only, Settings())
+    spec.validate(make_sandbox(environment=spread("S", 40 * KIB)), Settings())
     both = make_sandbox(template=pb.DriverSandboxTemplate(environment=spread("T", 60 * KIB)),
                         environment=spread("S", 40 * KIB))
     refused(both, f"{TEMPLATE_ENV} + {SPEC_ENV}: {100 * KIB} bytes of keys and values together, more than 96 KiB")
     at_bound = make_sandbox(template=pb.DriverSandboxTemplate(environment=spread("T", 56 * KIB)),
                             environment=spread("S", 40 * KIB))
-    assert len(spec.validate(at_bound, Settings(topology="single")).user_env) == 8
+    assert len(spec.validate(at_bound, Settings()).user_env) == 8
 
 
 def test_an_environment_that_escapes_past_one_execve_string_is_refused() -> None:
@@ -94,7 +96,7 @@ def test_the_environment_at_the_encoded_bound_fits_one_execve_string() -> None:
     env = {f"K{i}": value(31 * KIB, "\\") for i in range(2)}  # a backslash takes two bytes as JSON
     env["PAD"] = ""
     env["PAD"] = "p" * (requestchecks.MAX_ENCODED - requestchecks._encoded(env))
-    plan = spec.validate(make_sandbox(environment=env), Settings(topology="single"))
+    plan = spec.validate(make_sandbox(environment=env), Settings())
     [encoded] = [s for s in execve_strings(plan) if s.startswith(names.ENV_USER_ENV.encode() + b"=")]
     assert len(encoded) <= requestchecks.MAX_ARG_STRLEN
     env["PAD"] += "p"
@@ -105,10 +107,10 @@ def test_the_environment_at_the_encoded_bound_fits_one_execve_string() -> None:
 
 
 def test_command_arguments_are_bounded() -> None:
-    spec.validate(make_sandbox(command=["x"] * requestchecks.MAX_COMMAND_ARGS), Settings(topology="single"))
+    spec.validate(make_sandbox(command=["x"] * requestchecks.MAX_COMMAND_ARGS), Settings())
     refused(make_sandbox(command=["x"] * (requestchecks.MAX_COMMAND_ARGS + 1)),
             "sandbox.spec.command: 1025 arguments, more than 1024")
-    spec.validate(make_sandbox(command=["sh", "-c", value(requestchecks.MAX_COMMAND_ARG)]), Settings(topology="single"))
+    spec.validate(make_sandbox(command=["sh", "-c", value(requestchecks.MAX_COMMAND_ARG)]), Settings())
     refused(make_sandbox(command=["sh", "-c", value(requestchecks.MAX_COMMAND_ARG + 1)]),
             f"sandbox.spec.command[2]: {32 * KIB + 1} bytes, more than 32 KiB")
     refused(make_sandbox(command=["ok", "bad\x00"]), "sandbox.spec.command[1]: must not contain NUL")
@@ -116,7 +118,7 @@ def test_command_arguments_are_bounded() -> None:
 
 def test_the_command_is_bounded_as_a_whole() -> None:
     three = [value(32 * KIB) for _ in range(3)]
-    assert spec.validate(make_sandbox(command=three), Settings(topology="single")).command == three
+    assert spec.validate(make_sandbox(command=three), Settings()).command == three
     refused(make_sandbox(command=[*three, "x"]), f"sandbox.spec.command: {96 * KIB + 1} bytes of arguments, "
             "more than 96 KiB")
     escaped = [value(30 * KIB, '"') for _ in range(3)]  # a quote takes two bytes as JSON
@@ -126,7 +128,7 @@ def test_the_command_is_bounded_as_a_whole() -> None:
 def test_the_command_at_its_bound_fits_one_execve_string() -> None:
     args = [value(32 * KIB) for _ in range(3)] + ["x"] * (requestchecks.MAX_COMMAND_ARGS - 3)
     args[0] = args[0][: -(requestchecks.MAX_COMMAND_ARGS - 3)]  # 96 KiB in all
-    plan = spec.validate(make_sandbox(command=args), Settings(topology="single"))
+    plan = spec.validate(make_sandbox(command=args), Settings())
     assert envvars.main_process_spec(plan).count('"x"') == requestchecks.MAX_COMMAND_ARGS - 3
     [main] = [s for s in execve_strings(plan) if s.startswith(names.ENV_MAIN_PROCESS.encode() + b"=")]
     assert len(main) <= requestchecks.MAX_ARG_STRLEN
@@ -142,7 +144,7 @@ def test_every_field_at_its_bound_at_once_is_recorded_and_execs() -> None:
     labels = {f"l{i:02d}": value(4 * KIB - 3) for i in range(16)}  # 64 KiB
     box = make_sandbox(environment=env, command=[value(32 * KIB) for _ in range(3)],
                        template=pb.DriverSandboxTemplate(labels=labels))
-    plan = spec.validate(box, Settings(topology="single"))
+    plan = spec.validate(box, Settings())
     assert 340 * KIB < len(plan.intent) < requestchecks.MAX_RECORD - 128 * KIB  # room for the rest
     strings = execve_strings(plan)
     assert max(map(len, strings)) <= requestchecks.MAX_ARG_STRLEN
@@ -162,5 +164,5 @@ def test_a_record_over_its_bound_is_refused_naming_the_biggest_part() -> None:
     refused(policy, "its biggest part is sandbox.spec.policy (")
     under = make_sandbox()
     under.spec.template.platform_config.update({"blob": value(380 * KIB)})
-    assert len(spec.validate(under, Settings(topology="single")).intent) <= requestchecks.MAX_RECORD
+    assert len(spec.validate(under, Settings()).intent) <= requestchecks.MAX_RECORD
 

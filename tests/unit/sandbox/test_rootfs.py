@@ -25,9 +25,11 @@ from podmand.sandbox.plan import Plan
 from podmand.sandbox.snapshots import Condition
 from tests.fakes import harness
 from tests.fakes.libpod import FakeLibpod
+from tests.jwt import make_launch
 
 ROOT = "/srv/staging"
-ON = Settings(topology="single", rootfs_staging_dir=ROOT, rootfs_max_bytes=1024)
+GENERATION = "g0000000000000001"
+ON = Settings(rootfs_staging_dir=ROOT, rootfs_max_bytes=1024)
 SLOT = "req-0b6c2e57-3a1f-4c2d-9e8f-1a2b3c4d5e6f"  # as the gateway names one: req- and a lowercase UUID
 TAR = f"{ROOT}/{SLOT}/rootfs.tar"
 
@@ -39,7 +41,7 @@ def new_slot() -> str:
 def staged_in(tmp_path: Path, max_bytes: int = 1024) -> Settings:
     root = tmp_path / "staging"
     root.mkdir(exist_ok=True)
-    return Settings(topology="single", rootfs_staging_dir=str(root), rootfs_max_bytes=max_bytes)
+    return Settings(rootfs_staging_dir=str(root), rootfs_max_bytes=max_bytes)
 
 
 SHAPE = "must name a file directly in a slot the gateway staged, /srv/staging/req-<uuid>/<file>"
@@ -84,12 +86,12 @@ def test_a_file_in_a_gateway_slot_is_taken() -> None:
     assert rootfs.check_path(TAR, ON) == TAR
     for name in ("x" * 128, "é" * 64, "rootfs.tar.gz", "my rootfs (1).tar"):
         assert rootfs.check_path(f"{ROOT}/{SLOT}/{name}", ON) == f"{ROOT}/{SLOT}/{name}"
-    with_slash = Settings(topology="single", rootfs_staging_dir=ROOT + "/", rootfs_max_bytes=1024)
+    with_slash = Settings(rootfs_staging_dir=ROOT + "/", rootfs_max_bytes=1024)
     assert rootfs.check_path(TAR, with_slash) == TAR
 
 
 @pytest.mark.parametrize("settings", [Settings(
-        topology="single", rootfs_max_bytes=0, rootfs_staging_dir=ROOT), Settings(topology="single")])
+        rootfs_max_bytes=0, rootfs_staging_dir=ROOT), Settings()])
 def test_disabled_or_unprepared_is_a_failed_precondition(settings: Settings) -> None:
     with pytest.raises(FailedPrecondition) as exc:
         rootfs.check_path(TAR, settings)
@@ -231,7 +233,7 @@ def test_remove_slot_keeps_a_slot_with_something_else_in_it(tmp_path: Path) -> N
 
 def test_prepare_staging_creates_a_private_directory_and_resolves_it(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    s = Settings(topology="single")
+    s = Settings()
     rootfs.prepare_staging(s, state)
     assert s.rootfs_staging_dir == str((state / rootfs.STAGING_DIR).resolve())
     assert os.stat(s.rootfs_staging_dir).st_mode & 0o777 == 0o700
@@ -240,7 +242,7 @@ def test_prepare_staging_creates_a_private_directory_and_resolves_it(tmp_path: P
 
 
 def test_prepare_staging_disabled_advertises_nothing(tmp_path: Path) -> None:
-    s = Settings(topology="single", rootfs_max_bytes=0, rootfs_staging_dir=str(tmp_path / "staging"))
+    s = Settings(rootfs_max_bytes=0, rootfs_staging_dir=str(tmp_path / "staging"))
     rootfs.prepare_staging(s, tmp_path)
     assert not (tmp_path / "staging").exists()
     caps = negotiation.capabilities(s, limits=enforcement.BOTH)
@@ -250,7 +252,7 @@ def test_prepare_staging_disabled_advertises_nothing(tmp_path: Path) -> None:
 def test_prepare_staging_refuses_a_file(tmp_path: Path) -> None:
     (tmp_path / "file").write_bytes(b"")
     with pytest.raises(ConfigError) as exc:
-        rootfs.prepare_staging(Settings(topology="single", rootfs_staging_dir=str(tmp_path / "file")), tmp_path)
+        rootfs.prepare_staging(Settings(rootfs_staging_dir=str(tmp_path / "file")), tmp_path)
     assert str(exc.value).startswith("invalid setting rootfs_staging_dir (--rootfs-staging-dir")
 
 
@@ -269,7 +271,8 @@ def test_rootfs_tar_path_needs_no_allow_driver_config_and_is_not_caller_config()
 
 
 def test_a_plan_from_a_rootfs_tar_runs_the_image_imported_for_it() -> None:
-    sandbox = pb.DriverSandbox(id="Sb-1", name="demo", workspace="ws", spec=pb.DriverSandboxSpec())
+    sandbox = pb.DriverSandbox(id="Sb-1", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(
+        launch_authentication=make_launch("Sb-1", GENERATION)))
     sandbox.spec.template.CopyFrom(template({"rootfs_tar_path": TAR}))
     plan = spec.validate(sandbox, ON)
     assert (plan.image, plan.rootfs_tar) == ("localhost/podmand-rootfs:Sb-1", TAR)
@@ -279,7 +282,8 @@ def test_a_plan_from_a_rootfs_tar_runs_the_image_imported_for_it() -> None:
 
 
 def sandbox_without_tar() -> pb.DriverSandbox:
-    return pb.DriverSandbox(id="sb-2", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(template=template({})))
+    return pb.DriverSandbox(id="sb-2", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(
+        template=template({}), launch_authentication=make_launch("sb-2", GENERATION)))
 
 
 @pytest.mark.parametrize(("tag", "sandbox_id"), [("localhost/podmand-rootfs:sb-1", "sb-1"),
@@ -348,15 +352,15 @@ def test_prepare_staging_refuses_podmands_own_directories(tmp_path: Path) -> Non
     sock = f"{sockdir}/compute-driver.sock"  # as config.load leaves it
     for staging in (state, state / "sandboxes", tmp_path, sockdir, sockdir / "staging"):
         with pytest.raises(ConfigError) as exc:
-            rootfs.prepare_staging(Settings(topology="single", rootfs_staging_dir=str(staging), socket=sock), state)
+            rootfs.prepare_staging(Settings(rootfs_staging_dir=str(staging), socket=sock), state)
         message = str(exc.value)
         assert message.startswith("invalid setting rootfs_staging_dir (--rootfs-staging-dir") and "overlaps" in message
     for ok in ("", str(state / rootfs.STAGING_DIR), str(tmp_path / "staging")):
-        s = Settings(topology="single", rootfs_staging_dir=ok, socket=sock)
+        s = Settings(rootfs_staging_dir=ok, socket=sock)
         rootfs.prepare_staging(s, state)
         assert s.rootfs_staging_dir
     s = Settings(
-            topology="single", socket=f"unix://{tmp_path}/compute-driver.sock")  # the state directory beside the socket
+            socket=f"unix://{tmp_path}/compute-driver.sock")  # the state directory beside the socket
     rootfs.prepare_staging(s, state)
     assert s.rootfs_staging_dir == str(state / rootfs.STAGING_DIR)
 
@@ -368,7 +372,7 @@ def test_prepare_staging_refuses_podmands_own_directories(tmp_path: Path) -> Non
 
 def with_staging(tmp: Path) -> Settings:
     (tmp / "staging").mkdir()
-    return Settings(topology="single", rootfs_staging_dir=str(tmp / "staging"), rootfs_max_bytes=1024)
+    return Settings(rootfs_staging_dir=str(tmp / "staging"), rootfs_max_bytes=1024)
 
 
 @contextlib.asynccontextmanager
@@ -383,7 +387,7 @@ def run(main: Callable[[], Any]) -> None:
 
 def rootfs_sandbox(sandbox_id: str, tar: Path, name: str = "demo") -> pb.DriverSandbox:
     who = pb.WorkloadIdentityRequest(user="sandbox", group="sandbox")  # a rootfs tar declares no USER
-    box_spec = pb.DriverSandboxSpec(workload_identity=who)
+    box_spec = pb.DriverSandboxSpec(workload_identity=who, launch_authentication=make_launch(sandbox_id, GENERATION))
     sandbox = pb.DriverSandbox(id=sandbox_id, name=name, workspace="ws", spec=box_spec)
     sandbox.spec.template.CopyFrom(template({"rootfs_tar_path": str(tar)}))
     return sandbox

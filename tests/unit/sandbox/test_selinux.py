@@ -1,4 +1,4 @@
-"""Unit tests for SELinux: detection, the setting, the labels in the container spec, doctor's finding."""
+"""Unit tests for SELinux: detection, the setting, the labels in the pair's specs, doctor's finding."""
 
 from __future__ import annotations
 
@@ -13,27 +13,28 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand.cli.doctor.hostchecks import check_selinux
 from podmand.config import Settings
 from podmand.libpod import Info
+from podmand.pair import specs
 from podmand.sandbox import selinux, spec
 from podmand.sandbox.identity import Resolved
 from podmand.sandbox.plan import Provision
-from tests.jwt import make_token
 
 SECRETS = "/state/sandboxes/abc123"
 SUPERVISOR = "/state/supervisor/openshell-sandbox"
 
 
-def build(settings: Settings, *, relabel: bool, token: bool = True, mounts: list[dict[str, Any]] | None = None
-          ) -> dict[str, Any]:
-    sandbox = pb.DriverSandbox(id="abc123", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(
-        sandbox_token=make_token("abc123") if token else ""))
+def build(settings: Settings, *, relabel: bool, mounts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The pair's mounts together: the workload's and the supervisor's."""
+    sandbox = pb.DriverSandbox(id="abc123", name="demo", workspace="ws", spec=pb.DriverSandboxSpec())
     if mounts:
         sandbox.spec.template.driver_config.update({"mounts": mounts})
-    plan = spec.validate(sandbox, settings)
-    prov = Provision(image_id="sha256:feed", image_user="", image_env=(), network="openshell-ws",
-                          supervisor_path=SUPERVISOR, secrets_dir=SECRETS, instance="i",
-                          identity=Resolved(uid=0, gid=0, supplementary=(), source="image", digest=""),
-                          selinux=relabel)
-    return spec.container_spec(plan, settings, prov)
+    plan = spec.validate(sandbox, settings, recorded=True)
+    prov = Provision(image_id="sha256:feed", image_user="", image_env=(), network="",
+                     supervisor_path=SUPERVISOR, secrets_dir=SECRETS, instance="i",
+                     identity=Resolved(uid=1000, gid=1000, supplementary=(), source="image", digest="sha256:feed"),
+                     selinux=relabel)
+    work = specs.workload_spec(plan, settings, prov, rootless=False)
+    sup = specs.supervisor_spec(plan, settings, prov, supervisor_image_id="sha256:5e1f")
+    return {"mounts": [*work["mounts"], *sup["mounts"]]}
 
 
 def binds(built: dict[str, Any]) -> dict[str, list[str]]:
@@ -64,26 +65,25 @@ def test_relabel(setting: str, enabled: bool, relabel: bool) -> None:
 
 
 def test_own_binds_are_labelled_private_and_shared() -> None:
-    """Per-sandbox files (token, TLS copies) get Z; the supervisor binary, shared by every sandbox, gets z."""
-    settings = Settings(topology="single", tls_ca="/tls/ca.crt", tls_cert="/tls/tls.crt", tls_key="/tls/tls.key")
+    """Per-sandbox files (the workload's resolv.conf, the supervisor's TLS copies) get Z; the
+    runtime binary, shared by every sandbox, gets z."""
+    settings = Settings(tls_ca="/tls/ca.crt", tls_cert="/tls/tls.crt", tls_key="/tls/tls.key")
     own = binds(build(settings, relabel=True))
-    assert own[names.SUPERVISOR_BIN] == ["bind", "ro", "z"]
-    assert own[names.TOKEN_PATH] == ["bind", "ro", "U", "Z"]
+    assert own[names.RUNTIME_BIN] == ["rbind", "ro", "z"]
+    assert own[names.RESOLV_CONF] == ["bind", "ro", "U", "Z"]
     for f in ("ca.crt", "tls.crt", "tls.key"):
         assert own[f"{names.TLS_DIR}/{f}"] == ["bind", "ro", "U", "Z"]
-    credential = binds(build(Settings(topology="single"), relabel=True, token=False))
-    assert credential[names.CREDENTIAL_PATH] == ["bind", "ro", "U", "Z"]
 
 
 def test_no_labels_without_selinux() -> None:
-    own = binds(build(Settings(topology="single", tls_ca="/c", tls_cert="/t", tls_key="/k"), relabel=False))
+    own = binds(build(Settings(tls_ca="/c", tls_cert="/t", tls_key="/k"), relabel=False))
     assert not any({"z", "Z"} & set(options) for options in own.values()), own
 
 
 @pytest.mark.parametrize("relabel", [True, False])
 def test_caller_binds_carry_only_their_own_label(relabel: bool) -> None:
     """podmand never relabels a caller's host path on its own: only selinux_label does."""
-    settings = Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+    settings = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
     built = build(settings, relabel=relabel, mounts=[
         {"type": "bind", "source": "/srv/plain", "target": "/plain"},
         {"type": "bind", "source": "/srv/mine", "target": "/mine", "selinux_label": "private"},

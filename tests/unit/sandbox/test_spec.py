@@ -1,4 +1,4 @@
-"""Unit tests for podmand.sandbox.spec: request validation and the libpod container spec."""
+"""Unit tests for podmand.sandbox.spec: request validation, and what a plan becomes in the pair's specs."""
 
 from __future__ import annotations
 
@@ -13,29 +13,43 @@ from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.errors import FailedPrecondition, InvalidArgument
 from podmand.libpod.versions import Features
+from podmand.pair import specs
 from podmand.sandbox import driverconfig, envvars, spec, usernamespace
 from podmand.sandbox.identity import Resolved
 from podmand.sandbox.plan import Plan, Provision
 from podmand.sandbox.resources import Resources
-from tests.jwt import make_token
+from tests.jwt import make_launch, make_token
 
 TOKEN = make_token("abc123")
 SECRETS_DIR = "/var/lib/podmand/secrets/abc123"
 
 
 def make_sandbox(**spec_fields: Any) -> pb.DriverSandbox:
-    """A minimal valid request; keyword arguments go to DriverSandboxSpec."""
+    """A minimal valid request, its launch bundle included; keyword arguments go to DriverSandboxSpec."""
+    spec_fields.setdefault("launch_authentication", make_launch("abc123", "g0000000000000001"))
     return pb.DriverSandbox(id="abc123", name="demo", workspace="ws", spec=pb.DriverSandboxSpec(**spec_fields))
 
 
 IDENTITY = Resolved(uid=1000, gid=1000, supplementary=(1001,), source="image", digest="sha256:feed")
 
 
+def provision(image_env: tuple[str, ...] = (), **over: Any) -> Provision:
+    fields: dict[str, Any] = {
+        "image_id": "sha256:feed", "image_user": "", "image_env": image_env, "network": "",
+        "supervisor_path": "/cache/openshell-sandbox", "secrets_dir": SECRETS_DIR, "instance": "inst1",
+        "identity": IDENTITY, **over}
+    return Provision(**fields)
+
+
 def build(plan: Plan, settings: Settings, image_env: tuple[str, ...] = ()) -> dict[str, Any]:
-    prov = Provision(image_id="sha256:feed", image_user="", image_env=image_env, network="openshell-ws",
-                          supervisor_path="/cache/openshell-sandbox", secrets_dir=SECRETS_DIR, instance="inst1",
-                          identity=IDENTITY)
-    return spec.container_spec(plan, settings, prov)
+    """The workload container's spec (pair.specs), where the request's limits, mounts,
+    devices and user namespace go."""
+    return specs.workload_spec(plan, settings, provision(image_env), rootless=False)
+
+
+def supervisor(plan: Plan, settings: Settings) -> dict[str, Any]:
+    """The supervisor container's spec: podmand's environment, health check and files for the gateway."""
+    return specs.supervisor_spec(plan, settings, provision(), supervisor_image_id="sha256:5e1f")
 
 
 def with_driver_config(cfg: dict[str, Any]) -> pb.DriverSandbox:
@@ -49,13 +63,12 @@ def with_driver_config(cfg: dict[str, Any]) -> pb.DriverSandbox:
 
 def test_minimal_request_gets_defaults() -> None:
     """An empty spec is valid and falls back to the configured image, limits and userns."""
-    plan = spec.validate(make_sandbox(), Settings(topology="single"))
+    plan = spec.validate(make_sandbox(), Settings())
     assert (plan.sandbox_id, plan.name, plan.workspace) == ("abc123", "demo", "ws")
-    assert plan.image == Settings(topology="single").sandbox_image
+    assert plan.image == Settings().sandbox_image
     assert plan.resources == Resources(cpu_quota=200_000, memory_limit=4 * 2**30)
     assert plan.userns == "auto"
     assert plan.container_name == "openshell-ws--demo-abc123"
-    assert plan.has_token is False
     assert plan.mounts == () and plan.cdi_devices == () and plan.driver_config_used is False
     assert len(plan.spec_hash) == 64
 
@@ -63,7 +76,7 @@ def test_minimal_request_gets_defaults() -> None:
 def test_missing_sandbox_is_invalid() -> None:
     """A request without a sandbox message is rejected, not crashed on."""
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(None, Settings(topology="single"))
+        spec.validate(None, Settings())
     assert exc.value.message.startswith("sandbox:")
 
 
@@ -104,16 +117,13 @@ def _set(path: str, value: Any) -> pb.DriverSandbox:
         ("spec.template.resources.memory_limit", "4GB", "sandbox.spec.template.resources.memory_limit"),
         ("spec.template.resources.memory_limit", "1Mi", "sandbox.spec.template.resources.memory_limit"),
         ("spec.template.agent_socket_path", "relative/ssh.sock", "sandbox.spec.template.agent_socket_path"),
-        ("spec.sandbox_token", "abc def", "sandbox.spec.sandbox_token"),
-        ("spec.sandbox_token", "abc\tdef", "sandbox.spec.sandbox_token"),
-        ("spec.sandbox_token", "a" * (64 * 1024 + 1), "sandbox.spec.sandbox_token"),
     ],
 )
 def test_invalid_field_is_named(path: str, value: Any, field: str) -> None:
     """Each rejected field is named first in the message so the caller can fix it."""
     sandbox = _set(path, value)
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(sandbox, Settings(topology="single"))
+        spec.validate(sandbox, Settings())
     assert exc.value.message.startswith(field + ":"), exc.value.message
 
 
@@ -121,10 +131,10 @@ def test_container_name_length_limit() -> None:
     """Names valid on their own are rejected when the combined container name exceeds 255."""
     sandbox = make_sandbox()
     sandbox.workspace, sandbox.name = "w" * 128, "n" * 108
-    assert len(spec.validate(sandbox, Settings(topology="single")).container_name) == 255
+    assert len(spec.validate(sandbox, Settings()).container_name) == 255
     sandbox.name = "n" * 109
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(sandbox, Settings(topology="single"))
+        spec.validate(sandbox, Settings())
     assert exc.value.message.startswith("sandbox.name:")
     assert "255" in exc.value.message
 
@@ -132,14 +142,14 @@ def test_container_name_length_limit() -> None:
 def test_missing_spec_is_invalid() -> None:
     """A sandbox without a spec cannot be provisioned."""
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(pb.DriverSandbox(id="abc123", name="demo"), Settings(topology="single"))
+        spec.validate(pb.DriverSandbox(id="abc123", name="demo"), Settings())
     assert exc.value.message.startswith("sandbox.spec:")
 
 
 def test_no_image_anywhere_is_failed_precondition() -> None:
     """With no default image and none in the template, it is a server-side setup problem."""
     with pytest.raises(FailedPrecondition) as exc:
-        spec.validate(make_sandbox(), Settings(topology="single", sandbox_image=""))
+        spec.validate(make_sandbox(), Settings(sandbox_image=""))
     assert exc.value.message.startswith("sandbox.spec.template.image:")
 
 
@@ -154,7 +164,7 @@ def test_request_above_limit_is_invalid(resources: dict[str, str], field: str) -
     """A request larger than its limit cannot be satisfied."""
     sandbox = make_sandbox(template=pb.DriverSandboxTemplate(resources=pb.DriverResourceRequirements(**resources)))
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(sandbox, Settings(topology="single"))
+        spec.validate(sandbox, Settings())
     assert exc.value.message.startswith(field + ":")
     assert "exceeds" in exc.value.message
 
@@ -168,12 +178,12 @@ def _resources_of(settings: Settings, **res: str) -> dict[str, Any]:
 def test_limits_and_requests_reach_the_container_spec() -> None:
     """Limits become quota and memory limit; requests become CPU shares (the kubelet's
     millicores * 1024 / 1000) and a memory reservation."""
-    limits = _resources_of(Settings(topology="single"), cpu_limit="1500m", cpu_request="250m", memory_limit="512Mi",
+    limits = _resources_of(Settings(), cpu_limit="1500m", cpu_request="250m", memory_limit="512Mi",
                            memory_request="256Mi")
     assert limits["cpu"] == {"quota": 150_000, "period": 100_000, "shares": 256}
     assert limits["memory"] == {"limit": 512 * 2**20, "reservation": 256 * 2**20}
     assert limits["pids"] == {"limit": 2048}
-    defaults = _resources_of(Settings(topology="single"))
+    defaults = _resources_of(Settings())
     assert defaults["cpu"] == {"quota": 200_000, "period": 100_000}
     assert defaults["memory"] == {"limit": 4 * 2**30}
 
@@ -181,12 +191,12 @@ def test_limits_and_requests_reach_the_container_spec() -> None:
 def test_default_limits_come_from_the_settings() -> None:
     """default_cpu_limit / default_memory_limit apply when the template has no limit; "unlimited"
     (or "0") sends no quota and no memory limit, and then any request is accepted."""
-    assert _resources_of(Settings(topology="single", default_cpu_limit="500m", default_memory_limit="1Gi")) == {
+    assert _resources_of(Settings(default_cpu_limit="500m", default_memory_limit="1Gi")) == {
         "cpu": {"quota": 50_000, "period": 100_000},
         "memory": {"limit": 2**30},
         "pids": {"limit": 2048},
     }
-    unlimited = Settings(topology="single", default_cpu_limit="unlimited", default_memory_limit="0", pids_limit=0)
+    unlimited = Settings(default_cpu_limit="unlimited", default_memory_limit="0", pids_limit=0)
     assert _resources_of(unlimited) == {}
     assert _resources_of(unlimited, cpu_request="64", memory_request="64Gi") == {
         "cpu": {"shares": 65_536},
@@ -207,15 +217,9 @@ def test_request_above_the_default_limit_is_invalid(res: dict[str, str], field: 
     default and the setting, and says how to ask for more."""
     template = pb.DriverSandboxTemplate(resources=pb.DriverResourceRequirements(**res))
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(make_sandbox(template=template), Settings(topology="single"))
+        spec.validate(make_sandbox(template=template), Settings())
     assert exc.value.message.startswith(f"sandbox.spec.template.resources.{field}:")
     assert needle in exc.value.message and f"default_{field.split('_')[0]}_limit" in exc.value.message
-
-
-def test_token_with_surrounding_whitespace_is_accepted() -> None:
-    """A trailing newline (as in a file read) is not 'whitespace inside the token'."""
-    plan = spec.validate(make_sandbox(sandbox_token=TOKEN + "\n"), Settings(topology="single"))
-    assert plan.has_token is True
 
 
 @pytest.mark.parametrize(
@@ -234,7 +238,7 @@ def test_userns_intent(user_namespaces: bool | None, settings_userns: str, expec
     if user_namespaces is not None:
         tpl.user_namespaces = user_namespaces
     plan = spec.validate(make_sandbox(template=tpl), Settings(
-            topology="single", userns=settings_userns, allow_host_userns=True))
+            userns=settings_userns, allow_host_userns=True))
     assert plan.userns == expected
 
 
@@ -243,10 +247,10 @@ def test_host_userns_needs_the_operator_setting() -> None:
     default, naming the field and the setting that would allow it."""
     sandbox = make_sandbox(template=pb.DriverSandboxTemplate(user_namespaces=False))
     with pytest.raises(FailedPrecondition) as exc:
-        spec.validate(sandbox, Settings(topology="single"))
+        spec.validate(sandbox, Settings())
     assert exc.value.message.startswith("sandbox.spec.template.user_namespaces:")
     assert "allow_host_userns" in exc.value.message and "PODMAND_ALLOW_HOST_USERNS" in exc.value.message
-    assert spec.validate(sandbox, Settings(topology="single", allow_host_userns=True)).userns == "host"
+    assert spec.validate(sandbox, Settings(allow_host_userns=True)).userns == "host"
 
 
 # ---------------------------------------------------------------- driver_config
@@ -256,7 +260,7 @@ def test_driver_config_disabled_is_failed_precondition() -> None:
     """Caller driver config needs an administrator opt-in."""
     sandbox = with_driver_config({"mounts": [{"type": "tmpfs", "target": "/scratch"}]})
     with pytest.raises(FailedPrecondition) as exc:
-        spec.validate(sandbox, Settings(topology="single"))
+        spec.validate(sandbox, Settings())
     assert exc.value.message.startswith("sandbox.spec.template.driver_config:")
 
 
@@ -264,7 +268,7 @@ def test_empty_driver_config_is_ignored_when_disabled() -> None:
     """An empty Struct is 'no driver config', not a request that needs the opt-in."""
     sandbox = make_sandbox()
     sandbox.spec.template.driver_config.SetInParent()
-    plan = spec.validate(sandbox, Settings(topology="single"))
+    plan = spec.validate(sandbox, Settings())
     assert plan.driver_config_used is False
 
 
@@ -275,7 +279,7 @@ def test_driver_config_tmpfs_volume_and_bind() -> None:
         {"type": "volume", "source": "shared-data", "target": "/data", "read_only": False},
         {"type": "bind", "source": "/srv/models", "target": "/models"},
     ]})
-    settings = Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+    settings = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
     plan = spec.validate(sandbox, settings)
     assert plan.driver_config_used is True
     assert plan.mounts == (
@@ -295,11 +299,12 @@ def test_a_volume_subpath_is_in_the_container_spec_on_a_podman_that_honours_it()
     the spec carries it beside the workspace volume; 4.3.1 would not, and is refused."""
     sandbox = with_driver_config({"mounts": [
         {"type": "volume", "source": "shared-data", "target": "/data", "subpath": "team-a"}]})
-    settings = Settings(topology="single", allow_driver_config=True, admission_enabled=False)
+    settings = Settings(allow_driver_config=True, admission_enabled=False)
     plan = spec.validate(sandbox, settings, podman=Features("5.4.2"))
     assert plan.mounts == (driverconfig.Mount("volume", "/data", "shared-data", True, subpath="team-a"),)
     assert build(plan, settings)["volumes"] == [
         {"Name": plan.volume_name, "Dest": names.WORKSPACE_PATH, "Options": ["rw"]},
+        {"Name": names.channel_volume_name(plan.sandbox_id), "Dest": names.CHANNEL_DIR, "Options": ["rw"]},
         {"Name": "shared-data", "Dest": "/data", "Options": ["ro"], "SubPath": "team-a"},
     ]
     with pytest.raises(FailedPrecondition, match=r"mounts\[0\]\.subpath: volume subpath needs Podman 4\.5\.0"):
@@ -347,7 +352,7 @@ def test_a_volume_subpath_is_in_the_container_spec_on_a_podman_that_honours_it()
 def test_driver_config_rejections(cfg: dict[str, Any], error: type[Exception], field: str, needle: str) -> None:
     """Each bad driver_config entry is rejected with its path and the reason."""
     with pytest.raises(error) as exc:
-        spec.validate(with_driver_config(cfg), Settings(topology="single", allow_driver_config=True))
+        spec.validate(with_driver_config(cfg), Settings(allow_driver_config=True))
     message = exc.value.message  # type: ignore[attr-defined]
     assert message.startswith(field + ":"), message
     assert needle in message
@@ -357,7 +362,7 @@ def test_gpu_count_zero_is_invalid() -> None:
     """An explicit zero-GPU request is a contradiction."""
     sandbox = make_sandbox(resource_requirements=pb.ResourceRequirements(gpu=pb.GpuResourceRequirements(count=0)))
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(sandbox, Settings(topology="single"))
+        spec.validate(sandbox, Settings())
     assert exc.value.message.startswith("sandbox.spec.resource_requirements.gpu.count:")
 
 
@@ -365,13 +370,13 @@ def test_gpu_count_must_match_cdi_devices() -> None:
     """Explicit CDI devices are used as is, and their number must equal the GPU count."""
     sandbox = with_driver_config({"cdi_devices": ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]})
     sandbox.spec.resource_requirements.gpu.count = 2
-    plan = spec.validate(sandbox, Settings(topology="single", allow_driver_config=True))
+    plan = spec.validate(sandbox, Settings(allow_driver_config=True))
     assert plan.cdi_devices == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
     assert build(plan, Settings(
-            topology="single"))["devices"] == [{"path": "nvidia.com/gpu=0"}, {"path": "nvidia.com/gpu=1"}]
+            ))["devices"] == [{"path": "nvidia.com/gpu=0"}, {"path": "nvidia.com/gpu=1"}]
     sandbox.spec.resource_requirements.gpu.count = 1
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(sandbox, Settings(topology="single", allow_driver_config=True))
+        spec.validate(sandbox, Settings(allow_driver_config=True))
     assert exc.value.message.startswith("sandbox.spec.resource_requirements.gpu.count:")
 
 
@@ -381,9 +386,9 @@ def test_plain_gpu_request_is_left_to_create(gpu: pb.GpuResourceRequirements | N
     """Validation allocates nothing: a gpu request without cdi_devices becomes a count that the
     driver serves from its CDI inventory at create (no count: one GPU); no devices yet."""
     requirements = pb.ResourceRequirements(gpu=gpu) if gpu is not None else pb.ResourceRequirements()
-    plan = spec.validate(make_sandbox(resource_requirements=requirements), Settings(topology="single"))
+    plan = spec.validate(make_sandbox(resource_requirements=requirements), Settings())
     assert (plan.gpu_count, plan.cdi_devices) == (count, ())
-    assert "devices" not in build(plan, Settings(topology="single"))
+    assert "devices" not in build(plan, Settings())
 
 
 @pytest.mark.parametrize("device", ["/dev/nvidia0", "nvidia.com/gpu", "nvidia.com/gpu=0,1", "nvidia.com/gpu=-0"])
@@ -392,7 +397,7 @@ def test_explicit_cdi_devices_must_be_cdi_names(device: str) -> None:
     sandbox = with_driver_config({"cdi_devices": [device]})
     sandbox.spec.resource_requirements.gpu.count = 1
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(sandbox, Settings(topology="single", allow_driver_config=True))
+        spec.validate(sandbox, Settings(allow_driver_config=True))
     assert exc.value.message.startswith("sandbox.spec.template.driver_config.cdi_devices: must contain CDI "
                                         "qualified names (<vendor>/<class>=<name>)")
 
@@ -422,14 +427,13 @@ def test_intent_ignores_secrets_but_not_content() -> None:
     assert spec.encode_intent(make_sandbox(command=["a"], launch_authentication=b"x")) == base
     changed = spec.encode_intent(make_sandbox(command=["b"]))
     assert changed[0] != base[0] and changed[1] != base[1]
-    plan_a = spec.validate(make_sandbox(command=["a"], sandbox_token=TOKEN), Settings(topology="single"))
-    plan_b = spec.validate(make_sandbox(command=["a"], sandbox_token=TOKEN + "x"), Settings(topology="single"))
+    plan_a = spec.validate(make_sandbox(command=["a"], sandbox_token=TOKEN), Settings())
+    plan_b = spec.validate(make_sandbox(command=["a"], sandbox_token=TOKEN + "x"), Settings())
     assert plan_a.spec_hash == plan_b.spec_hash == base[0]
     assert spec.intent_labels(plan_a, "inst1")[names.INTENT] == base[1]
-    assert spec.intent_labels(plan_a, "inst1")[names.HAS_TOKEN] == "true"
 
 
-# ---------------------------------------------------------------- container_spec
+# ---------------------------------------------------------------- the pair's specs
 
 
 @pytest.fixture
@@ -439,15 +443,15 @@ def token_plan() -> Plan:
         labels={names.MANAGED: "false", names.OWNER: "mallory", names.SANDBOX_ID: "other", "team": "blue"},
     )
     return spec.validate(make_sandbox(template=tpl, sandbox_token=TOKEN, environment={"APP_MODE": "prod"}), Settings(
-            topology="single"))
+            ))
 
 
 def test_container_spec_identity_and_labels(token_plan: Plan) -> None:
-    """The supervisor runs as container root, and managed labels cannot be overridden by the template."""
-    built = build(token_plan, Settings(topology="single"))
+    """The workload runs the runtime as its identity, and managed labels cannot be overridden by the template."""
+    built = build(token_plan, Settings())
     assert built["name"] == "openshell-ws--demo-abc123"
-    assert built["entrypoint"] == [names.SUPERVISOR_BIN]
-    assert built["user"] == "0:0"
+    assert built["entrypoint"] == [names.RUNTIME_BIN]
+    assert built["user"] == "1000:1000"
     labels = built["labels"]
     assert labels[names.MANAGED] == "true"
     assert labels[names.OWNER] == "podmand"
@@ -458,36 +462,31 @@ def test_container_spec_identity_and_labels(token_plan: Plan) -> None:
     assert labels["team"] == "blue"
 
 
-def test_user_env_reaches_the_main_process_filtered(token_plan: Plan) -> None:
-    """The caller's variables go into the container environment (the supervisor gives
-    OPENSHELL_USER_ENVIRONMENT to SSH sessions only), minus supervisor and loader knobs;
-    podmand's own values win. The token travels only as a file."""
-    env = build(token_plan, Settings(topology="single"))["env"]
+def test_user_env_reaches_the_supervisor_only_as_json(token_plan: Plan) -> None:
+    """None of the caller's variables is in the supervisor's environment (the workload's
+    processes get them from bootstrap.json); OPENSHELL_USER_ENVIRONMENT carries them all, for
+    its SSH sessions, and podmand's own values win. No token travels there, nor the sandbox_token."""
+    env = supervisor(token_plan, Settings())["env"]
     assert TOKEN not in json.dumps(env)
-    assert env["APP_MODE"] == "prod"  # spec.environment wins over template.environment
-    assert "LD_PRELOAD" not in env
-    assert env[names.ENV_ENDPOINT] == "http://host.containers.internal:17670"
-    assert env[names.ENV_TOKEN_FILE] == "/etc/openshell/auth/sandbox.jwt"
+    assert "APP_MODE" not in env and "LD_PRELOAD" not in env
+    assert env[names.ENV_ENDPOINT] == "http://127.0.0.1:17670"
     assert json.loads(env[names.ENV_USER_ENV]) == {"APP_MODE": "prod", "LD_PRELOAD": "x", "OPENSHELL_ENDPOINT": "evil"}
-    assert spec.filtered_user_env(token_plan) == ["LD_PRELOAD", "OPENSHELL_ENDPOINT"]
+    assert build(token_plan, Settings())["env"] == {}
 
 
 @pytest.mark.parametrize("key", ["OPENSHELL_SUPERVISOR_TOPOLOGY", "LD_AUDIT", "GLIBC_TUNABLES", "MALLOC_ARENA_MAX",
                                  "RUST_LOG", "PYTHONPATH", "BASH_ENV", "ENV", "SSL_CERT_FILE", "HTTPS_PROXY",
                                  "http_proxy", "ALL_PROXY", "no_proxy"])
 def test_unsafe_user_env_is_kept_from_the_supervisor(key: str) -> None:
-    plan = spec.validate(make_sandbox(environment={key: "x", "SAFE": "y"}), Settings(topology="single"))
-    env = build(plan, Settings(topology="single"))["env"]
-    assert key not in env and env["SAFE"] == "y"
-    assert envvars.unsafe_env_key(key) and not envvars.unsafe_env_key("SAFE")
+    plan = spec.validate(make_sandbox(environment={key: "x", "SAFE": "y"}), Settings())
+    env = supervisor(plan, Settings())["env"]
+    assert key not in env and "SAFE" not in env
 
 
 def test_identity_is_the_supervisors_oci_mode(token_plan: Plan) -> None:
     """The image's raw Config.User and empty UID/GID: a number beside a declaration is a
     fatal conflict for the stock supervisor."""
-    prov = Provision(image_id="sha256:feed", image_user="sandbox", image_env=(), network="n",
-                          supervisor_path="/s", secrets_dir=SECRETS_DIR, instance="i", identity=IDENTITY)
-    env = spec.container_spec(token_plan, Settings(topology="single"), prov)["env"]
+    env = specs.supervisor_env(token_plan, Settings(), "sandbox", IDENTITY)
     assert (env[names.ENV_IMAGE_USER], env[names.ENV_UID], env[names.ENV_GID]) == ("sandbox", "", "")
     assert env[names.ENV_NETWORK_CAPABILITIES] == "policy-dns-transparent-tcp"
     assert not [k for k in env if k.startswith("OPENSHELL_") and k not in SUPERVISOR_READS]
@@ -497,37 +496,9 @@ def test_identity_is_the_supervisors_oci_mode(token_plan: Plan) -> None:
 SUPERVISOR_READS = {
     names.ENV_LOG_LEVEL, names.ENV_SANDBOX, names.ENV_SANDBOX_ID, names.ENV_ENDPOINT, names.ENV_SSH_SOCKET,
     names.ENV_IMAGE, names.ENV_MAIN_PROCESS, names.ENV_USER_ENV, names.ENV_TELEMETRY, names.ENV_IMAGE_USER,
-    names.ENV_UID, names.ENV_GID, names.ENV_TOKEN_FILE, names.ENV_BOOTSTRAP_TOKEN_FILE, names.ENV_TLS_CA,
-    names.ENV_TLS_CERT, names.ENV_TLS_KEY, names.ENV_NETWORK_CAPABILITIES,
+    names.ENV_UID, names.ENV_GID, names.ENV_TLS_CA, names.ENV_TLS_CERT, names.ENV_TLS_KEY,
+    names.ENV_NETWORK_CAPABILITIES, names.ENV_ADMITTED_BACKEND, names.ENV_PROXY_TLS_DIR,
 }
-
-
-def test_no_token_means_the_bootstrap_credential() -> None:
-    """Without a gateway token the supervisor gets podmand's credential to exchange
-    (IssueSandboxToken -> AuthenticateSandbox), and no token mount."""
-    plan = spec.validate(make_sandbox(), Settings(topology="single"))
-    built = build(plan, Settings(topology="single"))
-    assert names.ENV_TOKEN_FILE not in built["env"]
-    assert built["env"][names.ENV_BOOTSTRAP_TOKEN_FILE] == names.CREDENTIAL_PATH
-    assert [m["source"] for m in built["mounts"] if m["destination"].startswith("/etc/openshell/auth")] == [
-        f"{SECRETS_DIR}/driver.credential"
-    ]
-
-
-def test_token_means_only_the_token_file(token_plan: Plan) -> None:
-    built = build(token_plan, Settings(topology="single"))
-    assert names.ENV_BOOTSTRAP_TOKEN_FILE not in built["env"]
-    assert [m["destination"] for m in built["mounts"] if m["destination"].startswith("/etc/openshell/auth")] == [
-        names.TOKEN_PATH
-    ]
-
-
-def test_stop_reaches_the_workload(token_plan: Plan) -> None:
-    """SIGTERM pinned (the supervisor handles nothing else) and CAP_KILL kept, so the
-    root supervisor can signal a workload running as another uid."""
-    built = build(token_plan, Settings(topology="single"))
-    assert built["stop_signal"] == 15
-    assert "KILL" not in built["cap_drop"]
 
 
 @pytest.mark.parametrize(("userns", "uidmap", "limit"), [
@@ -539,19 +510,8 @@ def test_stop_reaches_the_workload(token_plan: Plan) -> None:
     ("keep-id", [], None),
 ])
 def test_userns_id_limit(userns: str, uidmap: list[str], limit: int | None) -> None:
-    settings = Settings(topology="single", userns=userns, uidmap=uidmap, gidmap=uidmap)
+    settings = Settings(userns=userns, uidmap=uidmap, gidmap=uidmap)
     assert spec.userns_id_limit(settings, userns) == limit
-
-
-def test_token_mount(token_plan: Plan) -> None:
-    """The token is a read-only bind from the per-sandbox secrets dir, chowned to the container root."""
-    mounts = [m for m in build(token_plan, Settings(
-            topology="single"))["mounts"] if m["destination"] == names.TOKEN_PATH]
-    assert len(mounts) == 1
-    assert mounts[0]["source"] == f"{SECRETS_DIR}/sandbox.jwt"
-    assert mounts[0]["type"] == "bind"
-    assert "ro" in mounts[0]["options"] and "U" in mounts[0]["options"]
-    assert "rw" not in mounts[0]["options"]
 
 
 @pytest.mark.parametrize(
@@ -569,15 +529,15 @@ def test_token_mount(token_plan: Plan) -> None:
 )
 def test_userns_spec(userns: str, expected: dict[str, Any]) -> None:
     """Podman 4.3 needs AutoUserNs in idmappings for nsmode=auto; host has no idmappings."""
-    plan = spec.validate(make_sandbox(), Settings(topology="single", userns=userns))
-    built = build(plan, Settings(topology="single", userns=userns))
+    plan = spec.validate(make_sandbox(), Settings(userns=userns))
+    built = build(plan, Settings(userns=userns))
     assert {k: built[k] for k in ("userns", "idmappings") if k in built} == expected
 
 
 def test_private_userns_uses_configured_maps() -> None:
     """userns=private turns the configured uid/gid maps into explicit idmappings."""
     settings = Settings(
-            topology="single", userns="private", uidmap=["0:100000:65536"], gidmap=["0:200000:1000", "1000:300000:1"])
+            userns="private", uidmap=["0:100000:65536"], gidmap=["0:200000:1000", "1000:300000:1"])
     built = build(spec.validate(make_sandbox(), settings), settings)
     assert built["userns"] == {"nsmode": "private"}
     assert built["idmappings"]["UIDMap"] == [{"container_id": 0, "host_id": 100000, "size": 65536}]
@@ -585,67 +545,50 @@ def test_private_userns_uses_configured_maps() -> None:
                                              {"container_id": 1000, "host_id": 300000, "size": 1}]
 
 
-def test_healthconfig_only_when_interval_set() -> None:
-    """No healthcheck by default; with an interval, a probe on the ready marker or SSH socket."""
-    plan = spec.validate(make_sandbox(), Settings(topology="single"))
-    assert "healthconfig" not in build(plan, Settings(topology="single"))
-    health = build(plan, Settings(topology="single", health_check_interval=5))["healthconfig"]
-    assert health["Interval"] == 5 * 10**9
-    assert health["Test"] == ["CMD", "/bin/sh", "-c", 'test -e "$1" || test -S "$2"', "probe",
-                              names.SSH_READY_MARKER, plan.ssh_socket_path]
-
-
 def test_the_health_log_is_bounded_by_podmand_itself() -> None:
     """Podman 5.3.0-5.4.1 leaves a libpod create's health log unbounded unless the request
     bounds it (containers/podman#25473): with probes on, the spec carries Podman's own
     defaults under the JSON names its SpecGenerator decodes; with none, neither is sent."""
-    plan = spec.validate(make_sandbox(), Settings(topology="single"))
-    built = build(plan, Settings(topology="single", health_check_interval=5))
+    plan = spec.validate(make_sandbox(), Settings())
+    built = supervisor(plan, Settings(health_check_interval=5))
     assert (built["healthMaxLogCount"], built["healthMaxLogSize"]) == (5, 500)
-    assert not {"healthMaxLogCount", "healthMaxLogSize"} & set(build(plan, Settings(topology="single")))
-
-
-def test_probe_never_gives_the_socket_path_to_a_shell_parser() -> None:
-    """Exec form: the caller's path is an argument of the script, not part of its text."""
-    tpl = pb.DriverSandboxTemplate(agent_socket_path="/run/agent-1/ssh.sock")
-    plan = spec.validate(make_sandbox(template=tpl), Settings(topology="single"))
-    test = build(plan, Settings(topology="single", health_check_interval=5))["healthconfig"]["Test"]
-    assert test[0] == "CMD" and "CMD-SHELL" not in test
-    assert test[-1] == "/run/agent-1/ssh.sock"
-    assert not any("agent-1" in arg for arg in test[:-1])
+    assert not {"healthMaxLogCount", "healthMaxLogSize"} & set(supervisor(plan, Settings()))
 
 
 def test_pids_limit_omitted_when_zero() -> None:
     """pids_limit=0 leaves the runtime default rather than sending a zero limit."""
-    plan = spec.validate(make_sandbox(), Settings(topology="single"))
-    assert build(plan, Settings(topology="single"))["resource_limits"]["pids"] == {"limit": 2048}
-    assert "pids" not in build(plan, Settings(topology="single", pids_limit=0))["resource_limits"]
+    plan = spec.validate(make_sandbox(), Settings())
+    assert build(plan, Settings())["resource_limits"]["pids"] == {"limit": 2048}
+    assert "pids" not in build(plan, Settings(pids_limit=0))["resource_limits"]
 
 
 def test_host_gateway_ip() -> None:
-    """Without a gateway IP Podman's host-gateway is used; with one, both names point at it."""
-    plan = spec.validate(make_sandbox(), Settings(topology="single"))
-    assert build(plan, Settings(topology="single"))["hostadd"] == ["host.openshell.internal:host-gateway"]
-    assert build(plan, Settings(topology="single", host_gateway_ip="10.0.2.2"))["hostadd"] == [
+    """The supervisor's: without a gateway IP Podman's host-gateway, with one that; the workload has no network."""
+    plan = spec.validate(make_sandbox(), Settings())
+    assert supervisor(plan, Settings())["hostadd"] == [
+        "host.containers.internal:host-gateway", "host.openshell.internal:host-gateway"]
+    assert "hostadd" not in build(plan, Settings(host_gateway_ip="10.0.2.2"))
+    assert supervisor(plan, Settings(host_gateway_ip="10.0.2.2"))["hostadd"] == [
         "host.containers.internal:10.0.2.2", "host.openshell.internal:10.0.2.2"]
 
 
 def test_main_process_spec() -> None:
     """No command means an interactive login shell; a command carries its own tty and attach flags."""
-    default = json.loads(build(spec.validate(make_sandbox(), Settings(
-            topology="single")), Settings(topology="single"))["env"][names.ENV_MAIN_PROCESS])
+    env = supervisor(spec.validate(make_sandbox(), Settings()), Settings())["env"]
+    default = json.loads(env[names.ENV_MAIN_PROCESS])
     assert default == {"version": 1, "command": ["/bin/bash", "-l"], "tty": True}
     plan = spec.validate(make_sandbox(command=["python", "-m", "app"], await_main_process_attachment=True), Settings(
-            topology="single"))
+            ))
     doc = json.loads(envvars.main_process_spec(plan))
     assert doc == {"version": 1, "command": ["python", "-m", "app"], "tty": False,
                    "await_main_process_attachment": True}
 
 
 def test_tls_files_mounted_and_referenced() -> None:
-    """With TLS, the three client files are bind-mounted from the secrets dir and named in the env."""
-    settings = Settings(topology="single", tls_ca="/x/ca.crt", tls_cert="/x/tls.crt", tls_key="/x/tls.key")
-    built = build(spec.validate(make_sandbox(), settings), settings)
+    """With TLS, the three client files are bind-mounted from the secrets dir into the supervisor,
+    and named in its env."""
+    settings = Settings(tls_ca="/x/ca.crt", tls_cert="/x/tls.crt", tls_key="/x/tls.key")
+    built = supervisor(spec.validate(make_sandbox(), settings), settings)
     assert built["env"][names.ENV_ENDPOINT].startswith("https://")
     for fname, var in (("ca.crt", names.ENV_TLS_CA), ("tls.crt", names.ENV_TLS_CERT), ("tls.key", names.ENV_TLS_KEY)):
         dest = f"{names.TLS_DIR}/{fname}"
@@ -674,7 +617,7 @@ def test_tls_files_mounted_and_referenced() -> None:
 def test_names_are_matched_whole(path: str, value: Any, field: str) -> None:
     """Full-match patterns: a trailing newline or a path is not an id, name, workspace or env key."""
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(_set(path, value), Settings(topology="single"))
+        spec.validate(_set(path, value), Settings())
     assert exc.value.message.startswith(field + ":"), exc.value.message
 
 
@@ -690,7 +633,7 @@ def test_check_name_refuses_paths(value: str) -> None:
 def test_volume_source_is_matched_whole() -> None:
     sandbox = with_driver_config({"mounts": [{"type": "volume", "source": "data\n", "target": "/data"}]})
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(sandbox, Settings(topology="single", allow_driver_config=True))
+        spec.validate(sandbox, Settings(allow_driver_config=True))
     assert exc.value.message.startswith("sandbox.spec.template.driver_config.mounts[0].source:")
 
 
@@ -700,7 +643,7 @@ def test_non_finite_driver_config_number_is_invalid(number: float) -> None:
     sandbox = with_driver_config({"mounts": [{"type": "tmpfs", "target": "/x", "size_bytes": 1}]})
     sandbox.spec.template.driver_config["mounts"][0]["size_bytes"] = number
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(sandbox, Settings(topology="single", allow_driver_config=True))
+        spec.validate(sandbox, Settings(allow_driver_config=True))
     assert exc.value.message.startswith("sandbox.spec.template.driver_config.mounts[0].size_bytes:")
     assert "finite" in exc.value.message
 
@@ -711,14 +654,14 @@ def test_unset_driver_config_value_is_invalid() -> None:
     sandbox.spec.template.driver_config.fields["mounts"].SetInParent()
     sandbox.spec.template.driver_config.fields["mounts"].Clear()
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(sandbox, Settings(topology="single", allow_driver_config=True))
+        spec.validate(sandbox, Settings(allow_driver_config=True))
     assert exc.value.message.startswith("sandbox.spec.template.driver_config")
 
 
 def test_huge_tmpfs_size_is_invalid() -> None:
     sandbox = with_driver_config({"mounts": [{"type": "tmpfs", "target": "/x", "size_bytes": 1e300}]})
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(sandbox, Settings(topology="single", allow_driver_config=True))
+        spec.validate(sandbox, Settings(allow_driver_config=True))
     assert exc.value.message.startswith("sandbox.spec.template.driver_config.mounts[0].size_bytes:")
 
 
@@ -727,15 +670,13 @@ def test_image_mounts_become_image_volumes_pinned_by_id() -> None:
     a sandbox without one sends no image_volumes at all."""
     sandbox = with_driver_config({"mounts": [{"type": "image", "source": "localhost/data:1", "target": "/data"}]})
     sandbox.spec.template.user_namespaces = False
-    settings = Settings(topology="single", allow_driver_config=True, admission_enabled=False, allow_host_userns=True)
+    settings = Settings(allow_driver_config=True, admission_enabled=False, allow_host_userns=True)
     plan = spec.validate(sandbox, settings)
-    prov = Provision(image_id="sha256:feed", image_user="", image_env=(), network="openshell-ws",
-                          supervisor_path="/cache/openshell-sandbox", secrets_dir=SECRETS_DIR, instance="inst1",
-                          identity=IDENTITY, mount_images={"localhost/data:1": "0123abcd"})
-    built = spec.container_spec(plan, settings, prov)
+    built = specs.workload_spec(plan, settings, provision(mount_images={"localhost/data:1": "0123abcd"}),
+                                rootless=False)
     assert built["image_volumes"] == [{"Source": "0123abcd", "Destination": "/data", "ReadWrite": False}]
     assert "image_volumes" not in build(spec.validate(make_sandbox(), Settings(
-            topology="single")), Settings(topology="single"))
+            )), Settings())
 
 
 @pytest.mark.parametrize(
@@ -756,14 +697,14 @@ def test_quantities_are_bounded(field: str, text: str, needle: str) -> None:
     """Quantities Podman would refuse later (beyond int64 or any host) fail validation, naming the field."""
     res = pb.DriverResourceRequirements(**{field: text})
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(resources=res)), Settings(topology="single"))
+        spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(resources=res)), Settings())
     assert exc.value.message.startswith(f"sandbox.spec.template.resources.{field}:")
     assert needle in exc.value.message
 
 
 def test_largest_quantities_are_accepted() -> None:
     res = pb.DriverResourceRequirements(cpu_limit="1024", memory_limit="1Pi")
-    plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(resources=res)), Settings(topology="single"))
+    plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(resources=res)), Settings())
     assert (plan.resources.cpu_quota, plan.resources.memory_limit) == (1024 * 100_000, 2**50)
     assert plan.resources.cpu_quota < 2**63
 
@@ -780,14 +721,14 @@ def test_largest_quantities_are_accepted() -> None:
 def test_template_labels_are_bounded(labels: dict[str, str], needle: str) -> None:
     """Labels ride on every Podman event of the container: bounded per key, value and in total."""
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(labels=labels)), Settings(topology="single"))
+        spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(labels=labels)), Settings())
     assert exc.value.message.startswith("sandbox.spec.template.labels")
     assert needle in exc.value.message
 
 
 def test_labels_at_the_limits_are_accepted() -> None:
     labels = {"k" * 253: "v" * 4096, **{f"k{i}": "v" * 4000 for i in range(14)}}
-    plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(labels=labels)), Settings(topology="single"))
+    plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(labels=labels)), Settings())
     assert plan.labels == labels
 
 
@@ -821,7 +762,7 @@ def test_agent_socket_path_is_refused(path: str, needle: str) -> None:
     plain, normalised paths under 108 bytes with a dedicated parent."""
     sandbox = make_sandbox(template=pb.DriverSandboxTemplate(agent_socket_path=path))
     with pytest.raises(InvalidArgument) as exc:
-        spec.validate(sandbox, Settings(topology="single"))
+        spec.validate(sandbox, Settings())
     assert exc.value.message.startswith("sandbox.spec.template.agent_socket_path:")
     assert needle in exc.value.message
 
@@ -830,14 +771,14 @@ def test_agent_socket_path_is_refused(path: str, needle: str) -> None:
                                   "/run/openshell/" + "s" * 92])
 def test_agent_socket_path_accepted(path: str) -> None:
     plan = spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(agent_socket_path=path)), Settings(
-            topology="single"))
+            ))
     assert plan.ssh_socket_path == path and len(path.encode()) < 108
 
 
 def test_bad_configured_socket_path_is_the_operators_problem() -> None:
     """The setting's value goes through the same check, reported as FAILED_PRECONDITION naming the setting."""
     with pytest.raises(FailedPrecondition) as exc:
-        spec.validate(make_sandbox(), Settings(topology="single", ssh_socket_path="/tmp/ssh.sock"))
+        spec.validate(make_sandbox(), Settings(ssh_socket_path="/tmp/ssh.sock"))
     setting = "ssh_socket_path (--sandbox-ssh-socket-path / OPENSHELL_SANDBOX_SSH_SOCKET_PATH)"
     assert exc.value.message.startswith(setting + ":")
 
@@ -847,13 +788,13 @@ def test_host_bind_refused_while_admission_is_enabled() -> None:
     when bind mounts are enabled; with admission off they need enable_bind_mounts."""
     sandbox = with_driver_config({"mounts": [{"type": "bind", "source": "/srv", "target": "/srv"}]})
     with pytest.raises(FailedPrecondition) as exc:
-        spec.validate(sandbox, Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True))
+        spec.validate(sandbox, Settings(allow_driver_config=True, enable_bind_mounts=True))
     assert exc.value.message == (
         "sandbox.spec.template.driver_config.mounts[0]: host bind or image mount cannot be attached while "
         "resource admission is enabled: no trusted label resolver"
     )
     with pytest.raises(FailedPrecondition) as exc:
-        spec.validate(sandbox, Settings(topology="single", allow_driver_config=True, admission_enabled=False))
+        spec.validate(sandbox, Settings(allow_driver_config=True, admission_enabled=False))
     assert "enable_bind_mounts" in exc.value.message
 
 
@@ -864,39 +805,40 @@ def test_host_bind_refused_while_admission_is_enabled() -> None:
 ])
 def test_image_references_accepted(image: str) -> None:
     assert spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(image=image)), Settings(
-            topology="single")).image == image
+            )).image == image
 
 
 @pytest.mark.parametrize("image", ["::::", "/abs/path", "a b", "x:", "x@sha256:zz", "a//b", "-a", "a\n", "a" * 2000])
 def test_malformed_image_reference_is_invalid(image: str) -> None:
     """A reference Podman would only refuse at pull time is refused up front."""
     with pytest.raises(InvalidArgument, match=r"^sandbox\.spec\.template\.image: .* is not an image reference"):
-        spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(image=image)), Settings(topology="single"))
+        spec.validate(make_sandbox(template=pb.DriverSandboxTemplate(image=image)), Settings())
 
 
-def test_bundle_token_is_the_token_when_the_spec_has_none() -> None:
-    """Without sandbox_token the bundle's gateway_token is delivered; it must name this sandbox."""
-    from tests.jwt import make_launch
-
-    bundle = make_launch("abc123", "g0000000000000001")
-    sandbox = make_sandbox(launch_authentication=bundle)
-    plan = spec.validate(sandbox, Settings(topology="single"))
-    assert plan.has_token and plan.generation == "g0000000000000001"
-    assert spec.gateway_token(sandbox.spec) == json.loads(bundle)["supervisor"]["gateway_token"]
-    with pytest.raises(InvalidArgument, match=r"^sandbox\.spec\.launch_authentication\.supervisor\.gateway_token: "):
-        spec.validate(make_sandbox(launch_authentication=make_launch("other", "g0000000000000001")), Settings(
-                topology="single"))
+def test_the_launch_bundle_is_required_and_must_be_this_sandboxs() -> None:
+    """A create needs the gateway's launch bundle (FAILED_PRECONDITION without it, contract §2.1);
+    its runtime generation is the plan's, and its gateway token must name this sandbox. A
+    sandbox_token beside it is not read (a bad one is not refused); a recorded request,
+    whose bundle is not part of the record, needs none."""
+    plan = spec.validate(make_sandbox(launch_authentication=make_launch("abc123", "g0000000000000002")), Settings())
+    assert plan.generation == "g0000000000000002"
+    assert spec.validate(make_sandbox(sandbox_token="not a token"), Settings()).generation == "g0000000000000001"
+    with pytest.raises(FailedPrecondition, match=r"^sandbox\.spec\.launch_authentication: required"):
+        spec.validate(make_sandbox(launch_authentication=b""), Settings())
+    assert spec.validate(make_sandbox(launch_authentication=b""), Settings(), recorded=True).generation == "0"
+    with pytest.raises(FailedPrecondition,
+                       match=r"^sandbox\.spec\.launch_authentication\.supervisor\.gateway_token: "):
+        spec.validate(make_sandbox(launch_authentication=make_launch("other", "g0000000000000001")), Settings())
 
 
 def test_workspace_volume_and_workdir_follow_the_image() -> None:
     """The volume goes where provisioning chose (the image's WorkingDir), the supervisor gets it as
     --workdir and starts at / itself."""
-    plan = spec.validate(make_sandbox(), Settings(topology="single"))
-    prov = Provision(image_id="sha256:feed", image_user="", image_env=(), network="openshell-ws",
-                     supervisor_path="/cache/openshell-sandbox", secrets_dir=SECRETS_DIR, instance="inst1",
-                     identity=IDENTITY, workspace="/workspace/project")
-    built = spec.container_spec(plan, Settings(topology="single"), prov)
+    plan = spec.validate(make_sandbox(), Settings())
+    prov = provision(workspace="/workspace/project")
+    built = specs.workload_spec(plan, Settings(), prov, rootless=False)
     assert built["volumes"][0] == {"Name": plan.volume_name, "Dest": "/workspace/project", "Options": ["rw"]}
-    assert built["command"][:2] == ["--workdir", "/workspace/project"]
-    assert built["work_dir"] == "/"
-    assert build(plan, Settings(topology="single"))["command"][:2] == ["--workdir", "/sandbox"]
+    sup = specs.supervisor_spec(plan, Settings(), prov, supervisor_image_id="sha256:5e1f")
+    assert sup["command"][:2] == ["--workdir", "/workspace/project"]
+    assert sup["work_dir"] == "/"
+    assert supervisor(plan, Settings())["command"][:2] == ["--workdir", "/sandbox"]

@@ -23,7 +23,7 @@ WHERE = "sandbox.spec.template.driver_config.userns_mode: "
 
 def settings(userns: str = "auto", **fields: Any) -> Settings:
     """Settings that let a sandbox ask for its mode, podmand's own uid included unless ``fields`` say."""
-    s = Settings(topology="single", **{"allow_driver_config": True, "allow_userns": True, "userns": userns,
+    s = Settings(**{"allow_driver_config": True, "allow_userns": True, "userns": userns,
                     "allow_userns_own_uid": True, **fields})
     check_settings(s)
     usernamespace.check_settings(s)
@@ -50,7 +50,7 @@ def test_accepted_modes(value: str, operator: str, mode: str) -> None:
 @pytest.mark.parametrize("value", ["host", "ns:/proc/1/ns/user", "host:x"])
 def test_host_and_ns_are_always_refused(value: str) -> None:
     """Even with allow_userns off: the field is named, and no operator setting opens them."""
-    for s in (settings(), Settings(topology="single", allow_driver_config=True)):
+    for s in (settings(), Settings(allow_driver_config=True)):
         with pytest.raises(InvalidArgument) as exc:
             requested(value, s, ROOTLESS)
         assert exc.value.message.startswith(WHERE) and "is never allowed" in exc.value.message
@@ -58,7 +58,7 @@ def test_host_and_ns_are_always_refused(value: str) -> None:
 
 def test_refused_without_allow_userns() -> None:
     with pytest.raises(FailedPrecondition) as exc:
-        requested("keep-id", Settings(topology="single", allow_driver_config=True, userns="keep-id"), ROOTLESS)
+        requested("keep-id", Settings(allow_driver_config=True, userns="keep-id"), ROOTLESS)
     assert exc.value.message == (
         WHERE + "a sandbox's own user namespace mode is disabled; an operator must enable allow_userns "
         "(--allow-userns / PODMAND_ALLOW_USERNS)"
@@ -115,7 +115,7 @@ def test_keep_id_and_nomap_need_rootless_podman() -> None:
     ],
 )
 def test_libpod_spelling(mode: str, userns: dict[str, str]) -> None:
-    assert usernamespace.libpod(mode, Settings(topology="single")) == {"userns": userns}
+    assert usernamespace.libpod(mode, Settings()) == {"userns": userns}
 
 
 def test_the_driver_config_mode_reaches_the_plan() -> None:
@@ -136,9 +136,9 @@ def test_the_driver_config_mode_reaches_the_plan() -> None:
 )
 def test_id_limit_follows_the_mode(mode: str, limit: int) -> None:
     """keep-id and host map the subordinate ids from 0 plus the user's own id; nomap only the former."""
-    assert usernamespace.id_limit(mode, Settings(topology="single"), ROOTLESS) == limit
+    assert usernamespace.id_limit(mode, Settings(), ROOTLESS) == limit
     assert usernamespace.id_limit(mode, Settings(
-            topology="single"), UNKNOWN) == (limit if mode.startswith("auto") else None)
+            ), UNKNOWN) == (limit if mode.startswith("auto") else None)
 
 
 def test_features_count_the_subordinate_ids() -> None:
@@ -178,7 +178,7 @@ def test_auto_size_is_capped(operator: str, fields: dict[str, Any], most: int) -
 )
 def test_which_modes_map_podmands_own_uid(mode: str, uidmap: list[str], maps: bool) -> None:
     """Host id 0 is podmand's uid both ways: rootless Podman's intermediate namespace maps the user there."""
-    assert usernamespace.maps_own_uid(mode, Settings(topology="single", uidmap=uidmap)) is maps
+    assert usernamespace.maps_own_uid(mode, Settings(uidmap=uidmap)) is maps
 
 
 @pytest.mark.parametrize(
@@ -188,13 +188,13 @@ def test_which_modes_map_podmands_own_uid(mode: str, uidmap: list[str], maps: bo
      ({"allow_host_userns": True}, "allow_host_userns")],
 )
 def test_the_operators_own_uid_mapping_needs_the_opt_in(env: dict[str, Any], field: str) -> None:
-    s = Settings(topology="single", **env)
+    s = Settings(**env)
     check_settings(s)
     with pytest.raises(ConfigError) as exc:
         usernamespace.check_settings(s)
     assert str(exc.value).startswith(f"invalid setting {field} (") and (
         "allow_userns_own_uid (--allow-userns-own-uid / PODMAND_ALLOW_USERNS_OWN_UID)" in str(exc.value))
-    usernamespace.check_settings(Settings(topology="single", **env, allow_userns_own_uid=True))
+    usernamespace.check_settings(Settings(**env, allow_userns_own_uid=True))
 
 
 def test_a_sandboxs_keep_id_needs_the_opt_in() -> None:

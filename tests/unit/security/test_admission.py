@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -16,14 +17,15 @@ from podmand import names, negotiation
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
-from podmand.errors import FailedPrecondition, InvalidArgument, Unauthenticated
+from podmand.errors import FailedPrecondition, InvalidArgument
 from podmand.host import enforcement
 from podmand.libpod import Info, PodmanClient, StoreInfo, VolumeInspect
 from podmand.sandbox.driverconfig import Mount
 from podmand.security import admission
 from podmand.security.admission import Protected
-from tests.fakes.harness import Rig, Sink, driver_on, eventually
-from tests.fakes.libpod import INFO, FakeLibpod, Request
+from tests.fakes.harness import Containers, Rig, Sink, driver_on, eventually, labels_for, name_for
+from tests.fakes.libpod import INFO, FakeLibpod, Hang, Request
+from tests.jwt import make_launch
 
 UPSTREAM_DEFAULT = (
     'v1:{"allow_driver_config":false,"resource_admission":{"enabled":true,"required_labels":'
@@ -46,9 +48,9 @@ def volume(labels: dict[str, str] | None, driver: str, options: dict[str, str]) 
 @pytest.mark.parametrize(
     "settings",
     [
-        Settings(topology="single"),
-        Settings(topology="single", allow_driver_config=True, admission_enabled=False),
-        Settings(topology="single", admission_labels={"b": "2", "a": "${workspace}"}),
+        Settings(),
+        Settings(allow_driver_config=True, admission_enabled=False),
+        Settings(admission_labels={"b": "2", "a": "${workspace}"}),
     ],
 )
 def test_advertised_string_is_the_checked_policy(settings: Settings) -> None:
@@ -59,14 +61,14 @@ def test_advertised_string_is_the_checked_policy(settings: Settings) -> None:
 
 
 def test_default_policy_is_upstreams_string() -> None:
-    assert admission.policy(Settings(topology="single")).wire() == UPSTREAM_DEFAULT
+    assert admission.policy(Settings()).wire() == UPSTREAM_DEFAULT
 
 
 def test_workspace_substitution() -> None:
-    pol = admission.policy(Settings(topology="single"))
+    pol = admission.policy(Settings())
     assert pol.labels_for("ws") == ADMITTED
     assert pol.labels_for("") is None  # upstream: invalid workspace identity
-    fixed = admission.policy(Settings(topology="single", admission_labels={"tier": "gold"}))
+    fixed = admission.policy(Settings(admission_labels={"tier": "gold"}))
     assert fixed.labels_for("") == {"tier": "gold"}
 
 
@@ -75,7 +77,7 @@ def test_workspace_substitution() -> None:
 
 def test_labelled_volume_is_admitted() -> None:
     admission.check_volume(facts(ADMITTED), admission.policy(Settings(
-            topology="single")), "ws", enable_bind_mounts=False,
+            )), "ws", enable_bind_mounts=False,
                            protected=())
 
 
@@ -91,20 +93,20 @@ def test_labelled_volume_is_admitted() -> None:
 def test_unlabelled_or_foreign_volume_is_refused(labels: dict[str, str] | None, workspace: str) -> None:
     with pytest.raises(FailedPrecondition) as exc:
         admission.check_volume(facts(labels), admission.policy(Settings(
-                topology="single")), workspace, enable_bind_mounts=False,
+                )), workspace, enable_bind_mounts=False,
                                protected=())
     assert exc.value.message == "podman volume 'data': external resource not admitted by required labels"
 
 
 def test_admission_disabled_checks_no_labels() -> None:
-    admission.check_volume(facts(None), admission.policy(Settings(topology="single", admission_enabled=False)), "ws",
+    admission.check_volume(facts(None), admission.policy(Settings(admission_enabled=False)), "ws",
                            enable_bind_mounts=False, protected=())
 
 
 def test_empty_workspace_is_not_an_identity() -> None:
     with pytest.raises(FailedPrecondition) as exc:
         admission.check_volume(facts(ADMITTED), admission.policy(Settings(
-                topology="single")), "", enable_bind_mounts=False,
+                )), "", enable_bind_mounts=False,
                                protected=())
     assert "invalid workspace identity" in exc.value.message
 
@@ -127,7 +129,7 @@ def test_host_backed_volume_detection(driver: str, options: dict[str, str], host
 def test_bind_backed_volume_needs_enable_bind_mounts() -> None:
     """Labels do not make a hidden host bind acceptable; enable_bind_mounts does, outside podmand's paths."""
     bound = facts(ADMITTED, type="none", o="bind", device="/srv/data")
-    pol = admission.policy(Settings(topology="single"))
+    pol = admission.policy(Settings())
     with pytest.raises(FailedPrecondition) as exc:
         admission.check_volume(bound, pol, "ws", enable_bind_mounts=False, protected=())
     assert "backed by a host bind mount" in exc.value.message and "enable_bind_mounts" in exc.value.message
@@ -158,7 +160,7 @@ def test_podmands_own_paths_are_never_bind_sources(tree: Path) -> None:
     (tree / "elsewhere").mkdir()
     os.symlink(state, tree / "link")
     own = admission.protected_paths(Settings(
-            topology="single", socket=str(tree / "run" / "d.sock")), str(state), "/run/p/podman.sock",
+            socket=str(tree / "run" / "d.sock")), str(state), "/run/p/podman.sock",
                                     env={"HOME": str(tree / "home")})
     paths = [p.path for p in own]
     assert str(state) in paths and str(tree / "run") in paths and "/run/p/podman.sock" in paths
@@ -177,7 +179,7 @@ def test_operator_secrets_podmans_storage_and_registry_logins_are_protected(tree
     for d in (home, run, secrets, tree / "staging", tree / "elsewhere"):
         d.mkdir(parents=True)
     settings = Settings(
-            topology="single", socket=str(tree / "sock" / "d.sock"), registry_auth_file=str(secrets / "auth.json"),
+            socket=str(tree / "sock" / "d.sock"), registry_auth_file=str(secrets / "auth.json"),
                         proxy_auth_file=str(secrets / "proxy-auth"), proxy_ca_bundle=str(secrets / "ca" / "p.pem"),
                         rootfs_staging_dir=str(tree / "staging"))
     store = tree / "storage"
@@ -232,8 +234,8 @@ def test_podman_paths_from_info() -> None:
 
 
 def test_provenance() -> None:
-    strict, lenient = admission.policy(Settings(topology="single")), admission.policy(Settings(
-            topology="single", allow_driver_config=True))
+    strict, lenient = admission.policy(Settings()), admission.policy(Settings(
+            allow_driver_config=True))
     admission.check_provenance(strict, "false")
     admission.check_provenance(lenient, "true")
     for pol, label in ((strict, "true"), (strict, None), (lenient, None), (lenient, "")):
@@ -280,35 +282,26 @@ def test_traversal_ids_never_reach_files_or_podman(bad: str, tree: Path) -> None
                 await call
             assert exc.value.message.startswith("sandbox_id:")
 
-    fake = run_driver(Settings(topology="single"), state, lambda fake: None, body)
-    assert (state / "keep").read_text() == "x" and (state / "credential.key").exists()
-    assert fake.requests == []
-
-
-def test_credential_with_bad_sandbox_id_is_unauthenticated(tree: Path) -> None:
-    async def body(driver: Driver) -> None:
-        with pytest.raises(Unauthenticated):
-            await driver.authenticate(driver.signer.mint("..", "inst", "0"))
-
-    fake = run_driver(Settings(topology="single"), tree / "state", lambda fake: None, body)
+    fake = run_driver(Settings(), state, lambda fake: None, body)
+    assert (state / "keep").read_text() == "x"
     assert fake.requests == []
 
 
 def container(labels: dict[str, str], mounts: list[dict[str, str]]) -> Any:
+    """sb1's pair, stopped: its workload has ``labels`` and ``mounts``."""
     def setup(fake: FakeLibpod) -> None:
-        name = names.container_name("ws", "n", "sb1")
-        entry = {"Id": "cid", "Names": [name], "State": "exited", "Labels": labels}
-        fake.route("GET", "/containers/json", (200, {}, [entry]))
-        fake.route("GET", "/containers/cid/json", (200, {}, {"Id": "cid", "Name": name, "Config": {"Labels": labels},
-                                                            "Mounts": mounts}))
-        fake.route("POST", "/containers/cid/start", (204, {}, b""))
+        boxes = Containers(fake)
+        workload = boxes.boxes[boxes.add_pair("sb1", "exited")]
+        workload["Config"]["Labels"], workload["Mounts"] = labels, mounts
         fake.volumes["data"] = {"Name": "data", "Labels": {}}
         fake.volumes["good"] = {"Name": "good", "Labels": ADMITTED}
     return setup
 
 
-BASE_LABELS = {names.MANAGED: "true", names.OWNER: names.OWNER_VALUE, names.SANDBOX_ID: "sb1",
-               names.SANDBOX_NAME: "n", names.SANDBOX_WORKSPACE: "ws", names.INSTANCE: "inst"}
+BASE_LABELS = {**labels_for("sb1"), names.ISOLATION_ROLE: names.ROLE_WORKLOAD}
+del BASE_LABELS[names.DRIVER_CONFIG_USED]  # each test says
+BUNDLE = make_launch("sb1", "g0000000000000001")  # every start brings one
+STARTED = rf"/containers/{name_for('sb1')}/start$"  # the workload's start (by name, as the pair's)
 
 
 @pytest.mark.parametrize(
@@ -324,10 +317,10 @@ def test_start_rechecks_admission_and_starts_nothing(
 ) -> None:
     async def body(driver: Driver) -> None:
         with pytest.raises(FailedPrecondition) as exc:
-            await driver.start("sb1")
+            await driver.start("sb1", launch_authentication=BUNDLE)
         assert needle in exc.value.message
 
-    fake = run_driver(Settings(topology="single"), tree / "state", container({**BASE_LABELS, **labels}, mounts), body)
+    fake = run_driver(Settings(), tree / "state", container({**BASE_LABELS, **labels}, mounts), body)
     assert not [r for r in fake.requests if r.endswith("/start")]
 
 
@@ -335,17 +328,17 @@ def test_start_of_an_admitted_sandbox_goes_ahead(tree: Path) -> None:
     mounts = [{"Type": "volume", "Name": "good"}, {"Type": "volume", "Name": names.volume_name("sb1")}]
 
     async def body(driver: Driver) -> None:
-        await driver.start("sb1")
+        await driver.start("sb1", launch_authentication=BUNDLE)
 
     labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "false"}
-    fake = run_driver(Settings(topology="single"), tree / "state", container(labels, mounts), body)
-    assert [r for r in fake.requests if r.endswith("/containers/cid/start")]
+    fake = run_driver(Settings(), tree / "state", container(labels, mounts), body)
+    assert [r for r in fake.requests if re.search(STARTED, r)]
 
 
 def test_validate_checks_volumes_and_bind_sources(tree: Path) -> None:
     """ValidateSandboxCreate: the admission and own-path checks run before anything is made."""
     state = tree / "state"
-    settings = Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+    settings = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
 
     async def body(driver: Driver) -> None:
         own = await admission.protected(driver.podman, settings, str(state))
@@ -356,7 +349,7 @@ def test_validate_checks_volumes_and_bind_sources(tree: Path) -> None:
         await admission.admit_mounts(driver.podman, settings, str(state), "ws", [Mount("volume", "/d", "data")])
         with pytest.raises(FailedPrecondition) as exc:
             await admission.admit_mounts(driver.podman, Settings(
-                    topology="single"), str(state), "ws", [Mount("volume", "/d", "data")])
+                    ), str(state), "ws", [Mount("volume", "/d", "data")])
         assert exc.value.message == ("sandbox.spec.template.driver_config.mounts[0].source: podman volume 'data': "
                                      "external resource not admitted by required labels")
         with pytest.raises(FailedPrecondition) as exc:
@@ -378,7 +371,7 @@ def test_podmans_storage_comes_from_one_info_and_only_for_binds(tree: Path) -> N
     """A bind into Podman's graphRoot is refused by what /info says; /info is asked once for
     the life of the client, and not at all for a request without binds or volumes."""
     state = tree / "state"
-    settings = Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+    settings = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
 
     fakes: list[FakeLibpod] = []
 
@@ -407,18 +400,16 @@ def test_podmans_storage_comes_from_one_info_and_only_for_binds(tree: Path) -> N
 # ---------------------------------------------------------------- StartSandbox re-checks the binds
 
 
-OPEN = Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
+OPEN = Settings(allow_driver_config=True, enable_bind_mounts=True, admission_enabled=False)
 
 
 def own_binds(state: Path) -> list[dict[str, str]]:
-    """The binds podmand gives every sandbox (sandboxmounts.py), as Podman's inspect shows them,
-    and what a started image mount looks like: a bind from Podman's storage."""
-    secrets = state / "sandboxes" / "sb1"
+    """The binds podmand gives every workload (pair/specs.py: the runtime binary), as Podman's
+    inspect shows them, and what a started image mount looks like: a bind from Podman's storage."""
     return [
         {"Type": "bind", "Source": str(state / "supervisor" / "sha256-x" / "openshell-sandbox"),
-         "Destination": names.SUPERVISOR_BIN},
-        {"Type": "bind", "Source": str(secrets / "sandbox.jwt"), "Destination": names.TOKEN_PATH},
-        {"Type": "bind", "Source": str(secrets / "ca.crt"), "Destination": f"{names.TLS_DIR}/ca.crt"},
+         "Destination": names.RUNTIME_BIN},
+        {"Type": "volume", "Name": names.channel_volume_name("sb1"), "Destination": names.CHANNEL_DIR},
         {"Type": "image", "Source": "localhost/data:1", "Destination": "/img"},
         {"Type": "bind", "Source": "/srv/podman/graph/overlay-containers/c/userdata/overlay/1/merge",
          "Destination": "/img"},
@@ -448,20 +439,21 @@ def test_start_rechecks_bind_sources_with_symlinks_resolved_now(tree: Path) -> N
 
     async def body(driver: Driver) -> None:
         [fake] = fakes
-        await driver.start("sb1")  # harmless: started
-        assert fake.count(r"/containers/cid/start$") == 1
+        await driver.start("sb1", launch_authentication=BUNDLE)  # harmless: started
+        assert fake.count(STARTED) == 1
+        await driver.stop("sb1")  # a running pair's start with the same bundle is a retry: nothing to check
         link.unlink()
         link.symlink_to(state)
         with pytest.raises(FailedPrecondition) as exc:
-            await driver.start("sb1")
+            await driver.start("sb1", launch_authentication=BUNDLE)
         assert exc.value.message == (f"bind mount '/data': {str(link)!r} would expose podmand's own state directory "
                                      f"({state}); choose a path outside it")
         link.unlink()
         link.symlink_to("/srv/podman/graph/overlay")
         with pytest.raises(FailedPrecondition) as exc:
-            await driver.start("sb1")
+            await driver.start("sb1", launch_authentication=BUNDLE)
         assert "would expose Podman's storage (graphRoot) (/srv/podman/graph)" in exc.value.message
-        assert fake.count(r"/containers/cid/start$") == 1  # neither refused start reached Podman
+        assert fake.count(STARTED) == 1  # neither refused start reached Podman
 
     run_driver(OPEN, state, setup, body)
 
@@ -469,9 +461,9 @@ def test_start_rechecks_bind_sources_with_symlinks_resolved_now(tree: Path) -> N
 @pytest.mark.parametrize(
     ("settings", "needle"),
     [
-        (Settings(topology="single", allow_driver_config=True, admission_enabled=False),
+        (Settings(allow_driver_config=True, admission_enabled=False),
          "bind mount '/data': bind mounts require enable_bind_mounts"),
-        (Settings(topology="single", allow_driver_config=True, enable_bind_mounts=True),
+        (Settings(allow_driver_config=True, enable_bind_mounts=True),
          f"bind mount '/data': {admission.HOST_MOUNT_REFUSED}"),
     ],
 )
@@ -483,7 +475,7 @@ def test_start_rechecks_that_binds_are_allowed_today(settings: Settings, needle:
 
     async def body(driver: Driver) -> None:
         with pytest.raises(FailedPrecondition) as exc:
-            await driver.start("sb1")
+            await driver.start("sb1", launch_authentication=BUNDLE)
         assert exc.value.message.startswith(needle), exc.value.message
 
     fake = run_driver(settings, tree / "state", container(labels, mounts), body)
@@ -497,10 +489,10 @@ def test_podmands_own_binds_from_another_state_directory_are_its_own(tree: Path)
     mounts = [m for m in own_binds(tree / "earlier-state") if m["Type"] == "bind" and m["Destination"] != "/img"]
 
     async def body(driver: Driver) -> None:
-        await driver.start("sb1")
+        await driver.start("sb1", launch_authentication=BUNDLE)
 
-    fake = run_driver(Settings(topology="single"), tree / "state", container(labels, mounts), body)
-    assert [r for r in fake.requests if r.endswith("/containers/cid/start")]
+    fake = run_driver(Settings(), tree / "state", container(labels, mounts), body)
+    assert [r for r in fake.requests if re.search(STARTED, r)]
 
 
 def test_podmands_own_binds_outside_reserved_targets_are_checked(tree: Path) -> None:
@@ -508,11 +500,11 @@ def test_podmands_own_binds_outside_reserved_targets_are_checked(tree: Path) -> 
     bound anywhere else is refused."""
     state = tree / "state"
     labels = {**BASE_LABELS, names.DRIVER_CONFIG_USED: "true"}
-    stray = {"Type": "bind", "Source": str(state / "sandboxes" / "sb1" / "sandbox.jwt"), "Destination": "/tok"}
+    stray = {"Type": "bind", "Source": str(state / "sandboxes" / "sb1" / "launch.json"), "Destination": "/tok"}
 
     async def body(driver: Driver) -> None:
         with pytest.raises(FailedPrecondition) as exc:
-            await driver.start("sb1")
+            await driver.start("sb1", launch_authentication=BUNDLE)
         assert exc.value.message.startswith("bind mount '/tok': ") and "state directory" in exc.value.message
 
     fake = run_driver(OPEN, state, container(labels, [*own_binds(state), stray]), body)
@@ -525,7 +517,8 @@ def test_podmands_own_binds_outside_reserved_targets_are_checked(tree: Path) -> 
 def bind_box(sandbox_id: str, source: Path) -> pb.DriverSandbox:
     template = pb.DriverSandboxTemplate(image="registry.example/app:1")
     template.driver_config.update({"mounts": [{"type": "bind", "source": str(source), "target": "/data"}]})
-    return pb.DriverSandbox(id=sandbox_id, name="demo", workspace="ws", spec=pb.DriverSandboxSpec(template=template))
+    spec = pb.DriverSandboxSpec(template=template, launch_authentication=make_launch(sandbox_id, "g0000000000000001"))
+    return pb.DriverSandbox(id=sandbox_id, name="demo", workspace="ws", spec=spec)
 
 
 def harmless_link(tmp: Path) -> Path:
@@ -566,9 +559,9 @@ def test_provisioning_rechecks_binds_just_before_the_first_start() -> None:
 
 
 def test_a_resumed_create_rechecks_binds_before_starting_the_container_it_adopts() -> None:
-    """podmand went away while Podman made the container; before the next podmand resumes
-    the create the bind source is re-pointed at the state directory: the container it
-    adopts is removed unstarted and the sandbox fails with MountRefused."""
+    """podmand went away while Podman made the workload; before the next podmand resumes
+    the create the bind source is re-pointed at the state directory: the workload that
+    attempt left is removed unstarted and the sandbox fails with MountRefused."""
 
     async def main() -> None:
         async with driver_on(lambda _tmp: OPEN) as rig:
@@ -576,24 +569,19 @@ def test_a_resumed_create_rechecks_binds_before_starting_the_container_it_adopts
 
     async def scenario(rig: Rig) -> None:
         link = harmless_link(rig.tmp)
-        made, answer = asyncio.Event(), asyncio.Event()
+        made = asyncio.Event()
 
-        async def create(req: Request) -> Any:
-            sandbox_id = (req.json().get("labels") or {}).get(names.SANDBOX_ID)
-            if sandbox_id and any(b["Config"]["Labels"].get(names.SANDBOX_ID) == sandbox_id
-                                   for b in rig.boxes.boxes.values()):
-                return 500, {}, {"message": "container name is already in use"}  # Podman 4.3.1's answer
+        def create(req: Request) -> Any:
             reply = rig.boxes.create(req)
-            if sandbox_id:  # made, but podmand is gone before it hears so
-                made.set()
-                await answer.wait()
+            if (req.json().get("labels") or {}).get(names.SANDBOX_ID) and not made.is_set():
+                made.set()  # the workload is made, but podmand is gone before it hears so
+                return Hang()
             return reply
 
         rig.fake.route("POST", "/containers/create", create)
         await rig.driver.create(bind_box("sb-1", link))
         await asyncio.wait_for(made.wait(), 10)
         await rig.driver.close()
-        answer.set()
         link.unlink()
         link.symlink_to(rig.driver.state_dir)
         sink = Sink()

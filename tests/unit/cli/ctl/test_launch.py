@@ -13,7 +13,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from podmand.cli.ctl import launch
-from podmand.errors import FailedPrecondition
 from podmand.sandbox.spec import launch_bundle
 
 
@@ -24,7 +23,7 @@ def part(segment: str) -> dict[str, Any]:
 
 def test_a_minted_bundle_decodes_strictly_and_its_tokens_verify() -> None:
     raw = launch.mint("demo-1")
-    bundle = launch_bundle(raw, "demo-1", "launch_authentication", FailedPrecondition)
+    bundle = launch_bundle(raw, "demo-1", "launch_authentication")
     doc = json.loads(raw)
     [key] = doc["verification_keys"]
     public = load_pem_public_key(bytes(key["public_key_pem"]))
@@ -40,5 +39,5 @@ def test_a_minted_bundle_decodes_strictly_and_its_tokens_verify() -> None:
         assert claims["sub"] == "spiffe://openshell/sandbox/demo-1" and claims["sandbox_id"] == "demo-1"
         assert claims["runtime_generation"] == bundle.supervisor.runtime_generation and claims["auth_epoch"] == 1
         assert str(uuid.UUID(claims["jti"])) == claims["jti"]
-    again = launch_bundle(launch.mint("demo-1"), "demo-1", "launch_authentication", FailedPrecondition)
+    again = launch_bundle(launch.mint("demo-1"), "demo-1", "launch_authentication")
     assert again.supervisor.session_id != bundle.supervisor.session_id, "a fresh session per bundle"
