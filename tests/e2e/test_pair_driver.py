@@ -1,4 +1,4 @@
-"""The split topology through the pex: podmand (``PODMAND_TOPOLOGY=split``) against the real
+"""The split topology through the pex: podmand against the real
 rootless Podman, with the stand-in runtime and supervisor (tests/images: runtime:1,
 supervisor2:1, workload:1) and real Ed25519-signed launch bundles (tests/standin/launch.py).
 
@@ -34,7 +34,7 @@ import pytest
 
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
-from tests.e2e.conftest import Podmand, containers_of, sandbox, volumes_of
+from tests.e2e.conftest import Podmand, containers_of, pair_of, sandbox, volumes_of
 from tests.e2e.test_pair_lifecycle import (
     PROBE,
     inspect,
@@ -53,7 +53,6 @@ from tests.wait import wait_until
 IDENTITY = 1000  # workload:1's USER sandbox
 ROOT_IMAGE = "localhost/podmand-test/sandbox-root:1"
 SPLIT = {
-    "PODMAND_TOPOLOGY": "split",
     "OPENSHELL_SANDBOX_RUNTIME_IMAGE": RUNTIME_IMAGE,
     "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR_IMAGE,
     "OPENSHELL_SANDBOX_IMAGE": WORKLOAD_IMAGE,
@@ -405,18 +404,19 @@ def test_a_sandbox_an_older_podmand_made_as_one_container(make_podmand: Callable
                                                           podman_client: podman.PodmanClient,
                                                           cleanup: list[str]) -> None:
     """After the upgrade (docs/operations.md): listed, stopped and deleted as before; a start,
-    which would need a supervisor it never had, is refused with what to do, not INTERNAL."""
-    old = make_podmand()  # the single-container layout (conftest's default for the older tests)
-    watch = old.watch()
+    which would need a supervisor it never had, is refused with what to do, not INTERNAL. (No
+    podmand makes that layout any more: the test makes the container as an older one labelled
+    it, one container with podmand's labels and no isolation role, beside its workspace volume.)"""
     box = sandbox()
     cleanup.append(box.id)
-    old.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-    watch.wait_reason(box.id, "ContainerRunning", READY)
-    old.stop()
-
-    new = make_podmand(SPLIT, start=False)  # the same state directory, now the split topology
-    new.state_dir, new.env["PODMAND_STATE_DIR"] = old.state_dir, str(old.state_dir)
-    new.start()
+    labels = {names.MANAGED: "true", names.OWNER: names.OWNER_VALUE, names.SANDBOX_ID: box.id,
+              names.SANDBOX_NAME: box.name, names.SANDBOX_WORKSPACE: box.workspace}
+    podman_client.volumes.create(names.volume_name(box.id), labels={names.OWNER: names.OWNER_VALUE,
+                                                                     names.SANDBOX_ID: box.id})
+    old = podman_client.containers.create(WORKLOAD_IMAGE, ["sleep", "600"], labels=labels,
+                                          name=names.container_name(box.workspace, box.name, box.id))
+    old.start()
+    new = make_podmand(SPLIT)
     listed = [s for s in new.stub.ListSandboxes(pb.ListSandboxesRequest()).sandboxes if s.id == box.id]
     assert [s.status.conditions[0].reason for s in listed] == ["ContainerRunning"]
     bundle = Launch(uid=IDENTITY, gid=IDENTITY, sandbox_id=box.id).bundle()
@@ -425,10 +425,11 @@ def test_a_sandbox_an_older_podmand_made_as_one_container(make_podmand: Callable
                                                      generation_id="g0000000000000001"))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "made by an earlier podmand as one container" in err.value.details()
-    assert inspect(containers_of(podman_client, box.id)[0].name)["State"]["Running"], "refused: left as it was"
+    assert inspect(old.name)["State"]["Running"], "refused: left as it was"
     new.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id))
+    assert not inspect(old.name)["State"]["Running"]
     assert new.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
-    assert not containers_of(podman_client, box.id) and not volumes_of(podman_client, box.id)
+    assert not pair_of(podman_client, box.id) and not volumes_of(podman_client, box.id)
 
 
 def test_ctl_mints_the_bundle_a_split_podmand_needs(split: Podmand, podman_client: podman.PodmanClient,
