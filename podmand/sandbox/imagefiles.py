@@ -13,6 +13,10 @@ and a removal sent before the create is done finds nothing to remove), and the r
 that follows is shielded from the caller's cancellation. Shutdown waits for the removals
 under way and tries once more those Podman did not answer (:func:`settle`).
 
+A reader removed from under the read (by hand, by another program's cleanup) is
+:class:`PodmanUnavailable`, a read to retry, never "the file is absent": taken as absent,
+/etc/passwd would refuse the image's USER for good.
+
 The image is the caller's, so its files are too: each is read as it streams,
 never past a limit (the tar header's size is checked before its data is read),
 and a file over the limit is :class:`TooLarge`, not memory taken from every
@@ -247,6 +251,8 @@ async def _copy_out(podman: PodmanClient, reader: str, paths: list[str], limit: 
         except PodmanError as exc:
             if exc.status != 404:
                 raise
+            if "no such container" in exc.message.lower():  # not the path: the reader itself is gone
+                raise PodmanUnavailable(f"podmand's image reader {reader} was removed while it read {path}") from None
             out[path] = None
         except TooLarge as exc:
             raise TooLarge(path, exc.limit) from None  # the image's path, not the tar member's name

@@ -1,5 +1,6 @@
 """A sandbox image's VOLUMEs through the pex against real rootless Podman (issue 30): Podman gives
-the sandbox container an anonymous volume for each, and podmand removes them with the container
+the workload container an anonymous volume for each (the supervisor, from its own image, gets
+none of them), and podmand removes them with the container
 (libpod's ``volumes=true``; named volumes, the workspace's and the caller's, are never removed
 that way). The image is made here (test_tenants.image_from).
 """
@@ -49,6 +50,9 @@ def test_deleting_a_sandbox_removes_its_images_anonymous_volumes_and_no_named_on
             assert by_destination["/shared"]["Name"] == shared.name
             assert by_destination["/sandbox"]["Name"] == names.volume_name(box.id)
             assert all(podman_client.volumes.exists(name) for name in anonymous)
+            (supervisor,) = containers_of(podman_client, box.id, "supervisor")
+            held = {m.get("Name") for m in supervisor.attrs["Mounts"]}
+            assert not held & {*anonymous, shared.name, names.volume_name(box.id)}, held
             assert open_driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
             assert containers_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []
             assert [name for name in anonymous if podman_client.volumes.exists(name)] == []

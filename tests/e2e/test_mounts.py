@@ -1,11 +1,12 @@
 """driver_config mounts and SELinux labels through the pex, checked in Podman and in the sandbox.
+Under the split topology the caller's mounts are the workload's; its supervisor gets none of them.
 
 This host has no SELinux: ``--selinux=on`` shows that podmand sends Podman the labels
 (``z``/``Z``) and that a Podman without SELinux accepts them and runs the sandbox.
 Podman 4.3 drops ``U``, ``z`` and ``Z`` from a container's inspect once it has started
 (they are acted on, then forgotten), so the labels are read from the create request
 Podman received, through a recording relay in front of its socket. Whether an
-enforcing host then lets the supervisor read its files cannot be checked here.
+enforcing host then lets the runtime read its files cannot be checked here.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pytest
 
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
+from tests.standin.launch import Launch
 
 from .conftest import SUPERVISOR_IMAGE, Podmand, containers_of, podman_version, run_in, sandbox
 from .test_hardening_input import create, nothing_created, refused, running
@@ -114,11 +116,15 @@ def volume(podman_client: podman.PodmanClient) -> Iterator[Any]:
 
 
 def with_mounts(*mounts: dict[str, Any], host_userns: bool = False) -> pb.DriverSandbox:
-    box = sandbox(token=True)
+    box = sandbox()
     box.spec.template.driver_config.update({"mounts": list(mounts)})
     if host_userns:
         box.spec.template.user_namespaces = False
     return box
+
+
+# The workload has no environment (its processes get bootstrap.json's): no PATH for an exec, so
+# every command here is named by its path.
 
 
 def by_destination(container: Any) -> dict[str, dict[str, Any]]:
@@ -130,8 +136,9 @@ def test_mounts_and_selinux_labels(
     tmp_path: Path,
 ) -> None:
     """A tmpfs (options, size, mode), a named volume, a privately labelled bind and, in the
-    host userns, an image mount: what Podman recorded and what the sandbox sees, with
-    podmand's own binds labelled (Z per sandbox, z for the shared supervisor binary)."""
+    host userns, an image mount: what Podman recorded and what the workload sees, with
+    podmand's own binds labelled (Z for the per-sandbox resolv.conf, z for the shared runtime
+    binary); the supervisor is made with none of the caller's mounts."""
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "hello").write_text("from the host\n")
@@ -154,22 +161,31 @@ def test_mounts_and_selinux_labels(
     watch.wait_reason(imaged.id, "ContainerRunning", timeout=60)
 
     [container] = containers_of(podman_client, box.id)
-    sent = {m["destination"]: m["options"] for m in relay.created(container.name)["mounts"]}
-    assert sent["/opt/openshell/bin/openshell-sandbox"] == ["bind", "ro", "z"]
-    assert sent["/etc/openshell/auth/sandbox.jwt"] == ["bind", "ro", "U", "Z"]
+    created = relay.created(container.name)
+    sent = {m["destination"]: m["options"] for m in created["mounts"]}
+    assert sent[names.RUNTIME_BIN] == ["rbind", "ro", "z"]
+    assert sent[names.RESOLV_CONF] == ["bind", "ro", "U", "Z"]
     assert sent["/shared"] == ["rbind", "ro", "Z"]
+    assert {v["Name"]: v["Dest"] for v in created["volumes"]}[volume.name] == "/data"
+    [supervisor] = containers_of(podman_client, box.id, "supervisor")
+    to_supervisor = relay.created(supervisor.name)
+    dests = {m["destination"] for m in to_supervisor["mounts"]} | {v["Dest"] for v in to_supervisor["volumes"]}
+    assert not dests & {"/scratch", "/data", "/shared"}, dests
+    assert not {"/scratch", "/data", "/shared"} & set(by_destination(supervisor)), by_destination(supervisor)
     mounts = by_destination(container)
     assert mounts["/shared"]["Type"] == "bind" and mounts["/shared"]["RW"] is False
     assert mounts["/data"]["Type"] == "volume" and mounts["/data"]["Name"] == volume.name and mounts["/data"]["RW"]
     tmpfs = container.attrs["HostConfig"]["Tmpfs"]["/scratch"].split(",")
     assert {"rw", "noexec", "nosuid", f"size={2 * 2**20}", "mode=1770"} <= set(tmpfs), tmpfs
 
-    assert run_in(container, ["stat", "-c", "%a", "/scratch"])[1].strip() == "1770"
-    [line] = [x for x in run_in(container, ["cat", "/proc/mounts"])[1].splitlines() if " /scratch " in x]
+    assert run_in(container, ["/bin/stat", "-c", "%a", "/scratch"])[1].strip() == "1770"
+    [line] = [x for x in run_in(container, ["/bin/cat", "/proc/mounts"])[1].splitlines() if " /scratch " in x]
     assert line.startswith("tmpfs ") and "noexec" in line and "size=2048k" in line, line
-    assert run_in(container, ["cat", "/shared/hello"])[1] == "from the host\n"
-    assert run_in(container, ["sh", "-c", "echo hi > /shared/x"])[0] != 0  # read-only
-    assert run_in(container, ["sh", "-c", "echo written > /data/note"])[0] == 0
+    assert run_in(container, ["/bin/cat", "/shared/hello"])[1] == "from the host\n"
+    assert run_in(container, ["/bin/cat", "/shared/hello"], user="1000:1000")[1] == "from the host\n"  # the identity
+    code, _, err = run_in(container, ["/bin/sh", "-c", "echo hi > /shared/x"])
+    assert code != 0 and "Read-only file system" in err, (code, err)
+    assert run_in(container, ["/bin/sh", "-c", "echo written > /data/note"])[0] == 0
     volume.reload()
     assert (Path(volume.attrs["Mountpoint"]) / "note").read_text() == "written\n"
 
@@ -178,8 +194,12 @@ def test_mounts_and_selinux_labels(
     pinned = podman_client.images.get(SUPERVISOR_IMAGE).id.removeprefix("sha256:")
     assert image_volume == {"Source": pinned, "Destination": "/img", "ReadWrite": False}
     assert "/img" in by_destination(holder)  # once started, Podman shows it as a bind of the mounted image
-    assert run_in(holder, ["test", "-x", "/img/openshell-sandbox"])[0] == 0
-    assert run_in(holder, ["touch", "/img/x"])[0] != 0
+    assert run_in(holder, ["/bin/test", "-x", "/img/openshell-supervisor"])[0] == 0
+    code, _, err = run_in(holder, ["/bin/touch", "/img/x"])
+    assert code != 0 and "Read-only file system" in err, (code, err)
+    [holders_supervisor] = containers_of(podman_client, imaged.id, "supervisor")
+    assert "image_volumes" not in relay.created(holders_supervisor.name)
+    assert "/img" not in by_destination(holders_supervisor)
 
     for b in (box, imaged):
         assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=b.id)).deleted
@@ -211,6 +231,11 @@ def test_refused_mounts_create_nothing(
          f"{where}[0]: ", "userns=auto", "containers/podman#23211"),
         ([{"type": "tmpfs", "target": "/etc/openshell/auth"}], grpc.StatusCode.INVALID_ARGUMENT,
          f"{where}[0].target: ", "reserved path '/etc/openshell'"),
+        # the pair's own: the channel volume and the runtime's resolver in the workload
+        ([{"type": "tmpfs", "target": "/.openshell/channel"}], grpc.StatusCode.INVALID_ARGUMENT,
+         f"{where}[0].target: ", "reserved path '/.openshell'"),
+        ([{"type": "bind", "source": "/etc/hosts", "target": "/etc/resolv.conf"}], grpc.StatusCode.INVALID_ARGUMENT,
+         f"{where}[0].target: ", "reserved path '/etc/resolv.conf'"),
         ([{"type": "tmpfs", "target": "/x"}, {"type": "volume", "source": volume.name, "target": "/x/"}],
          grpc.StatusCode.INVALID_ARGUMENT, f"{where}[1].target: ", "duplicate"),
         ([{"type": "bind", "source": "/srv", "target": "/srv", "selinux_label": "Z"}],
@@ -235,7 +260,7 @@ def test_kernel_filesystem_targets_are_refused(
     make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, volume: Any
 ) -> None:
     """A mount at or under /proc, /sys or /dev would replace procfs, sysfs or the device nodes
-    under the root supervisor: INVALID_ARGUMENT naming the target, and nothing is created."""
+    under the workload's runtime: INVALID_ARGUMENT naming the target, and nothing is created."""
     daemon = make_podmand(OPEN)
     where = "sandbox.spec.template.driver_config.mounts"
     cases = [
@@ -256,9 +281,10 @@ def test_kernel_filesystem_targets_are_refused(
 def test_stopped_sandbox_with_a_bind_and_an_image_mount_starts_again(
     make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str], tmp_path: Path
 ) -> None:
-    """StartSandbox re-checks the caller's binds only: not podmand's own (supervisor binary,
-    token, from the state directory) nor the bind from Podman's storage that a started
-    image mount shows as (graphRoot is protected), so such a sandbox starts again."""
+    """StartSandbox (with a new launch bundle) re-checks the caller's binds only: not podmand's
+    own (the runtime binary and resolv.conf, from the state directory) nor the bind from
+    Podman's storage that a started image mount shows as (graphRoot is protected), so such a
+    sandbox starts again."""
     shared = tmp_path / "shared"
     shared.mkdir()
     for p in (tmp_path, shared):
@@ -273,10 +299,13 @@ def test_stopped_sandbox_with_a_bind_and_an_image_mount_starts_again(
     [container] = containers_of(podman_client, box.id)
     binds = {m["Destination"]: m["Source"] for m in container.attrs["Mounts"] if m["Type"] == "bind"}
     assert binds["/img"].startswith(graph_root + "/"), binds  # what the re-check must not refuse
-    assert binds[names.SUPERVISOR_BIN].startswith(str(daemon.state_dir) + "/"), binds
+    assert binds[names.RUNTIME_BIN].startswith(str(daemon.state_dir) + "/"), binds
+    assert binds[names.RESOLV_CONF].startswith(str(daemon.state_dir) + "/"), binds
     daemon.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id))
-    daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id))
+    daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id,
+                                                    launch_authentication=Launch(sandbox_id=box.id).bundle()))
     running(daemon, box.id)
     [container] = containers_of(podman_client, box.id)
-    assert run_in(container, ["test", "-x", "/img/openshell-sandbox"])[0] == 0
+    assert run_in(container, ["/bin/test", "-x", "/img/openshell-supervisor"])[0] == 0
+    assert run_in(container, ["/bin/test", "-d", "/shared"])[0] == 0
     assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted

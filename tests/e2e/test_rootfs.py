@@ -1,5 +1,6 @@
 """Rootfs tar sources through the pex: advertised, staged as the gateway stages them,
-imported, run, and the slot deleted; refusals touch nothing outside the staging directory."""
+imported, run (the imported image is the workload's, the supervisor's stays the supervisor
+image), and the slot deleted; refusals touch nothing outside the staging directory."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import shutil
 import signal
 import tarfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import grpc
@@ -22,11 +23,27 @@ import pytest
 from podmand._proto import compute_driver_pb2 as pb
 from tests.wait import wait_until
 
-from .conftest import SANDBOX_IMAGE, USER, Podmand, containers_of, gateway_metadata, run_in, sandbox, volumes_of
+from .conftest import (
+    SANDBOX_IMAGE,
+    SUPERVISOR_IMAGE,
+    USER,
+    Podmand,
+    containers_of,
+    gateway_metadata,
+    pair_of,
+    run_in,
+    sandbox,
+    volumes_of,
+)
 from .test_conformance import policy
 
-SANDBOX_TAR = Path("/var/cache/podmand-test/sandbox.tar")  # the test images' rootfs (tests/images/build.sh)
-LIMIT = 3 * 2**20
+# The sandbox images' rootfs (tests/images/build.sh): Debian with python3, which the workload
+# runtime stand-in needs. A tar that is run is made from it.
+ROOTFS_TAR = Path("/var/cache/podmand-test/python-standin.tar")
+# A small tar (the busybox rootfs: nothing can run the runtime in it), for what is only refused.
+SANDBOX_TAR = Path("/var/cache/podmand-test/sandbox.tar")
+LIMIT = 256 * 2**20  # over ROOTFS_TAR's size (about 160 MB); the oversized tar is a sparse file
+IMPORTED = 120  # seconds to import ROOTFS_TAR and run the pair on a loaded host
 WHERE = "sandbox.spec.template.driver_config.rootfs_tar_path"
 REPOSITORY = "localhost/podmand-rootfs"
 
@@ -50,7 +67,7 @@ def stage(staging: Path, data: bytes | None = None, size: int = 0) -> Path:
 
 def rootfs_tar(marker: str) -> bytes:
     """The test sandbox rootfs plus /etc/rootfs-marker, so the container shows it runs this tar."""
-    buf = io.BytesIO(SANDBOX_TAR.read_bytes())
+    buf = io.BytesIO(ROOTFS_TAR.read_bytes())
     with tarfile.open(fileobj=buf, mode="a") as tar:
         info = tarfile.TarInfo("etc/rootfs-marker")
         info.size = len(marker)
@@ -77,27 +94,35 @@ def refused(daemon: Podmand, rpc: str, box: pb.DriverSandbox, code: grpc.StatusC
 
 
 @pytest.fixture
-def daemon(make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient) -> Iterator[Podmand]:
+def daemon(
+    make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]
+) -> Iterator[Podmand]:
     yield make_podmand({"PODMAND_ROOTFS_MAX_BYTES": str(LIMIT)})
-    remove_rootfs_images(podman_client)
+    for sandbox_id in cleanup:  # the containers first: an image in use is not removed
+        for container in pair_of(podman_client, sandbox_id):
+            with contextlib.suppress(podman.errors.APIError):
+                container.remove(force=True)
+    remove_rootfs_images(podman_client, cleanup)
 
 
-def remove_rootfs_images(client: podman.PodmanClient) -> None:
-    """What an aborted test left (the GC would, later): by name, so that an image with
-    other names (the GC test tags the test sandbox image) is only untagged."""
-    for image in client.images.list(filters={"reference": REPOSITORY}):
-        for name in image.tags:
-            if name.startswith(f"{REPOSITORY}:"):
-                with contextlib.suppress(podman.errors.APIError):
-                    client.images.remove(name)
+def remove_rootfs_images(client: podman.PodmanClient, sandbox_ids: Iterable[str]) -> None:
+    """What an aborted test left of its own sandboxes (the GC would, later), by name, so that
+    an image with other names (the GC test tags the test sandbox image) is only untagged.
+    Only this test's: another session on the same store has rootfs images of its own (removing
+    them all once took a running sandbox's image from under its create)."""
+    for sandbox_id in sandbox_ids:
+        with contextlib.suppress(podman.errors.APIError):
+            if client.images.exists(f"{REPOSITORY}:{sandbox_id}"):
+                client.images.remove(f"{REPOSITORY}:{sandbox_id}")
 
 
 def test_rootfs_tar_is_imported_run_and_its_slot_deleted(
     daemon: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
     """The staging directory is advertised (0700, podmand's user) with the limit; validation
-    only looks; the create imports the tar, runs the sandbox from the image pinned by ID
-    as the policy's user, and deletes the slot; deleting the sandbox removes the image."""
+    only looks; the create imports the tar, runs the workload from the image pinned by ID as
+    the policy's user (the supervisor from the supervisor image), and deletes the slot;
+    deleting the sandbox removes the image."""
     caps = daemon.stub.GetCapabilities(pb.GetCapabilitiesRequest(gateway=gateway_metadata()))
     staging = Path(caps.rootfs_tar_staging_dir)
     assert staging == (daemon.state_dir / "rootfs-staging").resolve() and caps.rootfs_tar_max_bytes == LIMIT
@@ -111,7 +136,7 @@ def test_rootfs_tar_is_imported_run_and_its_slot_deleted(
     assert tar.exists()  # the gateway sends the same slot with the create
     watch = daemon.watch()
     created = daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box)).runtime_identity
-    watch.wait_reason(box.id, "ContainerRunning")
+    watch.wait_reason(box.id, "ContainerRunning", timeout=IMPORTED)
     assert not tar.parent.exists() and list(staging.iterdir()) == []
     # The gateway retries the same create after the import deleted the tar: the same sandbox.
     assert daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box)).runtime_identity == created
@@ -120,9 +145,13 @@ def test_rootfs_tar_is_imported_run_and_its_slot_deleted(
     imported = podman_client.images.get(ref)
     [container] = containers_of(podman_client, box.id)
     assert container.attrs["Image"] == imported.id != podman_client.images.get(SANDBOX_IMAGE).id
-    assert run_in(container, ["cat", "/etc/rootfs-marker"])[1] == "from-the-tar"
+    assert run_in(container, ["/bin/cat", "/etc/rootfs-marker"])[1] == "from-the-tar"  # no PATH in the workload
     identity = json.loads(container.labels["io.podmand.identity"])  # the policy's user, found in the tar's passwd
     assert (identity["uid"], identity["gid"], identity["source"]) == (1000, 1000, "policy")
+    assert container.attrs["Args"][:3] == ["launch-capability-free", "1000", "1000"]  # the runtime drops to it
+    [supervisor] = containers_of(podman_client, box.id, "supervisor")
+    assert supervisor.attrs["Image"] == podman_client.images.get(SUPERVISOR_IMAGE).id
+    assert supervisor.attrs["Config"]["User"] == "1000:1000"
 
     daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id))
     assert not podman_client.images.exists(ref)
@@ -259,7 +288,7 @@ def test_garbage_collection_untags_rootfs_images_of_sandboxes_that_are_gone(
         assert not podman_client.images.exists(f"{REPOSITORY}:{orphan}")
         assert podman_client.images.get(SANDBOX_IMAGE).id == image.id
     finally:
-        remove_rootfs_images(podman_client)
+        remove_rootfs_images(podman_client, [orphan])
 
 
 def test_a_create_killed_mid_import_is_finished_by_the_next_podmand(
@@ -280,9 +309,9 @@ def test_a_create_killed_mid_import_is_finished_by_the_next_podmand(
     second.log_path = first.workdir / "podmand-2.log"
     second.env.update(PODMAND_STATE_DIR=str(first.state_dir), OPENSHELL_COMPUTE_DRIVER_SOCKET=first.socket)
     second.start()
-    second.watch().wait_reason(box.id, "ContainerRunning")
+    second.watch().wait_reason(box.id, "ContainerRunning", timeout=IMPORTED)
     [container] = containers_of(podman_client, box.id)
-    assert run_in(container, ["cat", "/etc/rootfs-marker"])[1] == "after-a-restart"
+    assert run_in(container, ["/bin/cat", "/etc/rootfs-marker"])[1] == "after-a-restart"
     assert not tar.parent.exists()
     assert second.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
     assert not podman_client.images.exists(f"{REPOSITORY}:{box.id}")

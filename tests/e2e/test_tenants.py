@@ -17,6 +17,7 @@ import pytest
 
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
+from tests.standin.launch import Launch
 from tests.wait import wait_until
 
 from .conftest import (
@@ -26,12 +27,13 @@ from .conftest import (
     Watch,
     containers_of,
     gateway_metadata,
+    pair_of,
     ready,
     sandbox,
     volumes_of,
 )
 from .test_conformance import policy
-from .test_rootfs import REPOSITORY, daemon, from_tar, rootfs_tar, stage
+from .test_rootfs import IMPORTED, REPOSITORY, daemon, from_tar, rootfs_tar, stage
 
 __all__ = ["daemon"]  # the rootfs tests' fixture: a podmand that takes rootfs tars
 
@@ -89,9 +91,10 @@ def test_an_image_bearing_a_victims_labels_is_refused_and_cannot_pose_as_it(
 ) -> None:
     """Podman copies an image's labels onto every container made from it. An attacker's
     image labelled as the victim's sandbox is refused before anything is made from it (no
-    reader either: Podman's events show no other container with the victim's id); and a
-    container that carries the victim's labels under any other name is never taken for it:
-    not by the watch stream, GetSandbox, ListSandboxes, StopSandbox nor DeleteSandbox."""
+    reader either: Podman's events show no container with the victim's id but its pair); and
+    a container that carries the victim's workload's labels, or its supervisor's, under any
+    other name is never taken for either: not by the watch stream, GetSandbox, ListSandboxes,
+    StopSandbox, StartSandbox nor DeleteSandbox."""
     since = int(time.time()) - 1
     watch = driver.watch()
     victim = sandbox(name="victim")
@@ -99,9 +102,10 @@ def test_an_image_bearing_a_victims_labels_is_refused_and_cannot_pose_as_it(
     driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=victim))
     watch.wait_reason(victim.id, "ContainerRunning")
     [mine] = containers_of(podman_client, victim.id)
+    [its_supervisor] = containers_of(podman_client, victim.id, "supervisor")
     own = f"{mine.id[:12]}"
     posed = {k: mine.labels[k] for k in (names.MANAGED, names.OWNER, names.SANDBOX_ID, names.SANDBOX_NAME,
-                                         names.SANDBOX_WORKSPACE, names.INSTANCE)}
+                                         names.SANDBOX_WORKSPACE, names.INSTANCE, names.ISOLATION_ROLE)}
     with image_from(podman_client, [f"LABEL={k}={v}" for k, v in posed.items()]) as hostile:
         attacker = sandbox(image=hostile)
         cleanup.append(attacker.id)
@@ -111,13 +115,18 @@ def test_an_image_bearing_a_victims_labels_is_refused_and_cannot_pose_as_it(
                     "reserved for OpenShell and podmand")
         assert containers_of(podman_client, attacker.id) == [] and volumes_of(podman_client, attacker.id) == []
         label = f"{names.SANDBOX_ID}={victim.id}"
-        assert {e["Actor"]["ID"] for e in container_events(podman_client, since, label)} == {mine.id}
+        assert {e["Actor"]["ID"] for e in container_events(podman_client, since, label)} == {mine.id,
+                                                                                               its_supervisor.id}
 
         # A container with the victim's every label under another name (as an image reader
-        # of that image was): podmand's event subscription sees it start.
+        # of that image was), and one with its supervisor's: podmand's event subscription sees
+        # them start.
         impostor = podman_client.containers.create(hostile, ["sleep", "600"], name=f"podmand-read-{victim.id}")
+        sup_impostor = podman_client.containers.create(
+            SANDBOX_IMAGE, ["sleep", "600"], name=f"impostor-sup-{victim.id}", labels=dict(its_supervisor.labels))
         try:
             impostor.start()
+            sup_impostor.start()
             marker = sandbox(name="marker")  # a create after the impostor's start: the hub saw both by then
             cleanup.append(marker.id)
             driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=marker))
@@ -135,22 +144,28 @@ def test_an_image_bearing_a_victims_labels_is_refused_and_cannot_pose_as_it(
             assert [s.status.instance_id for s in listed] == [own]
 
             driver.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=victim.id))
-            mine.reload()
-            impostor.reload()
-            assert (mine.status, impostor.status) == ("exited", "running")
-            driver.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=victim.id))
+            for c in (mine, its_supervisor, impostor, sup_impostor):
+                c.reload()
+            assert [c.status for c in (mine, its_supervisor, impostor, sup_impostor)] == [
+                "exited", "exited", "running", "running"]
+            driver.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=victim.id,
+                                                            launch_authentication=Launch(sandbox_id=victim.id).bundle()))
             watch.wait_reason(victim.id, "ContainerRunning")
-            impostor.reload()
-            assert impostor.status == "running"
+            for c in (its_supervisor, impostor, sup_impostor):
+                c.reload()
+            assert [c.status for c in (its_supervisor, impostor, sup_impostor)] == ["running"] * 3
             assert instances(watch, victim.id) == {own}
 
             assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=victim.id)).deleted
             wait_until(lambda: watch.deleted(victim.id), DEADLINE, "the victim's Deleted")
             refused(driver.stub.GetSandbox, pb.GetSandboxRequest(sandbox_id=victim.id), grpc.StatusCode.NOT_FOUND)
-            impostor.reload()  # the delete acted on the victim's container only
-            assert impostor.status == "running"
+            for c in (impostor, sup_impostor):  # the delete acted on the victim's pair only
+                c.reload()
+                assert c.status == "running"
+            assert {c.id for c in pair_of(podman_client, victim.id)} == {impostor.id, sup_impostor.id}
         finally:
             impostor.remove(force=True)
+            sup_impostor.remove(force=True)
 
 
 # ---------------------------------------------------------------- an image taking the driver's memory
@@ -211,7 +226,7 @@ def test_an_imported_rootfs_runs_only_in_the_sandbox_that_imported_it(
     cleanup.append(owner.id)
     watch = daemon.watch()
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=owner))
-    watch.wait_reason(owner.id, "ContainerRunning")
+    watch.wait_reason(owner.id, "ContainerRunning", timeout=IMPORTED)
     image_id = podman_client.images.get(f"{REPOSITORY}:{owner.id}").id
     by_name = (f"{REPOSITORY}:{owner.id}", f"podmand-rootfs:{owner.id}")
     by_id = (image_id, image_id.removeprefix("sha256:")[:12])
@@ -230,16 +245,17 @@ def test_reading_an_image_with_volumes_leaves_no_volume(
     make_podmand: Any, podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
     """An image's VOLUMEs are not made for podmand's reader of it: Podman would make each an
-    anonymous volume, which the reader's removal leaves behind. The supervisor image here
-    declares two and lacks the binary, so its reader is the only container made from it."""
+    anonymous volume, which the reader's removal leaves behind. The runtime image here (the
+    split topology reads its openshell-sandbox; the supervisor image is only run) declares two
+    and lacks the binary, so its reader is the only container made from it."""
     with image_from(podman_client, ["VOLUME=/data", "VOLUME=/etc/more"], "mkdir -p /data /etc/more") as image:
         before = {v.name for v in podman_client.volumes.list()}
-        daemon = make_podmand({"OPENSHELL_SUPERVISOR_IMAGE": image})
+        daemon = make_podmand({"OPENSHELL_SANDBOX_RUNTIME_IMAGE": image})
         watch = daemon.watch()
         box = sandbox()
         cleanup.append(box.id)
         daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-        watch.wait_reason(box.id, "SupervisorImageUnavailable")
+        watch.wait_reason(box.id, "RuntimeImageUnavailable", timeout=60)
         assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
         left = {v.name for v in podman_client.volumes.list()} - before
         try:

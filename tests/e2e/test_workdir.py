@@ -1,6 +1,7 @@
 """The image's working directory as the sandbox's workspace (upstream PR #2715), through the pex
-against real rootless Podman: where the workspace volume is mounted (podman-py's inspect), and
-the main process's cwd and HOME (from inside the container); a refused WorkingDir leaves nothing
+against real rootless Podman: where the workspace volume is mounted on the workload (podman-py's
+inspect), the path the runtime (its launcher form) and the supervisor (--workdir) are given, and
+the main process's cwd (from inside the workload); a refused WorkingDir leaves nothing
 behind, one through a symbolic link in the image included (issue 30, item 3). The images come
 from tests/images/build.sh (sandbox-workdir*), the hostile ones are made here (test_tenants.image_from).
 """
@@ -21,23 +22,28 @@ from .test_tenants import image_from
 
 WORKDIR = "localhost/podmand-test/sandbox-workdir"
 # The main process (the image's USER, 1000) says where it runs and shows it can write there.
-PROBE = ["/bin/sh", "-c", 'pwd > /tmp/probe.cwd; echo "$HOME" > /tmp/probe.home; touch written; exec sleep 600']
+# (HOME is no longer checked: the single container's supervisor set it to the workspace; in the
+# pair the main process's environment is bootstrap.json's child_env, the image's and the caller's.)
+PROBE = ["/bin/sh", "-c", "pwd > /tmp/probe.cwd; id -u >> /tmp/probe.cwd; touch written; exec sleep 600"]
 
 
 def probe(container: podman.domain.containers.Container) -> tuple[str, str]:
+    """The main process's cwd and uid. The workload has no environment of its own (no PATH for
+    an exec): commands are named by path."""
     def read() -> tuple[str, str] | None:
-        code, out, _ = run_in(container, ["cat", "/tmp/probe.cwd", "/tmp/probe.home"])
+        code, out, _ = run_in(container, ["/bin/cat", "/tmp/probe.cwd"])
         return tuple(out.split()) if code == 0 and len(out.split()) == 2 else None  # type: ignore[return-value]
 
-    return wait_until(read, 30, "the main process's probe")  # type: ignore[no-any-return]
+    return wait_until(read, 60, "the main process's probe")  # type: ignore[no-any-return]
 
 
 def test_workspace_follows_the_image_working_dir(
     driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
     """WorkingDir /workspace/project gets the volume there, with the image's files copied up;
-    empty, / and /sandbox keep /sandbox. The supervisor starts at / with --workdir the path, and
-    the main process runs there with HOME the same."""
+    empty, / and /sandbox keep /sandbox. The workload starts at / with the path as its launcher
+    form's workspace (it chowns it to the identity), the supervisor with --workdir the path, and
+    the main process runs there as the identity."""
     cases = {
         f"{WORKDIR}:1": "/workspace/project",
         f"{WORKDIR}-root:1": "/sandbox",
@@ -56,13 +62,16 @@ def test_workspace_follows_the_image_working_dir(
         volume = next(m for m in attrs["Mounts"] if m.get("Name") == names.volume_name(box.id))
         assert volume["Destination"] == expected, image
         assert attrs["Config"]["WorkingDir"] == "/"
-        args = attrs["Args"]
+        assert attrs["Args"][0] == "launch-capability-free" and attrs["Args"][-1] == expected, attrs["Args"]
+        (supervisor,) = containers_of(podman_client, box.id, "supervisor")
+        args = supervisor.attrs["Args"]
         assert args[args.index("--workdir") + 1] == expected
-        assert probe(container) == (expected, expected), image
-        assert run_in(container, ["test", "-f", f"{expected}/written"])[0] == 0
+        assert names.volume_name(box.id) not in {m.get("Name") for m in supervisor.attrs["Mounts"]}
+        assert probe(container) == (expected, "1000"), image
+        assert run_in(container, ["/bin/test", "-f", f"{expected}/written"])[0] == 0
+        assert run_in(container, ["/bin/stat", "-c", "%u:%g", expected])[1].strip() == "1000:1000"
         if expected != "/sandbox":  # Podman copied the image's directory into the new volume
-            assert run_in(container, ["cat", f"{expected}/README"])[1] == "image content\n"
-            assert run_in(container, ["stat", "-c", "%u:%g", expected])[1].strip() == "1000:1000"
+            assert run_in(container, ["/bin/cat", f"{expected}/README"])[1] == "image content\n"
 
 
 def test_refused_working_dir_leaves_nothing(driver: Podmand, podman_client: podman.PodmanClient) -> None:
@@ -101,14 +110,16 @@ def readers_of(client: podman.PodmanClient, daemon: Podmand) -> list[str]:
     return [c.name for c in client.containers.list(all=True, filters=mine) if c.name.startswith("podmand-read-")]
 
 
-@pytest.mark.parametrize("target", ["/opt/openshell/bin", "/etc/openshell/auth"])
+@pytest.mark.parametrize("target", ["/opt/openshell/bin", "/.openshell/channel"])
 def test_a_working_dir_through_a_symbolic_link_is_refused(
     driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str], target: str
 ) -> None:
     """Issue 30, item 3: WORKDIR /a/b/c/d/e with /a/b/c/d/e -> ``target`` (OpenShell's binary
-    directory, or the token's). Podman would resolve the volume's destination through the
-    link and mount it after podmand's shallower binds, over them: the image's own
-    openshell-sandbox ran as PID 1 (root), or the token was hidden. Refused at create,
+    directory, or the pair's channel). Podman would resolve the volume's destination through the
+    link and mount it after podmand's shallower mounts, over them: the image's own
+    openshell-sandbox ran as PID 1 (root) in the runtime's place, or the channel (the bootstrap,
+    the control socket) was hidden. (The single container's token directory was the second
+    case before.) Refused at create,
     FAILED_PRECONDITION naming the field, the image and the path; nothing made, no reader
     left; ValidateSandboxCreate refuses it too once the image was read."""
     script = f"{TROJAN} && ln -s {target} /a/b/c/d/e"
@@ -140,8 +151,9 @@ def test_a_link_at_the_default_workspace_fails_provisioning(
     driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
     """No WorkingDir, but /sandbox -> /usr/bin in the image: the workspace volume would replace
-    the directory the root supervisor's helpers run from. The image is read while provisioning:
-    the terminal ImageRefused, naming the image and the path, and no container."""
+    the directory the runtime, root in its launcher form, runs its programs from. The image is
+    read while provisioning: the terminal ImageRefused, naming the image and the path, and no
+    container of either role."""
     with image_from(podman_client, [], "rm -rf /sandbox && ln -s /usr/bin /sandbox") as image:
         watch = Watch(driver.stub)
         box = sandbox(image=image)
@@ -150,7 +162,8 @@ def test_a_link_at_the_default_workspace_fails_provisioning(
         snap = watch.wait_reason(box.id, "ImageRefused")
         message = snap.status.conditions[0].message
         assert f"{image}: the workspace '/sandbox' (no WorkingDir) passes through '/sandbox'" in message, message
-        assert containers_of(podman_client, box.id) == [] and readers_of(podman_client, driver) == []
+        assert containers_of(podman_client, box.id) == [] == containers_of(podman_client, box.id, "supervisor")
+        assert readers_of(podman_client, driver) == []
         assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 

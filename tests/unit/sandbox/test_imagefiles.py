@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from podmand.driver.validation import PATH_COST, Facts, ImageFacts
-from podmand.libpod import PodmanError
+from podmand.libpod import PodmanError, PodmanUnavailable
 from podmand.sandbox import imagefiles, mountlinks
 from podmand.sandbox.imagefiles import TooLarge, first_file, read_capped
 from tests.fakes.harness import HeldCreate, libpod
@@ -183,4 +183,28 @@ def test_a_refused_create_is_raised_and_its_name_removed_all_the_same() -> None:
     calls = asyncio.run(asyncio.wait_for(main(), DEADLINE))
     assert [c.split(" ")[0] for c in calls] == ["POST", "DELETE"], calls
     assert calls[1].startswith(f"DELETE /containers/{imagefiles.READER_PREFIX}")
+    assert not imagefiles.ACTIVE and not imagefiles.UNREMOVED
+
+
+def test_a_reader_removed_under_the_read_is_an_outage_not_an_absent_file() -> None:
+    """Podman answers 404 "no such container" for the archive of a reader someone else removed
+    (seen: a test session's clean-up of another's containers): PodmanUnavailable, to retry,
+    not /etc/passwd absent (which refused the image's USER as unknown); a missing path is
+    still None, and the reader is removed by name either way."""
+
+    async def main() -> None:
+        async with libpod() as (fake, client):
+            fake.route("GET", "/containers/[^/]+/archive",
+                       (404, {}, {"cause": "no such file or directory", "message": "stat /etc/passwd: no such file "
+                                  "or directory", "response": 404}))
+            assert await imagefiles.read_image_files(client, "sha256:img", ["/etc/passwd"], "/s") == {
+                "/etc/passwd": None}
+            fake.route("GET", "/containers/[^/]+/archive",
+                       (404, {}, {"cause": "no such container", "message": 'no container with name or ID "x" found: '
+                                  "no such container", "response": 404}))
+            with pytest.raises(PodmanUnavailable, match="was removed while it read /etc/passwd"):
+                await imagefiles.read_image_files(client, "sha256:img", ["/etc/passwd"], "/s")
+            assert [c.split(" ")[0] for c in fake.calls()].count("DELETE") == 2
+
+    asyncio.run(asyncio.wait_for(main(), DEADLINE))
     assert not imagefiles.ACTIVE and not imagefiles.UNREMOVED
