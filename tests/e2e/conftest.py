@@ -278,8 +278,8 @@ def podman_client(podman_socket: str) -> Iterator[podman.PodmanClient]:
                 if v.attrs["Labels"].get("io.podmand.state-dir") in live}
         for item in [*client.containers.list(all=True, filters=owned), *volumes]:
             labels = item.labels if hasattr(item, "labels") else item.attrs["Labels"]
-            if labels.get("openshell.ai/sandbox-id") in kept - {None}:
-                continue
+            if labels.get("openshell.ai/sandbox-id") in kept - {None} or labels.get("io.podmand.state-dir") in live:
+                continue  # a live podmand's sandbox, or its image reader (labelled with its state dir)
             with contextlib.suppress(podman.errors.NotFound):
                 item.remove(force=True)
         yield client
