@@ -21,9 +21,11 @@ controller is available where it puts the container:
 
 Podman's list can fall short of what a container would get (containers/podman#11931:
 read where systemd had not enabled the controllers yet): the bit is then false though a
-limit might apply. podmand claims only what Podman shows. Pids have no bit: podmand
-sends ``pids_limit`` either way, and ``podmand doctor``'s cgroups check says whether it
-applies.
+limit might apply. podmand claims only what Podman shows, and asks Podman for no limit it would not apply
+(``libpod.versions.applied_controllers``, ``sandbox.resources.applicable``): a runtime
+given a limit whose controller is missing fails the start (Podman 6.1.1 on cgroup v2
+without delegated controllers). Pids have no bit; ``podmand doctor``'s cgroups check says
+whether ``pids_limit`` applies.
 
 The driver socket accepts while ``/info`` is on its way, so GetCapabilities answers
 before it when local facts prove the answer. They can only for a Podman that is root in
@@ -45,7 +47,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..libpod import Info
+from ..libpod import Info, versions
 
 CGROUP2_MARKER = "/sys/fs/cgroup/cgroup.controllers"  # only the unified hierarchy has it at the root
 PROC_CGROUPS = "/proc/cgroups"
@@ -71,10 +73,7 @@ BOTH = Limits(cpu=True, memory=True)
 
 
 def from_info(info: Info) -> Limits:
-    host = info.host
-    if host.security.rootless and (host.cgroupVersion != "v2" or host.cgroupManager != "systemd"):
-        return NONE
-    available = set(host.cgroupControllers or ())
+    available = versions.applied_controllers(info)
     return Limits(cpu="cpu" in available, memory="memory" in available)
 
 

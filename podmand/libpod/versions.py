@@ -78,6 +78,9 @@ class Features:
     # The rootless user's subordinate ids (its namespace less its own id, the fewer of
     # uids and gids): what keep-id and nomap map (usernamespace.py). None: unknown or rootful.
     subordinate_ids: int | None = None
+    # The cgroup controllers whose limits Podman applies to a container (cpu, memory, pids...),
+    # from /info (host/enforcement.py says why): None when unknown, and then every limit is sent.
+    limited: frozenset[str] | None = None
 
     @property
     def parsed(self) -> Version | None:
@@ -100,7 +103,18 @@ def of(info: Info) -> Features:
     subids = None
     if rootless and maps and maps.uidmap and maps.gidmap:
         subids = min(sum(m.size for m in ids if m.container_id != 0) for ids in (maps.uidmap, maps.gidmap))
-    return Features(info.version.version, rootless=rootless, subordinate_ids=subids)
+    return Features(info.version.version, rootless=rootless, subordinate_ids=subids, limited=applied_controllers(info))
+
+
+def applied_controllers(info: Info) -> frozenset[str]:
+    """The controllers whose limits Podman applies: none rootless on cgroup v1 or with the
+    cgroupfs manager (the runtime gets no cgroup of its own there; on v1 Podman drops the
+    limits with a warning, on v2 the runtime fails the start: Podman 6.1.1 here, "openat2
+    .../pids.max: no such file or directory"), else those its ``cgroupControllers`` lists."""
+    host = info.host
+    if host.security.rootless and (host.cgroupVersion != "v2" or host.cgroupManager != "systemd"):
+        return frozenset()
+    return frozenset(host.cgroupControllers or ())
 
 
 class Probe:

@@ -74,13 +74,6 @@ def launches_as_root(identity: WorkloadIdentity, *, rootless: bool) -> bool:
     return rootless or identity.source == "default"
 
 
-def _limits(plan: Plan, settings: Settings) -> dict[str, Any]:
-    limits: dict[str, Any] = plan.resources.libpod()
-    if settings.pids_limit:
-        limits["pids"] = {"limit": settings.pids_limit}
-    return limits
-
-
 def _labels(plan: Plan, prov: Provision, role: str) -> dict[str, str]:
     return {**container_labels(plan, prov.instance, prov.identity), names.ISOLATION_ROLE: role}
 
@@ -135,7 +128,7 @@ def workload_spec(plan: Plan, settings: Settings, prov: Provision, *, rootless: 
         **({"image_volumes": caller.image_volumes} if caller.image_volumes else {}),
         "healthconfig": {"Test": ["NONE"]},
         "stop_timeout": settings.stop_timeout,
-        "resource_limits": _limits(plan, settings),
+        "resource_limits": plan.resources.libpod(),
         **userns_libpod(plan.userns, settings),
     }
     if plan.cdi_devices:
@@ -196,7 +189,7 @@ def supervisor_spec(plan: Plan, settings: Settings, prov: Provision, *, supervis
         "volumes": [{"Name": names.channel_volume_name(plan.sandbox_id), "Dest": names.CHANNEL_DIR,
                      "Options": channel}],
         "stop_timeout": settings.stop_timeout,
-        "resource_limits": _limits(plan, settings),
+        "resource_limits": plan.resources.libpod(),
     }
     if settings.health_check_interval:
         spec["healthconfig"] = {

@@ -57,6 +57,7 @@ class Resources:
     memory_limit: int
     cpu_shares: int = 0
     memory_reservation: int = 0
+    pids_limit: int = 0
 
     def libpod(self) -> dict[str, Any]:
         """The cpu and memory parts of libpod's ``resource_limits``."""
@@ -75,6 +76,8 @@ class Resources:
             out["cpu"] = cpu
         if memory:
             out["memory"] = memory
+        if self.pids_limit:
+            out["pids"] = {"limit": self.pids_limit}
         return out
 
 
@@ -161,7 +164,25 @@ def resources(res: pb.DriverResourceRequirements, settings: config.Settings) -> 
         if mem and reservation > mem:
             limit = res.memory_limit or settings.default_memory_limit
             raise _over("memory_request", res.memory_request, "memory_limit", limit, bool(res.memory_limit))
-    return Resources(cpu, mem, shares, reservation)
+    return Resources(cpu, mem, shares, reservation, settings.pids_limit)
+
+
+def applicable(limits: Resources, controllers: frozenset[str] | None) -> Resources:
+    """``limits`` less those whose cgroup controller Podman does not apply (``controllers``,
+    libpod.versions.Features.limited; None: not known, all kept): Podman would pass them to
+    the runtime, which fails the start where the controller is missing (cgroup v2 without
+    delegation, Podman 6.x), or drop them itself with a warning (cgroup v1 rootless)."""
+    if controllers is None:
+        return limits
+    cpu = "cpu" in controllers
+    memory = "memory" in controllers
+    return Resources(
+        limits.cpu_quota if cpu else 0,
+        limits.memory_limit if memory else 0,
+        limits.cpu_shares if cpu else 0,
+        limits.memory_reservation if memory else 0,
+        limits.pids_limit if "pids" in controllers else 0,
+    )
 
 
 def check_settings(settings: config.Settings) -> None:

@@ -25,7 +25,7 @@ from ..security import tokens
 from . import cdi, driverconfig, imagechecks, requestchecks, rootfs, usernamespace
 from .identity import Resolved
 from .plan import Plan
-from .resources import resources
+from .resources import applicable, resources
 
 
 def check_name(where: str, value: str, *, required: bool) -> None:
@@ -147,7 +147,7 @@ def validate(
     requestchecks.check_text("sandbox.spec.workload_identity.user", spec.workload_identity.user)
     requestchecks.check_text("sandbox.spec.workload_identity.group", spec.workload_identity.group)
     userns = usernamespace.mode(tpl, settings)
-    limits = resources(tpl.resources, settings)
+    limits = applicable(resources(tpl.resources, settings), podman.limited)  # only what Podman applies
     cfg = driverconfig.parse(tpl, settings, userns=userns, control_paths=(ssh_socket,), podman=podman)
     if cfg.userns and userns == "host" and settings.userns_base != "host":
         raise InvalidArgument(f"{usernamespace.WHERE}: conflicts with sandbox.spec.template.user_namespaces: false")

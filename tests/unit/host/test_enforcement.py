@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from podmand.host import enforcement
-from podmand.libpod import Info
+from podmand.libpod import Info, versions
 from tests.fakes import infos
 
 
@@ -98,3 +98,16 @@ def test_socket_owner_is_the_listeners_uid(tmp_path: Path) -> None:
         listener.listen(1)
         assert enforcement.socket_owner(path) == os.geteuid()
     assert enforcement.socket_owner(str(tmp_path / "none.sock")) is None
+
+
+def test_the_controllers_podman_applies_decide_what_a_sandbox_asks_for() -> None:
+    """Podman 6.1.1 in a tree whose cgroup v2 delegates only hugetlb (issue 32): no bit, and no
+    controller whose limit a spec may carry (libpod.versions.applied_controllers, what
+    sandbox.resources.applicable keeps); rootless cgroupfs: none, though every one is listed."""
+    bare = msgspec.convert(infos.info("6.1.1", rootless=False, cgroupVersion="v2", cgroupManager="systemd",
+                                      cgroupControllers=["hugetlb"]), Info)
+    assert enforcement.from_info(bare) == enforcement.NONE
+    assert versions.applied_controllers(bare) == frozenset({"hugetlb"})
+    assert versions.of(bare).limited == frozenset({"hugetlb"})
+    assert versions.applied_controllers(msgspec.convert(infos.ROOTLESS_CGROUPFS, Info)) == frozenset()
+    assert "pids" in versions.applied_controllers(msgspec.convert(infos.FEDORA40_ROOTLESS_DELEGATED, Info))

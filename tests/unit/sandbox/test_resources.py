@@ -77,7 +77,7 @@ def test_requests_equal_to_limits_are_fine_and_above_are_not() -> None:
     """Request == limit is the Guaranteed case; above it is refused naming the request and the limit."""
     got = resources.resources(_res(cpu_request="1500m", cpu_limit="1.5", memory_request="1Gi",
                                    memory_limit="1024Mi"), Settings())
-    assert got == resources.Resources(150_000, 2**30, 1536, 2**30)
+    assert got == resources.Resources(150_000, 2**30, 1536, 2**30, pids_limit=2048)
     # The same quantity is never "over" its limit, however finely it is written.
     assert resources.resources(_res(cpu_request="1.000005", cpu_limit="1.000005"), Settings()).cpu_quota == 100_000
     with pytest.raises(InvalidArgument) as exc:
@@ -124,3 +124,18 @@ def test_bad_default_limits_stop_podmand(env: str, value: str, needle: str) -> N
         load(args=None, environ={env: value})
     assert str(exc.value).startswith("invalid setting default_")
     assert needle in str(exc.value) and env in str(exc.value) and "or 'unlimited'" in str(exc.value)
+
+
+def test_only_the_limits_podman_applies_are_asked_for() -> None:
+    """issue 32: Podman 6.1.1 on cgroup v2 with no delegated controller passed the default pids
+    limit to runc, which failed every start ("openat2 .../pids.max: no such file or
+    directory"), then memory.swap.max once pids was off. A limit whose controller Podman does
+    not apply is not sent; unknown controllers (None) keep every limit."""
+    asked = resources.Resources(150_000, 2**30, 1536, 2**29, pids_limit=2048)
+    assert resources.applicable(asked, None) == asked
+    assert resources.applicable(asked, frozenset({"cpu", "memory", "pids", "hugetlb"})) == asked
+    assert resources.applicable(asked, frozenset({"hugetlb"})).libpod() == {}
+    assert resources.applicable(asked, frozenset({"memory", "pids"})).libpod() == {
+        "memory": {"limit": 2**30, "reservation": 2**29}, "pids": {"limit": 2048}}
+    assert resources.applicable(asked, frozenset({"cpu"})).libpod() == {
+        "cpu": {"quota": 150_000, "period": 100_000, "shares": 1536}}

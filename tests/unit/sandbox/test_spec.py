@@ -12,6 +12,7 @@ from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.errors import FailedPrecondition, InvalidArgument
+from podmand.libpod import versions
 from podmand.libpod.versions import Features
 from podmand.pair import specs
 from podmand.sandbox import driverconfig, envvars, spec, usernamespace
@@ -66,11 +67,21 @@ def test_minimal_request_gets_defaults() -> None:
     plan = spec.validate(make_sandbox(), Settings())
     assert (plan.sandbox_id, plan.name, plan.workspace) == ("abc123", "demo", "ws")
     assert plan.image == Settings().sandbox_image
-    assert plan.resources == Resources(cpu_quota=200_000, memory_limit=4 * 2**30)
+    assert plan.resources == Resources(cpu_quota=200_000, memory_limit=4 * 2**30, pids_limit=2048)
     assert plan.userns == "auto"
     assert plan.container_name == "openshell-ws--demo-abc123"
     assert plan.mounts == () and plan.cdi_devices == () and plan.driver_config_used is False
     assert len(plan.spec_hash) == 64
+
+
+def test_a_podman_that_applies_no_limit_is_asked_for_none() -> None:
+    """What /info says Podman applies decides the plan's limits (issue 32: Podman 6.1.1 on
+    cgroup v2 with only hugetlb failed every start on the default pids limit)."""
+    bare = versions.Features("6.1.1", rootless=False, limited=frozenset({"hugetlb"}))
+    assert spec.validate(make_sandbox(), Settings(), podman=bare).resources.libpod() == {}
+    some = versions.Features("5.8.6", rootless=True, limited=frozenset({"memory", "pids"}))
+    assert spec.validate(make_sandbox(), Settings(), podman=some).resources.libpod() == {
+        "memory": {"limit": 4 * 2**30}, "pids": {"limit": 2048}}
 
 
 def test_missing_sandbox_is_invalid() -> None:
@@ -559,7 +570,8 @@ def test_pids_limit_omitted_when_zero() -> None:
     """pids_limit=0 leaves the runtime default rather than sending a zero limit."""
     plan = spec.validate(make_sandbox(), Settings())
     assert build(plan, Settings())["resource_limits"]["pids"] == {"limit": 2048}
-    assert "pids" not in build(plan, Settings(pids_limit=0))["resource_limits"]
+    unlimited = spec.validate(make_sandbox(), Settings(pids_limit=0))
+    assert "pids" not in build(unlimited, Settings(pids_limit=0))["resource_limits"]
 
 
 def test_host_gateway_ip() -> None:
