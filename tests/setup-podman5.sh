@@ -4,7 +4,7 @@
 # tests run against the Podmans users have today and the ones they will have next:
 #
 #   PODMAND_SUITE=trixie (the default)  Debian 13's Podman 5.4.2, CPython 3.13
-#   PODMAND_SUITE=sid                   Debian sid's Podman 5.8.6, CPython 3.14 (+ python3.13)
+#   PODMAND_SUITE=sid                   Debian sid's Podman 5.8.6, CPython 3.14 and 3.13
 #   PODMAND_SUITE=experimental          Podman 6.1.1: sid with the Podman stack from experimental
 #
 # Each suite has its own tree (/var/lib/podmand-test/<suite>), namespace holder, services,
@@ -62,13 +62,13 @@
 #   - The rootful default network gets its own bridge and subnet per suite: the host's
 #     Podman owns podman0 and 10.88.0.0/16 in the same network namespace.
 #   - The test images are the host's cached tars (tests/images/build.sh cache), imported.
-#   - The suite's virtualenv lives inside the tree, on the tree's python3 (3.13 on trixie,
-#     3.14 on sid and experimental: every wheel the tests need exists for cp314, and the
-#     tests then run on the Python those hosts ship). Its wheels are
+#   - The suite's virtualenv lives inside the tree, on the Python the pex boots on there:
+#     python3 (3.13) on trixie; python3.13 on sid and experimental, whose python3 is 3.14
+#     (every test wheel exists for cp314, but the pex has none yet, so it boots on the
+#     python3.13 installed beside it, and run.sh lends the virtualenv's coverage to the pex:
+#     both must be one Python). Its wheels are
 #     downloaded outside by the host's pip, with the host's index and certificate settings
 #     (pip download --python-version 3.X ...), and installed inside with --no-index. The
-#     sid and experimental trees also get python3.13: the pex's /bin/sh boot picks it, as
-#     the pex carries no cp314 wheels yet. The
 #     tree's own CA store gets the host's local CAs (/usr/local/share/ca-certificates) too:
 #     without them nothing in the tree verifies this network's TLS (the README's build from
 #     the system Python, which a test runs).
@@ -114,8 +114,13 @@ PACKAGES=(podman runc crun netavark aardvark-dns passt uidmap conmon catatonit i
 EXTRA_PACKAGES=(docker-registry debootstrap)   # installed after debootstrap, with apt-get
 # What experimental brings on top of sid: Podman 6 and the runtimes and network tools it goes with.
 EXPERIMENTAL_PACKAGES=(podman runc crun netavark aardvark-dns passt conmon)
-# sid's python3 is 3.14; the pex (cp311-cp313 wheels) boots on python3.13 beside it.
-[ "$BASE_SUITE" = trixie ] || EXTRA_PACKAGES+=(python3.13)
+# sid's python3 is 3.14; the pex (cp311-cp313 wheels) boots on python3.13 beside it, and the
+# suite's virtualenv is made from that python3.13 too: run.sh hands the virtualenv's coverage
+# to every pex it starts, and a coverage built for 3.14 has no C tracer for a pex on 3.13
+# (it warns on stderr, which the ctl tests read, and measures with the slow Python tracer).
+# Once the pex carries cp314 wheels and boots on python3, VENV_PYTHON=python3 again.
+VENV_PYTHON=python3
+if [ "$BASE_SUITE" != trixie ]; then EXTRA_PACKAGES+=(python3.13 python3.13-venv); VENV_PYTHON=python3.13; fi
 ENV_INSIDE=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
             PODMAN_IGNORE_CGROUPSV1_WARNING=1 PODMAND_TEST_USER="$TEST_USER")
 
@@ -396,6 +401,13 @@ ensure_user_inside() {
         say "created $TEST_USER (uid $uid, as on the host) in the tree"
     fi
     [ "$(inside id -u "$TEST_USER")" = "$uid" ] || fail "$TEST_USER has uid $(inside id -u "$TEST_USER") in the tree, $uid on the host"
+    # Rootful userns=auto takes ids from the "containers" line of /etc/subuid (setup-podman.sh
+    # host writes it); sid's Podman finds no range for a name with no account ("no subuid
+    # ranges found for user \"containers\""), trixie's and the host's need none.
+    if [ "$BASE_SUITE" != trixie ] && ! inside id -u containers >/dev/null 2>&1; then
+        inside useradd --system --no-create-home --shell /usr/sbin/nologin containers
+        say "created the system user containers in the tree (rootful userns=auto)"
+    fi
     inside bash tests/setup-podman.sh host
     inside bash tests/setup-podman.sh user
 }
@@ -415,7 +427,7 @@ PY
 
 ensure_venv() {
     local py want pip
-    py=$(inside python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    py=$(inside "$VENV_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     want="$py $CHECKOUT $(sha256sum "$CHECKOUT/pyproject.toml" | cut -d' ' -f1)"
     [ "$(cat "$TREE$TREE_VENV/.podmand-installed" 2>/dev/null)" = "$want" ] && return 0
     pip=(python3 -m pip)
@@ -429,7 +441,9 @@ ensure_venv() {
         --platform "manylinux_2_28_$(uname -m)" -d "$dir" "${reqs[@]}" >"$dir.log" 2>&1 \
         || { grep -v '^WARNING: Location' "$dir.log" >&2; fail "pip download (log: $dir.log)"; }
     say "installing '.[test]' into the tree's $TREE_VENV"
-    [ -x "$TREE$TREE_VENV/bin/python" ] || inside python3 -m venv "$TREE_VENV"
+    # A virtualenv of another Python (the tree's suite changed it) is made again.
+    [ "$(inside "$TREE_VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = "$py" ] \
+        || { rm -rf "${TREE:?}$TREE_VENV"; inside "$VENV_PYTHON" -m venv "$TREE_VENV"; }
     inside "$TREE_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-index \
         --find-links "$WHEELS/cp${py/./}" -e ".[test]" >&2
     echo "$want" >"$TREE$TREE_VENV/.podmand-installed"
