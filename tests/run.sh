@@ -10,6 +10,11 @@
 #                          mount namespace. Default ARGS: tests/e2e tests/ship, the tests that
 #                          talk to Podman or ship the pex; as with any ARGS, coverage is
 #                          printed but not held to 90 % (only the whole suite on 4.3.1 is).
+#   tests/run.sh --podman 5.8 [ARGS]   the same against Debian sid's Podman 5.8.6
+#                          (PODMAND_SUITE=sid: its own tree, virtualenv on CPython 3.14)
+#   tests/run.sh --podman 6.1 [ARGS]   the same against Podman 6.1.1 from Debian experimental
+#                          (PODMAND_SUITE=experimental: sid's tree with experimental's Podman
+#                          stack, cgroup v2 in its own mount namespace; CPython 3.14)
 #   tests/run.sh --podman 4.3 [ARGS]   the default: the host's Podman
 #                          (and tests/setup-python314.sh's CPython 3.14 tree, for the ship tests)
 #
@@ -55,18 +60,23 @@ make_venv() {
 
 PODMAN=4.3
 case "${1:-}" in
-    --podman) PODMAN="${2:-}"; shift 2 || { say "--podman needs a version: 4.3 or 5.4"; exit 2; } ;;
+    --podman) PODMAN="${2:-}"; shift 2 || { say "--podman needs a version: 4.3, 5.4, 5.8 or 6.1"; exit 2; } ;;
     --in-tree) shift; PODMAN=in-tree ;;  # setup-podman5.sh's tree, set up and built already (below)
 esac
+# Each newer Podman is a Debian suite's, in a tree of tests/setup-podman5.sh (PODMAND_SUITE).
 case "$PODMAN" in
-    4.3|5.4|in-tree) ;;
-    *) say "--podman $PODMAN: the versions at hand are 4.3 (the host's) and 5.4 (tests/setup-podman5.sh)"; exit 2 ;;
+    4.3|in-tree) SUITE="" ;;
+    5.4) SUITE=trixie ;;
+    5.8) SUITE=sid ;;
+    6.1) SUITE=experimental ;;
+    *) say "--podman $PODMAN: the versions at hand are 4.3 (the host's), 5.4, 5.8 and 6.1 (tests/setup-podman5.sh)"; exit 2 ;;
 esac
 if [ "$PODMAN" != in-tree ]; then
     make_venv
     if [ "${1:-}" = --venv ]; then echo "$VENV"; exit 0; fi
 fi
-if [ "$PODMAN" = 5.4 ]; then
+if [ -n "$SUITE" ]; then
+    export PODMAND_SUITE="$SUITE"
     bash tests/setup-podman5.sh all
     # PODMAND_PEX_BUILT=1: dist/ holds this checkout's pex already (.ci/run: the 4.3.1 run built it)
     [ -n "${PODMAND_PEX_BUILT:-}" ] || PYTHON="$VENV/bin/python" ./build_pex.sh --all

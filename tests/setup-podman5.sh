@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# tests/setup-podman5.sh - a second Podman for the integration tests: Debian 13's Podman 5.4.2
-# in a directory tree of its own, beside the host's Podman (4.3.1 on Debian 12), so the same
-# e2e tests run against the Podman most users have today.
+# tests/setup-podman5.sh - a newer Podman for the integration tests, from one Debian suite, in
+# a directory tree of its own beside the host's Podman (4.3.1 on Debian 12), so the same e2e
+# tests run against the Podmans users have today and the ones they will have next:
+#
+#   PODMAND_SUITE=trixie (the default)  Debian 13's Podman 5.4.2, CPython 3.13
+#   PODMAND_SUITE=sid                   Debian sid's Podman 5.8.6, CPython 3.14 and 3.13
+#   PODMAND_SUITE=experimental          Podman 6.1.1: sid with the Podman stack from experimental
+#
+# Each suite has its own tree (/var/lib/podmand-test/<suite>), namespace holder, services,
+# store, bridge and id ranges, so the trees and the host run side by side without sharing
+# anything but the kernel, the network namespace and the pids.
 #
 # Run as root. Safe to run again: each step looks first and only does what is missing, so a
-# re-run is a quick no-op (the one slow step, debootstrap, runs once per machine).
+# re-run is a quick no-op (the one slow step, debootstrap, runs once per machine and suite).
 #
 #   bash tests/setup-podman5.sh [all]       tree, namespace, checkout, user, services, images, venv
 #   bash tests/setup-podman5.sh run CMD...  run CMD as root inside the tree, in this checkout
@@ -12,12 +20,17 @@
 #   bash tests/setup-podman5.sh env         export lines for the suite, as setup-podman.sh env
 #   bash tests/setup-podman5.sh stop        stop what this script started, by recorded pid
 #
-# Knobs (environment): PODMAND_TREE (default /var/lib/podmand-test/trixie), PODMAND_TEST_USER
-# (podmand), PODMAND_TEST_VENV (the host's test virtualenv, whose pip downloads the wheels).
+# Knobs (environment): PODMAND_SUITE (above), PODMAND_TREE (default
+# /var/lib/podmand-test/<suite>), PODMAND_TEST_USER (podmand), PODMAND_TEST_VENV (the host's
+# test virtualenv, whose pip downloads the wheels).
 #
 # How it works, and why each piece:
-#   - debootstrap a Debian 13 (trixie) tree with podman 5.4.2 and what the tests call
-#     (runuser, useradd, openssl, htpasswd, docker-registry, git, python3 3.13 ...).
+#   - debootstrap a Debian tree with podman and what the tests call (runuser, useradd,
+#     openssl, htpasswd, docker-registry, git, python3 ...). experimental is not a whole
+#     suite: the tree is sid's, and podman, its runtimes and network tools are then installed
+#     from experimental (apt-get -t experimental) before the tree is moved into place.
+#     sid's Release file may have expired on the mirror (sid moves daily, mirrors lag): the
+#     sid and experimental trees tell apt not to check Valid-Until (an apt.conf.d file).
 #   - One process, the namespace holder, gets a mount namespace of its own, mounts /proc,
 #     /sys and fresh tmpfs /run, /tmp and /dev (with its own device nodes: a test that
 #     chmods /dev/net/tun in there must not take it from the host's rootless Podman, nor
@@ -25,6 +38,12 @@
 #     pivot_root, not chroot: the kernel refuses user namespaces to a chrooted process
 #     (unshare(CLONE_NEWUSER) is EPERM), and rootless Podman lives on them. Only the mount
 #     namespace is new: same network (loopback services reach both), same pids, same users.
+#   - Podman 6 refuses cgroup v1 ("Cgroups v1 not supported"), and this host's layout is v1
+#     hybrid. In the experimental tree's namespace, and only there, the holder mounts a
+#     cgroup2 filesystem over /sys/fs/cgroup (the host's mounts are untouched: the tree's
+#     /sys is a slave of the host's, nothing propagates back). Podman then sees cgroup v2
+#     with no controller it can use (they are bound to the host's v1 hierarchies): no
+#     memory, cpu or pids limit can apply there, which is what /info says.
 #   - The checkout is bind-mounted into the tree at its own path, and so is the image cache
 #     (/var/cache/podmand-test): podmand bind-mounts its state directory into sandboxes by
 #     path, so pytest, the pex and Podman must all see one filesystem, and the suite runs
@@ -35,31 +54,55 @@
 #     the file event logger, as there is no journald; no default ulimits) and start the
 #     rootful and rootless API services, recorded by pid. The rootless user has the host's
 #     uid; its subordinate ids, and those of users the tests create in the tree, lie in a
-#     range the host does not use (the pid namespace is shared: a test that kills a user's
-#     processes by uid must never reach the host's), and new users get uids from 50000 up.
-#   - The rootful default network gets its own bridge and subnet: the host's Podman owns
-#     podman0 and 10.88.0.0/16 in the same network namespace.
+#     range neither the host nor another suite's tree uses (the pid namespace is shared: a
+#     test that kills a user's processes by uid must never reach another Podman's), and new
+#     users get uids from a block of the suite's own. The user is made with no subordinate
+#     range (sid's useradd picks one overlapping the host's); setup-podman.sh user then
+#     gives it one from the suite's block.
+#   - The rootful default network gets its own bridge and subnet per suite: the host's
+#     Podman owns podman0 and 10.88.0.0/16 in the same network namespace.
 #   - The test images are the host's cached tars (tests/images/build.sh cache), imported.
-#   - The suite's virtualenv lives inside the tree, on its CPython 3.13. Its wheels are
+#   - The suite's virtualenv lives inside the tree, on the Python the pex boots on there:
+#     python3 (3.13) on trixie; python3.13 on sid and experimental, whose python3 is 3.14
+#     (every test wheel exists for cp314, but the pex has none yet, so it boots on the
+#     python3.13 installed beside it, and run.sh lends the virtualenv's coverage to the pex:
+#     both must be one Python). Its wheels are
 #     downloaded outside by the host's pip, with the host's index and certificate settings
-#     (pip download --python-version 3.13 ...), and installed inside with --no-index. The
+#     (pip download --python-version 3.X ...), and installed inside with --no-index. The
 #     tree's own CA store gets the host's local CAs (/usr/local/share/ca-certificates) too:
 #     without them nothing in the tree verifies this network's TLS (the README's build from
 #     the system Python, which a test runs).
-# Podman 5.4.2 warns on every call that cgroup v1 is deprecated; commands run through this
+# Podman 5 warns on every call that cgroup v1 is deprecated; commands run through this
 # script get PODMAN_IGNORE_CGROUPSV1_WARNING=1 (podmand and the services it starts do not).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 CHECKOUT="$(dirname "$HERE")"
-TREE="${PODMAND_TREE:-/var/lib/podmand-test/trixie}"
+SUITE="${PODMAND_SUITE:-trixie}"
+TREE="${PODMAND_TREE:-/var/lib/podmand-test/$SUITE}"
 TEST_USER="${PODMAND_TEST_USER:-podmand}"
 HOST_VENV="${PODMAND_TEST_VENV:-/var/lib/podmand-test/venv}"
 STATE="$TREE.ns"                                                  # on the host: the holder's record
 CACHE=/var/cache/podmand-test
 TREE_VENV=/var/lib/podmand-test/venv                              # inside the tree
 WHEELS=/var/cache/podmand-test-wheels                             # inside the tree
-SUITE=trixie
+# Per suite: the Debian suite debootstrap makes, the bridge and subnet of the rootful default
+# network, the uids of new users and the subordinate ids (blocks no other Podman here uses;
+# each tree's placeholder line holds everything below its block), and the cgroup version the
+# namespace shows. Adding a suite is one line here.
+case "$SUITE" in
+    #                   debootstrap bridge   subnet uids        subordinate ids       cgroup
+    trixie)       spec="trixie      podman5  10.95  50000:59999 1000000000:2000000000 v1" ;;
+    sid)          spec="sid         podman58 10.96  60000:62999 2000000000:2069999999 v1" ;;
+    experimental) spec="sid         podman61 10.97  63000:65499 2070000000:2139999999 v2" ;;
+    *) printf 'setup-podman5: FAILED: PODMAND_SUITE=%s: trixie, sid or experimental\n' "$SUITE" >&2; exit 2 ;;
+esac
+read -r BASE_SUITE BRIDGE SUBNET UIDS SUBIDS CGROUP <<<"$spec"
+# Where everything run in a cgroup v2 tree lives: that hierarchy is the host's (its "unified"
+# one), and a rootful Podman 6 that finds itself in the root cgroup moves every process there,
+# the host's included, into a new "init" child. In a cgroup of its own it moves nothing.
+V2_CGROUP=""
+[ "$CGROUP" = v1 ] || V2_CGROUP="podmand-test-$SUITE"
 # The tree's packages. runc: crun refuses this host's cgroup layout (crun comes along as
 # podman's first choice and stays unused). passt: rootless networking in Podman 5.
 # iptables + nftables: netavark's firewall drivers. The rest are what the tests run:
@@ -69,6 +112,15 @@ PACKAGES=(podman runc crun netavark aardvark-dns passt uidmap conmon catatonit i
           fuse-overlayfs python3 python3-venv ca-certificates procps curl iproute2 busybox-static
           git openssl apache2-utils util-linux passwd)
 EXTRA_PACKAGES=(docker-registry debootstrap)   # installed after debootstrap, with apt-get
+# What experimental brings on top of sid: Podman 6 and the runtimes and network tools it goes with.
+EXPERIMENTAL_PACKAGES=(podman runc crun netavark aardvark-dns passt conmon)
+# sid's python3 is 3.14; the pex (cp311-cp313 wheels) boots on python3.13 beside it, and the
+# suite's virtualenv is made from that python3.13 too: run.sh hands the virtualenv's coverage
+# to every pex it starts, and a coverage built for 3.14 has no C tracer for a pex on 3.13
+# (it warns on stderr, which the ctl tests read, and measures with the slow Python tracer).
+# Once the pex carries cp314 wheels and boots on python3, VENV_PYTHON=python3 again.
+VENV_PYTHON=python3
+if [ "$BASE_SUITE" != trixie ]; then EXTRA_PACKAGES+=(python3.13 python3.13-venv); VENV_PYTHON=python3.13; fi
 ENV_INSIDE=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
             PODMAN_IGNORE_CGROUPSV1_WARNING=1 PODMAND_TEST_USER="$TEST_USER")
 
@@ -82,7 +134,15 @@ timed() {  # timed LABEL CMD...: run CMD, report how long it took
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
 
 # ------------------------------------------------------------------ tree
-in_chroot() { chroot "$TREE" env -i "${ENV_INSIDE[@]}" DEBIAN_FRONTEND=noninteractive "$@"; }
+# chroot_in ROOT CMD...: CMD chrooted into ROOT, with a /proc (sid's maintainer scripts fail
+# without one) mounted in a private mount namespace that ends with CMD: nothing on the host.
+chroot_in() {
+    local root=$1; shift
+    # shellcheck disable=SC2016
+    unshare --mount --propagation private sh -c 'mount -t proc proc "$1/proc" && exec chroot "$@"' \
+        sh "$root" env -i "${ENV_INSIDE[@]}" DEBIAN_FRONTEND=noninteractive "$@"
+}
+in_chroot() { chroot_in "$TREE" "$@"; }
 tree_has() { in_chroot dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null | grep -qx installed; }
 
 ensure_tree() {
@@ -91,15 +151,17 @@ ensure_tree() {
         # Into a new directory, moved into place when complete: a half-made tree is never used.
         rm -rf "$TREE.new"
         mkdir -p "$(dirname "$TREE")"
-        say "debootstrap $SUITE into $TREE (about a minute)"
+        say "debootstrap $BASE_SUITE into $TREE (about a minute)"
         local list; list=$(IFS=,; echo "${PACKAGES[*]}")
-        debootstrap --variant=minbase --include="$list" "$SUITE" "$TREE.new" \
+        debootstrap --variant=minbase --include="$list" "$BASE_SUITE" "$TREE.new" \
             >"$TREE.new.log" 2>&1 || { tail -n 20 "$TREE.new.log" >&2; fail "debootstrap (log: $TREE.new.log)"; }
+        apt_settings "$TREE.new"
+        [ "$SUITE" != experimental ] || from_experimental "$TREE.new"
         mv -T "$TREE.new" "$TREE"
         rm -f "$TREE.new.log"
     fi
     # Nothing installed into the tree may start a service of its own.
-    [ -x "$TREE/usr/sbin/policy-rc.d" ] || { printf '#!/bin/sh\nexit 101\n' >"$TREE/usr/sbin/policy-rc.d"; chmod 0755 "$TREE/usr/sbin/policy-rc.d"; }
+    apt_settings "$TREE"
     local missing=() p
     for p in "${PACKAGES[@]}" "${EXTRA_PACKAGES[@]}"; do tree_has "$p" || missing+=("$p"); done
     [ ${#missing[@]} -eq 0 ] && return 0
@@ -108,6 +170,30 @@ ensure_tree() {
     in_chroot apt-get --fix-broken install -y -qq >/dev/null 2>&1 || true
     in_chroot apt-get update -qq >/dev/null
     in_chroot apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# apt in the tree: no service starts at install (policy-rc.d); sid's Release may have expired
+# on the mirror, which apt refuses unless told not to check Valid-Until.
+apt_settings() {  # ROOT
+    [ -x "$1/usr/sbin/policy-rc.d" ] || { printf '#!/bin/sh\nexit 101\n' >"$1/usr/sbin/policy-rc.d"; chmod 0755 "$1/usr/sbin/policy-rc.d"; }
+    [ "$BASE_SUITE" = trixie ] && return 0
+    local conf="$1/etc/apt/apt.conf.d/90podmand-test"
+    [ -f "$conf" ] || echo 'Acquire::Check-Valid-Until "false";' >"$conf"
+}
+
+# experimental holds only what is newer than sid: its Podman stack goes onto the sid tree,
+# from debootstrap's own mirror.
+from_experimental() {  # ROOT
+    local mirror list="$1/etc/apt/sources.list.d/experimental.list"
+    mirror=$(awk '$1 == "deb" { print $2; exit }' "$1/etc/apt/sources.list")
+    [ -n "$mirror" ] || fail "no mirror in $1/etc/apt/sources.list"
+    echo "deb $mirror experimental main" >"$list"
+    say "installing ${EXPERIMENTAL_PACKAGES[*]} from experimental"
+    chroot_in "$1" apt-get --fix-broken install -y -qq >/dev/null 2>&1 || true
+    chroot_in "$1" apt-get update -qq >/dev/null
+    chroot_in "$1" apt-get install -y -qq --no-install-recommends -t experimental "${EXPERIMENTAL_PACKAGES[@]}" >/dev/null
+    local version; version=$(chroot_in "$1" dpkg-query -W -f='${Version}' podman)
+    case "$version" in 6.*) say "podman $version from experimental" ;; *) fail "podman $version after the experimental install, not 6.x" ;; esac
 }
 
 # Files the tree needs that no package writes (each rewritten only when it differs).
@@ -124,32 +210,49 @@ configure_tree() {
     # New users (the tests' throwaway users) get uids and subordinate ids the host does not
     # hand out; the host's ranges (from 100000) are held by a placeholder name, so neither
     # useradd nor the tests' free-range search inside the tree gives them out.
-    local f key value
-    for key in UID_MIN:50000 UID_MAX:59999 GID_MIN:50000 GID_MAX:59999 \
-               SUB_UID_MIN:1000000000 SUB_UID_MAX:2000000000 SUB_GID_MIN:1000000000 SUB_GID_MAX:2000000000; do
+    local f key value uid_min=${UIDS%:*} uid_max=${UIDS#*:} sub_min=${SUBIDS%:*} sub_max=${SUBIDS#*:}
+    for key in UID_MIN:$uid_min UID_MAX:$uid_max GID_MIN:$uid_min GID_MAX:$uid_max \
+               SUB_UID_MIN:$sub_min SUB_UID_MAX:$sub_max SUB_GID_MIN:$sub_min SUB_GID_MAX:$sub_max; do
         value=${key#*:}; key=${key%%:*}
         grep -qE "^$key[[:space:]]+$value\$" "$TREE/etc/login.defs" \
             || sed -i -E "/^$key[[:space:]]/d; \$a $key $value" "$TREE/etc/login.defs"
     done
+    # (trixie's line is the host's 100000 up; a later suite's also covers the earlier blocks.)
     for f in /etc/subuid /etc/subgid; do
         touch "$TREE$f"
-        grep -q '^reserved-for-host:' "$TREE$f" || echo 'reserved-for-host:100000:999900000' >>"$TREE$f"
+        grep -q '^reserved-for-host:' "$TREE$f" || echo "reserved-for-host:100000:$((sub_min - 100000))" >>"$TREE$f"
     done
     # The rootful default network, off the host's podman0 and 10.88.0.0/16.
-    put /etc/containers/networks/podman.json 0644 <<'EOF'
+    put /etc/containers/networks/podman.json 0644 <<EOF
 {
      "name": "podman",
      "id": "2f259bab93aaaaa2542ba43ef33eb990d0999ee1b9924b557b7be53c0b7a1bb9",
      "driver": "bridge",
-     "network_interface": "podman5",
+     "network_interface": "$BRIDGE",
      "created": "2026-01-01T00:00:00Z",
-     "subnets": [{"subnet": "10.95.0.0/16", "gateway": "10.95.0.1"}],
+     "subnets": [{"subnet": "$SUBNET.0.0/16", "gateway": "$SUBNET.0.1"}],
      "ipv6_enabled": false,
      "internal": false,
      "dns_enabled": false,
      "ipam_options": {"driver": "host-local"}
 }
 EOF
+    # No controller is delegated to the cgroup v2 view of the experimental tree, and Podman
+    # gives every rootful container a pids limit of its own (containers.conf pids_limit,
+    # 2048) that runc then cannot write ("openat2 .../pids.max: no such file or
+    # directory"): every rootful `podman run` fails. The tree's Podman is told to set none,
+    # as a host with this layout must be; a limit podmand asks for still reaches runc.
+    if [ "$CGROUP" = v2 ]; then
+        local conf=/etc/containers/containers.conf.d/60-podmand-test-cgroup2.conf before
+        before=$(cat "$TREE$conf" 2>/dev/null || true)
+        put "$conf" 0644 <<'EOF'
+# Written by podmand tests/setup-podman5.sh: cgroup v2 here has no pids controller.
+[containers]
+pids_limit = 0
+EOF
+        # The services read it at start only.
+        [ "$before" = "$(cat "$TREE$conf")" ] || [ -z "$(holder)" ] || inside bash tests/setup-podman.sh stop
+    fi
     put /etc/podmand-test-tree 0644 <<<"podmand test tree: Debian $SUITE, made by tests/setup-podman5.sh"
     # The tree trusts what the host trusts: the host's local CA certificates (a network that
     # inspects TLS has one) go in too, or the README's build from the system Python cannot
@@ -197,6 +300,7 @@ start_namespace() {
         cd "$1"
         mount -t proc proc proc
         mount --rbind /sys sys && mount --make-rslave sys
+        [ -z "$3" ] || { mount -t cgroup2 cgroup2 sys/fs/cgroup && mkdir -p "sys/fs/cgroup/$3"; }
         mount -t tmpfs -o mode=0755,nosuid tmpfs dev
         mkdir dev/net dev/pts dev/shm dev/mqueue
         for node in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0 net/tun:10:200 fuse:10:229; do
@@ -216,7 +320,7 @@ start_namespace() {
         umount -l /.oldroot
         rmdir /.oldroot
         mount --make-rshared /
-        exec sleep infinity' sh "$TREE" "$STATE.pid" </dev/null >"$STATE.log" 2>&1 &
+        exec sleep infinity' sh "$TREE" "$STATE.pid" "$V2_CGROUP" </dev/null >"$STATE.log" 2>&1 &
     local n pid
     for n in $(seq 100); do
         pid=$(cat "$STATE.pid" 2>/dev/null || true)
@@ -234,8 +338,10 @@ start_namespace() {
 inside() {  # CMD...: as root in the namespace, from the checkout when it is mounted there
     local pid; pid=$(holder)
     [ -n "$pid" ] || fail "the tree's namespace is not up: run 'bash $0' first"
-    nsenter -t "$pid" -m -- env -i "${ENV_INSIDE[@]}" ${CI:+CI=$CI} sh -c 'cd "$1" 2>/dev/null || cd /; shift; exec "$@"' \
-        sh "$CHECKOUT" "$@"
+    # shellcheck disable=SC2016
+    nsenter -t "$pid" -m -- env -i "${ENV_INSIDE[@]}" ${CI:+CI=$CI} sh -c \
+        '[ -z "$2" ] || echo $$ >"/sys/fs/cgroup/$2/cgroup.procs"; cd "$1" 2>/dev/null || cd /; shift 2; exec "$@"' \
+        sh "$CHECKOUT" "$V2_CGROUP" "$@"
 }
 
 # bind_in PATH: the host's PATH at the same path inside the running namespace. A mount made
@@ -288,10 +394,20 @@ ensure_user_inside() {
     uid=$(id -u "$TEST_USER"); gid=$(id -g "$TEST_USER")
     if ! inside id -u "$TEST_USER" >/dev/null 2>&1; then
         inside groupadd --gid "$gid" "$TEST_USER"
-        inside useradd --uid "$uid" --gid "$gid" --create-home --shell /bin/bash "$TEST_USER"
+        # No subordinate range from useradd (sid's would overlap the host's): setup-podman.sh
+        # user gives one from this suite's block.
+        inside useradd --uid "$uid" --gid "$gid" --create-home --shell /bin/bash \
+            -K SUB_UID_COUNT=0 -K SUB_GID_COUNT=0 "$TEST_USER"
         say "created $TEST_USER (uid $uid, as on the host) in the tree"
     fi
     [ "$(inside id -u "$TEST_USER")" = "$uid" ] || fail "$TEST_USER has uid $(inside id -u "$TEST_USER") in the tree, $uid on the host"
+    # Rootful userns=auto takes ids from the "containers" line of /etc/subuid (setup-podman.sh
+    # host writes it); sid's Podman finds no range for a name with no account ("no subuid
+    # ranges found for user \"containers\""), trixie's and the host's need none.
+    if [ "$BASE_SUITE" != trixie ] && ! inside id -u containers >/dev/null 2>&1; then
+        inside useradd --system --no-create-home --shell /usr/sbin/nologin containers
+        say "created the system user containers in the tree (rootful userns=auto)"
+    fi
     inside bash tests/setup-podman.sh host
     inside bash tests/setup-podman.sh user
 }
@@ -311,7 +427,7 @@ PY
 
 ensure_venv() {
     local py want pip
-    py=$(inside python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    py=$(inside "$VENV_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     want="$py $CHECKOUT $(sha256sum "$CHECKOUT/pyproject.toml" | cut -d' ' -f1)"
     [ "$(cat "$TREE$TREE_VENV/.podmand-installed" 2>/dev/null)" = "$want" ] && return 0
     pip=(python3 -m pip)
@@ -325,7 +441,9 @@ ensure_venv() {
         --platform "manylinux_2_28_$(uname -m)" -d "$dir" "${reqs[@]}" >"$dir.log" 2>&1 \
         || { grep -v '^WARNING: Location' "$dir.log" >&2; fail "pip download (log: $dir.log)"; }
     say "installing '.[test]' into the tree's $TREE_VENV"
-    [ -x "$TREE$TREE_VENV/bin/python" ] || inside python3 -m venv "$TREE_VENV"
+    # A virtualenv of another Python (the tree's suite changed it) is made again.
+    [ "$(inside "$TREE_VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = "$py" ] \
+        || { rm -rf "${TREE:?}$TREE_VENV"; inside "$VENV_PYTHON" -m venv "$TREE_VENV"; }
     inside "$TREE_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-index \
         --find-links "$WHEELS/cp${py/./}" -e ".[test]" >&2
     echo "$want" >"$TREE$TREE_VENV/.podmand-installed"
@@ -354,6 +472,9 @@ stop_all() {
     for p in $(in_tree_pids); do [ "$p" = "$pid" ] || kill -TERM "$p" 2>/dev/null || true; done
     for n in $(seq 50); do [ "$(in_tree_pids | grep -cvx "$pid")" = 0 ] && break; sleep 0.1; done
     kill -TERM "$pid"
+    # The tree's cgroup (v2 trees), empty now, seen from the host's own v2 mount.
+    local v2; v2=$(findmnt -n -t cgroup2 -o TARGET | head -n 1)
+    [ -z "$V2_CGROUP" ] || [ -z "$v2" ] || rmdir "$v2/$V2_CGROUP" 2>/dev/null || true
     say "stopped namespace holder pid $pid and what ran in the tree (its mounts went with them)"
     rm -f "$STATE.holder"
 }
