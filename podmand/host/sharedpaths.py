@@ -27,14 +27,32 @@ class Visibility:
     hidden: bool = False  # that answer says Podman cannot find the probe file at its path
 
 
+LIST_ATTEMPTS = 3
+
+
+async def any_image(podman: PodmanClient) -> str:
+    """A local image's ID; "" when there is none, or when Podman keeps failing to list
+    them. Podman (4.3.1 seen) answers the listing 500 "image not known" when another client
+    removes an image while it lists: asked again, as the store has changed by then. The
+    probe is no reason to fail a start-up: without an image it proves nothing either way."""
+    for attempt in range(1, LIST_ATTEMPTS + 1):
+        try:
+            images = await podman.list_images()
+        except PodmanError:
+            if attempt == LIST_ATTEMPTS:
+                return ""
+            continue
+        return images[0] if images else ""
+    return ""  # pragma: no cover
+
+
 async def probe(podman: PodmanClient, state_dir: Path, image: str = "") -> Visibility:
     """Create a uniquely named file in ``state_dir`` and a never-started container
     bind-mounting it (from ``image``, else any local image); remove both."""
     if not image:
-        images = await podman.list_images()
-        if not images:
+        image = await any_image(podman)
+        if not image:
             return Visibility(image="")
-        image = images[0]
     token = uuid.uuid4().hex[:12]
     probe_file = state_dir / f".visible-{token}"
     probe_file.write_bytes(b"podmand visibility probe\n")
