@@ -23,8 +23,9 @@ import pytest
 
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
+from tests.standin.launch import Launch
 
-from .conftest import Podmand, Watch, containers_of, ready, sandbox, volumes_of, wait_until
+from .conftest import Podmand, Watch, containers_of, pair_of, ready, sandbox, volumes_of, wait_until
 
 SETUP = Path(__file__).resolve().parents[1] / "setup-podman.sh"
 OWNED = {"label": "io.podmand.owner=podmand"}
@@ -41,6 +42,16 @@ def settled(d: Podmand, sandbox_id: str) -> pb.DriverCondition | None:
     if cond is None or (cond.status != "True" and cond.reason.lower() in names.TRANSIENT_REASONS):
         return None
     return cond
+
+
+def condition(d: Podmand, sandbox_id: str) -> str:
+    """Ready as GetSandbox says it now, and the sandbox's lines in podmand's log (a test's detail)."""
+    try:
+        cond = ready(d.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=sandbox_id), timeout=10).sandbox)
+    except grpc.RpcError as exc:
+        return f"GetSandbox: {exc.code()}"
+    lines = [line for line in d.logs().splitlines() if sandbox_id in line and "rpc=GetSandbox" not in line]
+    return f"{cond}; podmand: {lines[-8:]}"
 
 
 def reached(watch: Watch, sandbox_id: str, point: str) -> bool:
@@ -113,7 +124,8 @@ def test_kill9_at_random_points_of_creates_then_restart(make_podmand: Callable[.
         d.log_path.rename(d.log_path.with_name(f"podmand.{len(points)}.log"))  # start() waits for a new ready line
         d.start()
         resumed.append(int((re.search(r"resumed (\d+) create", d.logs()) or ["", "0"])[1]))
-    outcomes = {i: wait_until(lambda i=i: settled(d, i), 90, f"{i} to settle") for i in ids}
+    outcomes = {i: wait_until(lambda i=i: settled(d, i), 90, f"{i} to settle", lambda i=i: condition(d, i))
+                for i in ids}
     tally: dict[str, int] = {}
     for cond in outcomes.values():
         tally[f"{cond.status}/{cond.reason}"] = tally.get(f"{cond.status}/{cond.reason}", 0) + 1
@@ -194,8 +206,8 @@ def test_same_id_create_race_makes_one_container(driver: Podmand, podman_client:
     assert len(set(won)) == 1 and len(won) in (8, 4), results
     assert refused == [grpc.StatusCode.ALREADY_EXISTS] * (12 - len(won))
     assert wait_until(lambda: settled(driver, box.id), 60, "the sandbox to settle").status == "True"
-    assert len(containers_of(podman_client, box.id)) == 1
-    assert len(volumes_of(podman_client, box.id)) == 1
+    assert len(containers_of(podman_client, box.id)) == 1 and len(pair_of(podman_client, box.id)) == 2
+    assert len(volumes_of(podman_client, box.id)) == 2  # the workspace's and the channel's
     assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id), timeout=60).deleted
 
 
@@ -228,7 +240,7 @@ def test_delete_racing_create_ends_consistent(driver: Podmand, podman_client: po
             except grpc.RpcError as exc:
                 err = exc.code()
             assert err == grpc.StatusCode.NOT_FOUND
-            assert containers_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []
+            assert pair_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []
             assert not (driver.state_dir / "sandboxes" / box.id).exists()
             endings.append("deleted")
         else:
@@ -251,11 +263,15 @@ def test_stop_racing_start_ends_consistent(driver: Podmand, podman_client: podma
     endings = []
     for _ in range(4):
         race([lambda: stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id), timeout=60),
-              lambda: stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id), timeout=60)])
+              lambda: stub.StartSandbox(pb.StartSandboxRequest(
+                  sandbox_id=box.id, launch_authentication=Launch(sandbox_id=box.id).bundle()), timeout=60)])
         cond = wait_until(lambda: settled(driver, box.id), 60, "settle")
         status = containers_of(podman_client, box.id)[0].status
         assert (cond.status, cond.reason, status) in (("True", "ContainerRunning", "running"),
                                                       ("False", "ContainerStopped", "exited")), (cond, status)
+        # the supervisor with its workload: no workload runs without it, none is left running alone
+        supervisor = containers_of(podman_client, box.id, "supervisor")[0].status
+        assert supervisor == status or (status, supervisor) == ("exited", "created"), (status, supervisor)
         endings.append(cond.reason)
     print(f"\nstop racing start: {endings}")
     assert stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id), timeout=60).deleted
@@ -301,13 +317,13 @@ def test_state_dir_unwritable_while_serving(driver: Podmand, podman_client: podm
     assert [x for x in driver.logs().splitlines() if "is not writable" in x] == [
         next(x for x in driver.logs().splitlines() if line in x)]
     assert "Traceback" not in driver.logs()
-    assert containers_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []
+    assert pair_of(podman_client, box.id) == [] and volumes_of(podman_client, box.id) == []
     assert_nothing_left(podman_client, driver, before)
 
     watch = driver.watch()
     try:
         driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box), timeout=60)
-        watch.wait_reason(box.id, "ContainerRunning", 60)
+        watch.wait_reason(box.id, "ContainerRunning", 120)
     finally:
         watch.cancel()
     [running] = containers_of(podman_client, box.id)

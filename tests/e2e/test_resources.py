@@ -3,7 +3,8 @@ CDI spec files assigned round-robin, seen through podman-py and inside the conta
 
 Rootless Podman on a cgroup v1 host (as these test machines are) drops every limit and
 request with a warning, so the values are checked through rootful Podman, where they
-arrive; the rootless daemon's capability bits must say that they are not enforced.
+arrive; the rootless daemon's capability bits must say that they are not enforced. Each sandbox
+is a pair: the limits bound the workload and its supervisor alike, a GPU is the workload's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import podman
 import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
-from tests.e2e.conftest import Podmand, containers_of, gateway_metadata, run_in, sandbox
+from tests.e2e.conftest import Podmand, containers_of, gateway_metadata, pair_of, run_in, sandbox, volumes_of
 
 ROOTFUL = os.environ.get("PODMAN_ROOTFUL_SOCK", "/run/podman/podman.sock")
 CGROUP_V2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
@@ -35,7 +36,7 @@ def with_resources(box: pb.DriverSandbox, **res: str) -> pb.DriverSandbox:
 
 
 def cgroup_v1(container: Any, path: str) -> int:
-    code, out, err = run_in(container, ["cat", f"/sys/fs/cgroup/{path}"])
+    code, out, err = run_in(container, ["/bin/cat", f"/sys/fs/cgroup/{path}"])
     assert code == 0, err
     return int(out)
 
@@ -61,12 +62,17 @@ def test_requests_and_limits_reach_podman(make_podmand: Callable[..., Podmand]) 
             for box in (sized, loose):
                 daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
             for box in (sized, loose):
-                watch.wait_reason(box.id, "ContainerRunning")
+                watch.wait_reason(box.id, "ContainerRunning", 120)
             [first] = containers_of(client, sized.id)
             [second] = containers_of(client, loose.id)
             hc = first.attrs["HostConfig"]
             assert (hc["CpuQuota"], hc["CpuPeriod"], hc["NanoCpus"]) == (150_000, 100_000, 1_500_000_000)
             assert (hc["CpuShares"], hc["Memory"], hc["MemoryReservation"]) == (256, 512 * 2**20, 256 * 2**20)
+            # the supervisor is bounded as its workload is (as upstream's is)
+            [supervisor] = containers_of(client, sized.id, "supervisor")
+            shc = supervisor.attrs["HostConfig"]
+            assert (shc["CpuQuota"], shc["CpuShares"], shc["Memory"], shc["MemoryReservation"]) == (
+                150_000, 256, 512 * 2**20, 256 * 2**20)
             hc = second.attrs["HostConfig"]
             assert (hc["CpuQuota"], hc["NanoCpus"], hc["Memory"]) == (0, 0, 0)  # unlimited defaults
             assert (hc["CpuShares"], hc["MemoryReservation"]) == (512, 64 * 2**20)
@@ -81,9 +87,9 @@ def test_requests_and_limits_reach_podman(make_podmand: Callable[..., Podmand]) 
             for box in (sized, loose):
                 with contextlib.suppress(grpc.RpcError):
                     daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id))
-                for container in containers_of(client, box.id):
-                    with contextlib.suppress(podman.errors.NotFound):
-                        container.remove(force=True)
+                for item in [*pair_of(client, box.id), *volumes_of(client, box.id)]:
+                    with contextlib.suppress(podman.errors.NotFound, podman.errors.APIError):
+                        item.remove(force=True)
 
 
 def _foreign_gpu_specs() -> list[Path]:
@@ -125,7 +131,7 @@ def fake_gpus() -> Iterator[None]:
 
 
 def _devices(container: Any) -> set[str]:
-    code, out, err = run_in(container, ["ls", "/dev"])
+    code, out, err = run_in(container, ["/bin/ls", "/dev"])
     assert code == 0, err
     return {f"/dev/{name}" for name in out.split()} & {str(n) for n in NODES}
 
@@ -156,11 +162,13 @@ def test_gpu_count_assigns_cdi_devices(
     for box in (one, two):
         daemon.stub.ValidateSandboxCreate(pb.ValidateSandboxCreateRequest(sandbox=box))  # peeks only
         daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-        watch.wait_reason(box.id, "ContainerRunning")
+        watch.wait_reason(box.id, "ContainerRunning", 120)
     [first] = containers_of(podman_client, one.id)
     [second] = containers_of(podman_client, two.id)
     assert _devices(first) == {str(NODES[0])}
     assert _devices(second) == {str(NODES[1])}
+    [supervisor] = containers_of(podman_client, one.id, "supervisor")
+    assert _devices(supervisor) == set()  # the GPU is the workload's alone
     assert f"sandbox {one.id}: assigned GPU(s) nvidia.com/gpu=0" in daemon.logs()
     SPEC.unlink()
     caps = daemon.stub.GetCapabilities(pb.GetCapabilitiesRequest(gateway=gateway_metadata()))

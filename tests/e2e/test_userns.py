@@ -22,6 +22,7 @@ import grpc
 import podman
 import pytest
 
+from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 
 from .conftest import USER, Podmand, containers_of, run_in, sandbox, volumes_of
@@ -40,7 +41,7 @@ def asking(mode: str, **kwargs: Any) -> pb.DriverSandbox:
 def maps(client: podman.PodmanClient, sandbox_id: str) -> tuple[list[str], list[tuple[int, int, int]]]:
     """(Podman's UidMap, "container:host:size"; the sandbox's own /proc/1/uid_map)."""
     (container,) = containers_of(client, sandbox_id)
-    code, out, _ = run_in(container, ["cat", "/proc/1/uid_map"])
+    code, out, _ = run_in(container, ["/bin/cat", "/proc/1/uid_map"])
     assert code == 0
     inside = [(int(a), int(b), int(c)) for a, b, c in (line.split() for line in out.splitlines())]
     podman_map = container.attrs["HostConfig"]["IDMappings"]["UidMap"]
@@ -98,9 +99,9 @@ def test_keep_id_and_nomap(
     podman_map, _ = maps(podman_client, keep.id)
     assert "1000:0:1" in podman_map  # container uid 1000 is the rootless user itself
     (container,) = containers_of(podman_client, keep.id)
-    code, out, _ = run_in(container, ["sh", "-c", "touch /sandbox/mine && stat -c %u /sandbox/mine"], user="1000")
+    code, out, _ = run_in(container, ["/bin/sh", "-c", "touch /sandbox/mine && stat -c %u /sandbox/mine"], user="1000")
     assert (code, out.strip()) == (0, "1000")
-    (volume,) = volumes_of(podman_client, keep.id)
+    [volume] = [v for v in volumes_of(podman_client, keep.id) if v.name == names.volume_name(keep.id)]
     owner = os.stat(Path(volume.attrs["Mountpoint"]) / "mine").st_uid
     assert owner == pwd.getpwnam(USER).pw_uid  # on the host: the user podmand runs as
     podman_map, inside = maps(podman_client, nomap.id)

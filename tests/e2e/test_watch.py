@@ -12,9 +12,11 @@ import grpc
 import podman
 
 from podmand._proto import compute_driver_pb2 as pb
+from tests.standin.launch import Launch
 
-from .conftest import Podmand, Watch, containers_of, ready, sandbox, wait_until
+from .conftest import Podmand, Watch, containers_of, pair_of, ready, sandbox, wait_until
 
+READY = 120.0  # a pair's first start, on a shared machine
 SETUP = Path(__file__).resolve().parents[1] / "setup-podman.sh"
 
 
@@ -33,7 +35,7 @@ def test_out_of_band_kill_reaches_every_watcher(driver: Podmand, podman_client: 
     cleanup.append(box.id)
     driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     for watch in watches:
-        watch.wait_reason(box.id, "ContainerRunning")
+        watch.wait_reason(box.id, "ContainerRunning", READY)
     [container] = containers_of(podman_client, box.id)
     container.kill()
     for watch in watches:
@@ -61,11 +63,13 @@ def test_podman_restart_ends_streams_then_snapshot_is_exact(driver: Podmand, pod
     for box in (running, stopped):
         cleanup.append(box.id)
         driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-        watch.wait_reason(box.id, "ContainerRunning")
+        watch.wait_reason(box.id, "ContainerRunning", READY)
     subprocess.run(["bash", str(SETUP), "restart-rootless"], check=True, capture_output=True, timeout=60)
     assert watch.done.wait(30), "stream still open after Podman restarted"
     assert watch.error is not None and watch.error.code() == grpc.StatusCode.UNAVAILABLE
-    containers_of(podman_client, stopped.id)[0].stop(timeout=1)  # while no stream is open
+    # while no stream is open. SIGKILL, not a stop: the runtime stand-in ends 0 on a SIGTERM
+    # before its main process did, which podmand reads as the main process's exit (ContainerExited)
+    containers_of(podman_client, stopped.id)[0].kill()
 
     def fresh() -> Watch | None:
         try:
@@ -77,7 +81,7 @@ def test_podman_restart_ends_streams_then_snapshot_is_exact(driver: Podmand, pod
 
     again = wait_until(fresh, 30, "a new watch stream after the restart")
     assert ready(again.latest(running.id)).reason == "ContainerRunning"
-    snap = again.wait_reason(stopped.id, "ContainerRuntimeRestart")  # SIGTERM, not asked for by StopSandbox
+    snap = again.wait_reason(stopped.id, "ContainerRuntimeRestart")  # a kill not asked for by StopSandbox
     assert containers_of(podman_client, stopped.id)[0].status == "exited"
     assert str(containers_of(podman_client, stopped.id)[0].attrs["State"]["ExitCode"]) in ready(snap).message
     for box in (running, stopped):
@@ -93,17 +97,21 @@ def test_exit_while_unwatched_is_a_runtime_restart(make_podmand: Callable[..., P
     cleanup.append(box.id)
     watch = first.watch()
     first.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-    watch.wait_reason(box.id, "ContainerRunning")
+    watch.wait_reason(box.id, "ContainerRunning", READY)
     assert first.stop(signal.SIGTERM) == 0
     [container] = containers_of(podman_client, box.id)
-    container.stop(timeout=5)
-    assert containers_of(podman_client, box.id)[0].attrs["State"]["ExitCode"] == 143
+    container.stop(timeout=5)  # the workload; its supervisor ends with it
+    code = containers_of(podman_client, box.id)[0].attrs["State"]["ExitCode"]
+    wait_until(lambda: {c.status for c in pair_of(podman_client, box.id)} == {"exited"}, 30, "the pair down")
     second = make_podmand()
     got = second.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=box.id)).sandbox
     assert (ready(got).status, ready(got).reason) == ("False", "ContainerRuntimeRestart")
+    assert str(code) in ready(got).message, (code, ready(got).message)
     listed = [s for s in second.stub.ListSandboxes(pb.ListSandboxesRequest()).sandboxes if s.id == box.id]
     assert ready(listed[0]).reason == "ContainerRuntimeRestart"
     again = second.watch()
-    second.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id))
-    again.wait_reason(box.id, "ContainerRunning")
+    second.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id,
+                                                    launch_authentication=Launch(sandbox_id=box.id).bundle()))
+    again.wait_reason(box.id, "ContainerRunning", READY)
+    assert {c.status for c in pair_of(podman_client, box.id)} == {"running"}
     assert second.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
