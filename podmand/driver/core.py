@@ -70,7 +70,7 @@ class Driver:
         )
         self.observer = Observer(
             podman, settings, self.files, sink, self.tasks, self.index,
-            busy=lambda sandbox_id: self.locks.locked(sandbox_id) or self.provisioning.get(sandbox_id) is not None,
+            busy=self._hands_off,
         )
         self.startstop = StartStop(ctx, self.locks, self.index, self.provisioning)
         self.removal = Removal(ctx, self.locks, self.index, self.networks, self.observer, self.provisioning)
@@ -82,6 +82,18 @@ class Driver:
     @property
     def gpus(self) -> GpuSelector:
         return self.validator.gpus
+
+    def _hands_off(self, sandbox_id: str) -> bool:
+        """Whether the observer leaves a pair as it is: a create, start or stop of it is under
+        way here (its pair is in flux), or it is another podmand's, sharing this Podman (this
+        state directory has no generation of it, which every pair made here records): that
+        one makes and mends its own pairs."""
+        if self.locks.locked(sandbox_id) or self.provisioning.get(sandbox_id) is not None:
+            return True
+        try:
+            return not self.files.generation(sandbox_id)
+        except ValueError:
+            return True
 
     async def close(self) -> None:
         """Cancel background work (durable intent lets the next start resume it), then

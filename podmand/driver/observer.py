@@ -126,7 +126,7 @@ class Observer:
         busy: Callable[[str], bool] = lambda sandbox_id: False,
     ) -> None:
         self.podman = podman
-        self.busy = busy  # whether a create, start or stop of the sandbox is under way (its pair is in flux)
+        self.busy = busy  # whether to leave the sandbox's pair as it is (core.Driver._hands_off)
         self.settings = settings
         self.files = files
         self.sink = sink
