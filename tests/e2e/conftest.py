@@ -126,7 +126,8 @@ class Watch:
             cond = ready(snap) if snap else None
             return snap if cond is not None and cond.reason == reason else None
 
-        return wait_until(check, timeout, f"{sandbox_id} Ready reason {reason}; last: {self.latest(sandbox_id)}")
+        return wait_until(check, timeout, f"{sandbox_id} Ready reason {reason}",
+                          lambda: f"last: {self.latest(sandbox_id)}")
 
     def deleted(self, sandbox_id: str) -> bool:
         with self._lock:
