@@ -63,11 +63,8 @@ def is_id(value: str) -> bool:
 SUPERVISOR_BIN = "/opt/openshell/bin/openshell-sandbox"
 SUPERVISOR_IN_IMAGE = "/openshell-sandbox"
 TOKEN_PATH = "/etc/openshell/auth/sandbox.jwt"
-CREDENTIAL_PATH = "/etc/openshell/auth/driver.credential"
 TLS_DIR = "/etc/openshell/tls/client"
 WORKSPACE_PATH = "/sandbox"
-NETNS_DIR = "/run/netns"
-SSH_READY_MARKER = "/var/run/openshell-ssh-ready"
 RESERVED_ROOTS = (
     "/opt/openshell",
     "/etc/openshell",
@@ -134,10 +131,6 @@ ENV_TELEMETRY = "OPENSHELL_TELEMETRY_ENABLED"
 ENV_IMAGE_USER = "OPENSHELL_OCI_IMAGE_USER"
 ENV_UID = "OPENSHELL_SANDBOX_UID"
 ENV_GID = "OPENSHELL_SANDBOX_GID"
-ENV_TOKEN_FILE = "OPENSHELL_SANDBOX_TOKEN_FILE"
-# The supervisor exchanges this file's token through IssueSandboxToken; podmand
-# puts its own credential there (the gateway verifies it with AuthenticateSandbox).
-ENV_BOOTSTRAP_TOKEN_FILE = "OPENSHELL_K8S_SA_TOKEN_FILE"
 ENV_NETWORK_CAPABILITIES = "OPENSHELL_NETWORK_RUNTIME_CAPABILITIES"
 NETWORK_CAPABILITIES = "policy-dns-transparent-tcp"
 ENV_TLS_CA = "OPENSHELL_TLS_CA"

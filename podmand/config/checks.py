@@ -37,20 +37,6 @@ def _check_idmap(field: str, entries: list[str]) -> None:
             raise invalid(field, f"entry {entry!r}: size must be greater than 0")
 
 
-def _check_network_size(s: Settings) -> None:
-    """A pool to carve workspace networks from, and a prefix that fits in it."""
-    try:
-        pool = ipaddress.IPv4Network(s.network_pool)
-    except ValueError as exc:
-        why = f"{s.network_pool!r} is not an IPv4 network such as 10.128.0.0/9 ({exc})"
-        raise invalid("network_pool", why) from exc
-    if s.network_prefix and s.network_prefix < pool.prefixlen:
-        raise invalid("network_prefix", f"a /{s.network_prefix} does not fit in network_pool {pool}")
-    smallest = DECLARED["network_prefix"][1].maximum  # a /29 holds 5 sandboxes
-    if smallest is not None and pool.prefixlen > smallest:
-        raise invalid("network_pool", f"{pool} is smaller than the smallest workspace network (/{smallest})")
-
-
 def validate(s: Settings) -> None:
     """Raise ConfigError for the first bad setting; ``userns`` is canonicalised in place."""
     for field, (_, setting) in DECLARED.items():  # the ranges the schema declares
@@ -86,7 +72,6 @@ def validate(s: Settings) -> None:
         raise invalid("gateway_name", f"{s.gateway_name!r} holds a control character")
     if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", s.network_name):
         raise invalid("network_name", "must match [a-zA-Z0-9][a-zA-Z0-9_.-]*")
-    _check_network_size(s)
     if not s.ssh_socket_path.startswith("/"):
         raise invalid("ssh_socket_path", "must be an absolute path")
     if s.log_level.lower() not in (*LOG_LEVELS, "warn"):

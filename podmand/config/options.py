@@ -44,6 +44,12 @@ REMOVED: tuple[Removed, ...] = (
             "(docs/sandboxes.md)"),
     Removed("require_launch_auth", "PODMAND_REQUIRE_LAUNCH_AUTHENTICATION", "--require-launch-authentication",
             "every create and start requires the gateway's launch_authentication bundle now (docs/sandboxes.md)"),
+    Removed("network_prefix", "PODMAND_NETWORK_PREFIX", "--network-prefix",
+            "podmand makes no workspace network now: a workload has no network, its supervisor uses the host's "
+            "(docs/sandboxes.md)"),
+    Removed("network_pool", "PODMAND_NETWORK_POOL", "--network-pool",
+            "podmand makes no workspace network now: a workload has no network, its supervisor uses the host's "
+            "(docs/sandboxes.md)"),
 )
 
 

@@ -331,15 +331,6 @@ class _Network(_Sandboxes):
         "supervisor SSH socket in the sandbox: normalised, absolute, under 108 bytes, in a directory of its "
         "own",
     )] = "/run/openshell/ssh.sock"
-    network_prefix: Annotated[int, S(
-        "PODMAND_NETWORK_PREFIX", "--network-prefix",
-        "prefix length of each new workspace network",
-        minimum=8, maximum=29, zero="sized from the host", see="capacity.md",
-    )] = 0
-    network_pool: Annotated[str, S(
-        "PODMAND_NETWORK_POOL", "--network-pool",
-        "IPv4 range new workspace networks' subnets are carved from, clear of Podman's other networks",
-    )] = "10.128.0.0/9"
     https_proxy: Annotated[str | None, S(
         "OPENSHELL_SANDBOX_HTTPS_PROXY", "--sandbox-https-proxy",
         "corporate forward proxy http(s)://host:port, on each supervisor's command line",

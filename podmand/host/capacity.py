@@ -1,13 +1,11 @@
 """How many sandboxes this host can hold, figure by figure: pure arithmetic over
 facts read from /etc/subuid, /proc/sys/kernel/keys and the descriptor limit.
 
-``doctor`` reports each figure; a new workspace network is sized from the first,
-so its addresses never run out before the host's user namespaces do.
+``doctor`` reports each figure.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import pwd
 import resource
@@ -16,39 +14,11 @@ from pathlib import Path
 
 from ..sandbox import usernamespace
 
-WIDEST_PREFIX = 16  # the largest workspace network podmand sizes by itself
-NARROWEST_PREFIX = 24  # Podman's own size for a network it numbers
-POOL_BITS = 10  # the pool keeps room for at least 2**10 workspace networks
 # runc joins each container to a new session keyring named "_ses.<container id>": one
 # key of 70 quota bytes (measured: /proc/key-users), charged to the container's root.
 KEY_BYTES_PER_SANDBOX = 70
 KEYS_DIR = "/proc/sys/kernel/keys"
 DESCRIPTOR_RESERVE = 256  # watch streams, RPCs, pulls: descriptors no sandbox holds
-
-
-def network_hosts(prefix: int) -> int:
-    """Sandboxes an IPv4 network of ``prefix`` holds: all but its network, broadcast
-    and gateway addresses."""
-    return max(0, (1 << (32 - prefix)) - 3)
-
-
-def network_prefix(sandboxes: int | None, pool: ipaddress.IPv4Network) -> int:
-    """The narrowest prefix from /24 to /16 that holds ``sandboxes`` (None: no bound is
-    known, the widest), never so wide that the pool holds fewer than 2**POOL_BITS
-    workspace networks (a /19 from the default /9: 8190 sandboxes each, 1024 workspaces),
-    and never wider than the pool."""
-    prefix = WIDEST_PREFIX
-    if sandboxes is not None:
-        prefix = next((p for p in range(NARROWEST_PREFIX, WIDEST_PREFIX, -1) if network_hosts(p) >= sandboxes), prefix)
-    return max(prefix, min(NARROWEST_PREFIX, pool.prefixlen + POOL_BITS), pool.prefixlen)
-
-
-def workspace_prefix(setting: int, pool: ipaddress.IPv4Network, subids: int, userns: str) -> int:
-    """The prefix of a new workspace network: the ``network_prefix`` setting, else sized
-    from the user's subordinate ids (0: not known, the widest)."""
-    if setting:
-        return setting
-    return network_prefix(subid_sandboxes(subids, userns) if subids else None, pool)
 
 
 def parse_subids(text: str, name: str, uid: int | None) -> int:

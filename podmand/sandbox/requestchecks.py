@@ -74,7 +74,7 @@ _SHARED_PARENTS = frozenset(
         posixpath.dirname(names.TOKEN_PATH),
         names.TLS_DIR,
         posixpath.dirname(names.TLS_DIR),
-        names.NETNS_DIR,
+        "/run/netns",
         "/var/run/netns",
     }
 )

@@ -254,11 +254,11 @@ def attached_volumes(facts: ContainerInspect, sandbox_id: str) -> list[str]:
 
 def caller_binds(facts: ContainerInspect) -> list[MountPoint]:
     """The host binds a start of the container mounts besides podmand's own. podmand's
-    own (sandboxmounts.py: the supervisor binary, token or credential, TLS and proxy
-    files) are the binds at a reserved target, which no caller mount may have
-    (drivercfg.py), whichever state directory they come from (the podmand that made
-    the container may have had another); Podman shows an image mount, once started,
-    as a bind from its storage at that mount's target as well."""
+    own (pair/specs.py: the workload's runtime binary and resolv.conf; the supervisor's
+    TLS client and proxy files, ownmounts.py) are the binds at a reserved target, which
+    no caller mount may have (driverconfig.py), whichever state directory they come from
+    (the podmand that made the container may have had another); Podman shows an image
+    mount, once started, as a bind from its storage at that mount's target as well."""
     images = {m.destination for m in facts.mounts or () if m.type == "image"}
 
     def own(m: MountPoint) -> bool:

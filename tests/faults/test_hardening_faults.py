@@ -1,6 +1,6 @@
 """Issue 9's fault findings against ``podmand serve`` and a libpod that misbehaves
-on cue: interrupted creates adopted whatever status Podman answers, a create
-killed between container create and start finished after a restart, Podman's
+on cue: a pair's create Podman made but whose answer was lost made whole, a create
+killed between making the pair and starting it finished after a restart, Podman's
 "no such ..." 500s on delete, one unreadable event, and a consumer that never reads;
 and issue 23's netavark teardown 500 on delete (retried, then UNAVAILABLE).
 """
@@ -21,6 +21,7 @@ from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand.host import eventproof
+from tests.fakes.harness import Containers
 from tests.fakes.libpod import FakeLibpod, Hang, Request
 from tests.faults import test_faults as base
 from tests.faults.test_faults import DEADLINE, VOLUMES, Podmand, ready, rpc_error, sandbox, wait_until
@@ -29,82 +30,29 @@ from tests.faults.test_watch_faults import CID, LABELS, NAME, Container
 # The fault suite's fixtures, shared (pytest finds fixtures by module attribute).
 launch = base.launch
 Reply = tuple[int, dict[str, str], Any]
-IN_USE = ('the container name "{name}" is already in use by {cid}. You have to remove that container '
-          'to be able to reuse that name: that name is already in use')
+WORKLOAD = names.container_name("ws", "box", "sb1")  # the names podmand gives sandbox() "sb1"'s pair
+SUPERVISOR = names.supervisor_name("sb1")
+WORKSPACE, CHANNEL = names.volume_name("sb1"), names.channel_volume_name("sb1")
 
 
-class Containers:
-    """Podman's containers as one table: create, list (label filters), inspect, start, remove."""
+def made(fake: FakeLibpod, name: str) -> int:
+    """How many container creates podmand asked for under ``name``."""
+    return sum(1 for call, body in list(fake.bodies)
+               if call.endswith("/containers/create") and json.loads(body).get("name") == name)
 
-    def __init__(self, fake: FakeLibpod) -> None:
-        self.fake = fake
-        self.table: dict[str, dict[str, Any]] = {}
-        self.creates: list[str] = []
-        self.on_create: Callable[[dict[str, Any]], Reply | None] = lambda _spec: None
-        self.on_start: Callable[[str], Any] = lambda _cid: None
-        fake.route("POST", "/containers/create", self._create)
-        fake.route("GET", "/containers/json", self._list)
-        fake.route("GET", "/containers/(?P<n>[^/]+)/json", self._inspect)
-        fake.route("POST", "/containers/(?P<n>[^/]+)/start", self._start)
-        fake.route("POST", "/containers/(?P<n>[^/]+)/wait", lambda _req: Hang())
-        fake.route("DELETE", "/containers/(?P<n>[^/]+)", self._remove)
 
-    def sandboxes(self) -> list[dict[str, Any]]:
-        return [c for c in self.table.values() if c["labels"].get(names.MANAGED) == "true"]
+def stall_starts(fake: FakeLibpod, start: Callable[[Request], Reply]) -> tuple[threading.Event, list[bool]]:
+    """Container starts held (never answered) while the flag is set; the event says one arrived."""
+    entered, holding = threading.Event(), [True]
 
-    def _find(self, ref: str) -> dict[str, Any] | None:
-        return next((c for c in self.table.values() if ref in (c["id"], c["name"])), None)
+    def held(req: Request) -> Reply | Hang:
+        if holding[0]:
+            entered.set()
+            return Hang()
+        return start(req)
 
-    def _create(self, req: Request) -> Reply:
-        spec = req.json()
-        self.creates.append(spec["name"])
-        special = self.on_create(spec)
-        if special is not None:
-            return special
-        existing = self._find(spec["name"])
-        if existing is not None:  # Podman 4.3.1: 500, not 409
-            return 500, {}, {"cause": "that name is already in use", "response": 500,
-                             "message": IN_USE.format(name=spec["name"], cid=existing["id"])}
-        return 201, {}, {"Id": self.add(spec), "Warnings": []}
-
-    def add(self, spec: dict[str, Any]) -> str:
-        cid = f"{len(self.table) + 1:02d}" + "ab" * 31
-        self.table[cid] = {"id": cid, "name": spec["name"], "labels": spec.get("labels") or {}, "state": "created"}
-        return cid
-
-    def _list(self, req: Request) -> Reply:
-        wanted = json.loads(req.query.get("filters", "{}")).get("label", [])
-        out = []
-        for c in self.table.values():
-            if all(c["labels"].get(k) == v for k, _, v in (w.partition("=") for w in wanted)):
-                out.append({"Id": c["id"], "Names": [c["name"]], "State": c["state"], "Labels": c["labels"],
-                            "Created": "2020-01-01T00:00:00Z"})
-        return 200, {}, out
-
-    def _inspect(self, req: Request) -> Reply:
-        c = self._find(req.path.rsplit("/", 2)[-2])
-        if c is None:
-            return 404, {}, {"message": "no such container"}
-        return 200, {}, {"Id": c["id"], "Name": c["name"], "Created": "2020-01-01T00:00:00Z",
-                         "State": {"Status": c["state"], "Running": c["state"] == "running"},
-                         "Config": {"Labels": c["labels"]}}
-
-    async def _start(self, req: Request) -> Any:
-        c = self._find(req.path.rsplit("/", 2)[-2])
-        if c is None:
-            return 404, {}, {"message": "no such container"}
-        special = self.on_start(c["id"])
-        if special is not None:
-            return special
-        c["state"] = "running"
-        return 204, {}, b""
-
-    def _remove(self, req: Request) -> Reply:
-        c = self._find(req.path.rsplit("/", 1)[-1])
-        if c is None:
-            return 404, {}, {"message": "no such container"}
-        del self.table[c["id"]]
-        return 200, {}, [{"Id": c["id"]}]
+    fake.route("POST", "/containers/[^/]+/start", held)
+    return entered, holding
 
 
 def wait_ready(d: Podmand, sandbox_id: str) -> pb.DriverSandbox:
@@ -117,38 +65,51 @@ def wait_ready(d: Podmand, sandbox_id: str) -> pb.DriverSandbox:
     return wait_until(check, f"{sandbox_id} Ready")
 
 
-# ---------------------------------------------------------------- finding 3: interrupted create adopted
+def running_pair(pods: Containers, sandbox_id: str) -> tuple[str, str]:
+    """The IDs of ``sandbox_id``'s workload and supervisor, both running (one of each)."""
+    workload, supervisor = pods.of(sandbox_id), pods.of(sandbox_id, names.ROLE_SUPERVISOR)
+    assert [pods.boxes[c]["State"]["Status"] for c in (workload, supervisor)] == ["running", "running"]
+    return workload, supervisor
 
 
-def test_create_interrupted_by_podman_is_adopted_whatever_the_status(
+# ---------------------------------------------------------------- finding 3: interrupted create made whole
+
+
+def test_create_interrupted_by_podman_is_made_whole_on_the_next_attempt(
         fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:
-    """Podman restarting mid-create made the container but lost the answer; the retry
-    gets 500 "name already in use" (4.3.1 never says 409) and adopts its own container."""
-    pods = Containers(fake)
-    cut = []
+    """Podman restarting mid-create made the workload but lost the answer; the client's
+    retry gets 500 "name already in use" (4.3.1 never says 409). The next attempt finds
+    the workload under its name bearing this create's instance, removes it (a pair is
+    made whole or not at all: podmand/driver/pairs.py) and makes the pair again."""
+    pods = Containers(fake)  # each sandbox a pair (tests/fakes/harness.py)
+    create, cut = pods.create, []
 
-    def lose_the_answer(spec: dict[str, Any]) -> Reply | None:
-        if spec["name"].startswith("openshell-") and not cut:
-            cut.append(pods.add(spec))
+    def lose_the_answer(req: Request) -> Reply:
+        answer = create(req)
+        if req.json()["name"] == WORKLOAD and not cut:
+            cut.append(answer[2]["Id"])
             raise ConnectionResetError("Podman restarted")  # the fake drops the connection
-        return None
+        return answer
 
-    pods.on_create = lose_the_answer
+    fake.route("POST", "/containers/create", lose_the_answer)
     d = launch().wait_ready()
     d.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=sandbox("sb1")), timeout=5)
     got = wait_ready(d, "sb1")
     assert ready(got).reason == "ContainerRunning"
-    assert [c["id"] for c in pods.sandboxes()] == cut  # the first container, adopted and started
-    assert pods.creates.count("openshell-ws--box-sb1") >= 2
-    assert "adopting container" in d.log
+    workload, _ = running_pair(pods, "sb1")
+    assert cut and fake.count(f"DELETE .*/containers/{WORKLOAD}") == 1  # the lost one, removed by name
+    assert made(fake, WORKLOAD) == 3 and made(fake, SUPERVISOR) == 1  # lost, refused, made
+    assert got.status.instance_id == workload[:12]
+    assert f"removing {WORKLOAD}, left by an interrupted create" in d.log
 
 
 def test_name_held_by_a_foreign_container_is_a_clear_conflict(
         fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:
-    """Only our own attempt (labels: same sandbox, spec hash and instance) is adopted:
-    someone else's container holding the name is a terminal ContainerNameConflict."""
-    pods = Containers(fake)
-    pods.add({"name": "openshell-ws--box-sb1", "labels": {"owner": "someone-else"}})
+    """Only this create's own leftovers (its instance label) are removed: someone else's
+    container holding the workload's name is a terminal ContainerNameConflict, left alone."""
+    pods = Containers(fake)  # each sandbox a pair (tests/fakes/harness.py)
+    foreign = pods.add("sb1", "created")
+    pods.boxes[foreign].update(Name=WORKLOAD, Config={"Labels": {"owner": "someone-else"}})
     d = launch().wait_ready()
     d.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=sandbox("sb1")), timeout=5)
 
@@ -158,98 +119,109 @@ def test_name_held_by_a_foreign_container_is_a_clear_conflict(
 
     cond = wait_until(failed, "the conflict to be reported")
     assert (cond.status, cond.reason) == ("False", "ContainerNameConflict"), cond
-    assert [c["state"] for c in pods.table.values() if c["name"].startswith("openshell-")] == ["created"]
+    assert list(pods.boxes) == [foreign] and pods.boxes[foreign]["State"]["Status"] == "created"
     assert fake.count(r"POST .*/containers/[^/]+/start") == 0
+    assert fake.count(r"DELETE .*/containers/") == fake.count(r"DELETE .*/containers/podmand-")  # readers only
 
 
 # ---------------------------------------------------------------- finding 2: kill -9 between create and start
 
 
-def test_killed_between_create_and_start_is_started_after_restart(
+def test_killed_between_create_and_start_is_made_and_started_after_restart(
         fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:
-    """podmand dies after Podman created the container and before it started: the
-    next podmand on the same state directory starts that same container."""
-    pods = Containers(fake)
-    entered = threading.Event()
-
-    def stall(_cid: str) -> Hang:
-        entered.set()
-        return Hang()
-
-    pods.on_start = stall
+    """podmand dies after Podman made the pair and before it started: the next podmand on
+    the same state directory resumes that create (its launch bundle is still recorded),
+    removes the half-started pair and makes and starts it whole."""
+    pods = Containers(fake)  # each sandbox a pair (tests/fakes/harness.py)
+    entered, holding = stall_starts(fake, pods.start)
     first = launch().wait_ready()
     first.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=sandbox("sb1")), timeout=5)
-    wait_until(entered.is_set, "the start request")
-    assert (first.state / "sandboxes" / "sb1" / "created").read_text() == pods.sandboxes()[0]["id"]
+    wait_until(entered.is_set, "the workload's start")
+    assert len(pods.boxes) == 2 and (first.state / "sandboxes" / "sb1" / "launch.json").exists()
     first.stop()  # SIGKILL
-    pods.on_start = lambda _cid: None
+    holding[0] = False
 
     second = launch().wait_ready()
     assert "resumed 1 create(s)" in second.log
     got = wait_ready(second, "sb1")
-    [container] = pods.sandboxes()
-    assert container["state"] == "running" and got.status.instance_id == container["id"][:12]
-    assert pods.creates.count("openshell-ws--box-sb1") == 2  # the retry found and adopted it
+    workload, _ = running_pair(pods, "sb1")
+    assert got.status.instance_id == workload[:12]
+    assert made(fake, WORKLOAD) == made(fake, SUPERVISOR) == 2
+    assert fake.count(f"DELETE .*/containers/({WORKLOAD}|{SUPERVISOR})") == 2  # the first pair, removed
+    assert not (second.state / "sandboxes" / "sb1" / "launch.json").exists()  # auth.json is the only copy
 
 
-def test_created_container_stopped_by_the_gateway_is_left_stopped(
+def test_created_pair_stopped_by_the_gateway_is_left_stopped(
         fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:
-    """A stop marker means StopSandbox asked for it: a restart does not start it."""
-    pods = Containers(fake)
-    entered = threading.Event()
-    pods.on_start = lambda _cid: (entered.set(), Hang())[1]
+    """A stop marker means StopSandbox asked for it: a restart does not start the pair."""
+    pods = Containers(fake)  # each sandbox a pair (tests/fakes/harness.py)
+    entered, holding = stall_starts(fake, pods.start)
     first = launch().wait_ready()
     first.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=sandbox("sb1")), timeout=5)
-    wait_until(entered.is_set, "the start request")
+    wait_until(entered.is_set, "the workload's start")
     first.stop()
-    (first.state / "sandboxes" / "sb1" / "stopped").write_text(pods.sandboxes()[0]["id"])
-    pods.on_start = lambda _cid: None
+    (first.state / "sandboxes" / "sb1" / "stopped").write_text(pods.of("sb1"))  # as StopSandbox records it
+    holding[0] = False
 
     second = launch().wait_ready()
     assert "resumed" not in second.log
     starts = fake.count(r"POST .*/containers/[^/]+/start")
     second.stub.ListSandboxes(pb.ListSandboxesRequest(), timeout=5)
     assert fake.count(r"POST .*/containers/[^/]+/start") == starts
-    assert [c["state"] for c in pods.sandboxes()] == ["created"]
+    assert sorted(box["State"]["Status"] for box in pods.boxes.values()) == ["created", "created"]
+    assert made(fake, WORKLOAD) == made(fake, SUPERVISOR) == 1
 
 
 # ---------------------------------------------------------------- finding 7: "no such ..." on delete
 
 
+def running_sandbox(fake: FakeLibpod) -> Containers:
+    """sb1's pair, running as an earlier podmand left it, with its channel and workspace
+    volumes; the workload's ID is Podman's kind (hex: Podman's messages quote it)."""
+    pods = Containers(fake)
+    box = pods.boxes.pop(pods.add_pair("sb1", workspace="ws"))
+    pods.boxes[CID] = {**box, "Id": CID}
+    for volume in (WORKSPACE, CHANNEL):
+        fake.volumes[volume] = {"Name": volume, "Labels": {names.OWNER: names.OWNER_VALUE, names.SANDBOX_ID: "sb1"}}
+    return pods
+
+
 def test_delete_treats_no_such_volume_and_container_500s_as_gone(
         fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:
-    """Under load Podman answers 500 "no such volume"/"no such container" for what just
-    went away: DeleteSandbox succeeds and Deleted still reaches the watch."""
-    box = Container()
-    box.install(fake, lambda _req: Hang())
-    fake.volumes["openshell-sandbox-sb1-workspace"] = {
-        "Name": "openshell-sandbox-sb1-workspace", "Labels": {names.OWNER: names.OWNER_VALUE,
-                                                               names.SANDBOX_ID: "sb1"}}
+    """Under load Podman answers 500 "no such container"/"no such volume" for what just
+    went away, for either container of the pair and either volume: DeleteSandbox succeeds,
+    each is asked once, and Deleted still reaches the watch."""
+    pods = running_sandbox(fake)
+    workload, remove = pods.of("sb1"), pods.remove
 
     def vanished_container(req: Request) -> Reply:
-        if req.path.rsplit("/", 1)[-1].startswith(eventproof.PREFIX):  # not the sandbox's: podmand's event proof
-            return 200, {}, [{"Id": "proof"}]
-        box.status = "gone"
-        return 500, {}, {"cause": "no such container", "message": f"no container with ID {CID} found: "
+        remove(req)  # Podman removed it and then lost it: "no such container"
+        ref = req.path.rsplit("/", 1)[-1]
+        return 500, {}, {"cause": "no such container", "message": f"no container with ID {ref} found: "
                          "no such container", "response": 500}
 
-    def vanished_volume(_req: Request) -> Reply:
-        fake.volumes.clear()
+    def vanished_volume(req: Request) -> Reply:
+        name = req.path.rsplit("/", 1)[-1]
+        fake.volumes.pop(name, None)
         return 500, {}, {"cause": "no such volume", "response": 500,
-                         "message": 'no volume with name "openshell-sandbox-sb1-workspace" found: no such volume'}
+                         "message": f'no volume with name "{name}" found: no such volume'}
 
-    fake.route("DELETE", "/containers/[^/]+", vanished_container)
-    fake.route("DELETE", "/volumes/[^/]+", vanished_volume)
     d = launch().wait_ready()
     watch = d.stub.WatchSandboxes(pb.WatchSandboxesRequest(), timeout=DEADLINE)
     try:
         assert base.next_sandbox(watch, "sb1").id == "sb1"
+        fake.route("DELETE", "/containers/(?!" + eventproof.PREFIX + ")[^/]+", vanished_container)
+        fake.route("DELETE", "/volumes/[^/]+", vanished_volume)
         assert d.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id="sb1"), timeout=5).deleted
         deleted = next(e for e in watch if e.WhichOneof("payload") == "deleted")
         assert deleted.deleted.sandbox_id == "sb1"
     finally:
         watch.cancel()
-    assert fake.count(f"DELETE {VOLUMES}/openshell-sandbox-sb1-workspace") == 1
+    assert not pods.boxes and not fake.volumes
+    assert fake.count(f"DELETE .*/containers/{SUPERVISOR}") == 1
+    assert fake.count(f"DELETE .*/containers/{workload}") == 1
+    for volume in (CHANNEL, WORKSPACE):
+        assert fake.count(f"DELETE {VOLUMES}/{volume}") == 1
     assert "code=INTERNAL" not in d.log
 
 
@@ -362,41 +334,40 @@ def _drain(call: Iterator[pb.WatchSandboxesEvent], *, raising: bool = False) -> 
 def test_delete_podman_fails_in_netavark_is_retried_then_unavailable_never_internal(
         fake: FakeLibpod, launch: Callable[..., Podmand]) -> None:
     """Rootless Podman 5.4.2 answers a removal whose network teardown netavark failed with
-    500 (tests/unit/driver/test_teardown.py has the wording's sources). Failing on every
-    attempt: DeleteSandbox is UNAVAILABLE, one line naming the sandbox and quoting Podman,
-    and the RPC's log line says so without a traceback; once Podman removes it (404 on the
-    next ask, as 5.4.2 does), the next delete finishes and Deleted reaches the watch."""
-    box = Container()
-    box.install(fake, lambda _req: Hang())
-    volume = "openshell-sandbox-sb1-workspace"
-    fake.volumes[volume] = {"Name": volume, "Labels": {names.OWNER: names.OWNER_VALUE, names.SANDBOX_ID: "sb1"}}
+    500 (tests/unit/driver/test_teardown.py has the wording's sources). The workload's
+    removal failing on every attempt: DeleteSandbox is UNAVAILABLE, one line naming the
+    sandbox and quoting Podman, and the RPC's log line says so without a traceback;
+    neither volume is touched. Once Podman removes it (404 on the next ask, as 5.4.2
+    does), the next delete finishes and Deleted reaches the watch."""
+    pods = running_sandbox(fake)
+    cid = pods.of("sb1")
     cause = "netavark: failed to delete container veth eth0: Netlink error: No such device (os error 19)"
-    message = f"cleaning up container {CID}: removing container {CID} network: {cause}"
+    message = f"cleaning up container {cid}: removing container {cid} network: {cause}"
     failing = [True]
 
     def remove(req: Request) -> Reply:
-        if req.path.rsplit("/", 1)[-1].startswith(eventproof.PREFIX):  # not the sandbox's: podmand's event proof
-            return 200, {}, [{"Id": "proof"}]
         if failing[0]:
             return 500, {}, {"cause": cause, "message": message, "response": 500}
-        box.status = "gone"
+        pods.boxes.pop(cid, None)
         return 404, {}, {"cause": "no such container", "response": 404,
-                         "message": f"no container with name or ID {CID!r} found: no such container"}
+                         "message": f"no container with name or ID {cid!r} found: no such container"}
 
-    fake.route("DELETE", "/containers/[^/]+", remove)
     d = launch().wait_ready()
     watch = d.stub.WatchSandboxes(pb.WatchSandboxesRequest(), timeout=DEADLINE)
     try:
         assert base.next_sandbox(watch, "sb1").id == "sb1"
+        fake.route("DELETE", f"/containers/{cid}", remove)
         err = rpc_error(lambda: d.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id="sb1"), timeout=10))
         assert err.code() == grpc.StatusCode.UNAVAILABLE
         assert err.details() == ("sandbox sb1: removing its container failed 3 times in Podman's network teardown "
                                  f"(netavark); try again: {message}")
-        assert fake.count(f"DELETE .*/containers/{CID}") == 3 and volume in fake.volumes
+        assert fake.count(f"DELETE .*/containers/{cid}") == 3
+        assert fake.count(f"DELETE .*/containers/{SUPERVISOR}") == 1 and list(pods.boxes) == [cid]
+        assert fake.count(f"DELETE {VOLUMES}/") == 0 and {WORKSPACE, CHANNEL} <= set(fake.volumes)
         failing[0] = False
         assert d.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id="sb1"), timeout=10).deleted
         deleted = next(e for e in watch if e.WhichOneof("payload") == "deleted")
-        assert deleted.deleted.sandbox_id == "sb1" and volume not in fake.volumes
+        assert deleted.deleted.sandbox_id == "sb1" and not fake.volumes and not pods.boxes
     finally:
         watch.cancel()
     assert "code=INTERNAL" not in d.log and "Traceback" not in d.log

@@ -3,7 +3,6 @@ bound it, then the capacity itself, the smallest.  Pure, like doctorchecks.py.""
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
 from ...host import capacity
@@ -20,8 +19,6 @@ class CapacityFacts:
     subids: int  # the fewer of subordinate uids and gids Podman maps from
     keys: KeyQuota | None  # the quota a sandbox's key is charged to; None: unknown
     keys_of: str  # whose quota that is ("root", "non-root users")
-    network_prefix: int  # the setting (0: sized from the host)
-    network_pool: str
     nofile: tuple[int, int, int]  # soft, hard, the soft limit serve raises it to
     exit_watch: str
 
@@ -34,13 +31,10 @@ def check_capacity(f: CapacityFacts) -> list[Check]:
     """One check per figure, then ``capacity``: the smallest.  A figure other than the
     subordinate ids that holds the host below them is a WARN with its fix."""
     base, _, params = f.userns.partition(":")
-    pool = ipaddress.IPv4Network(f.network_pool)
-    prefix = capacity.workspace_prefix(f.network_prefix, pool, f.subids, f.userns)
     soft, hard, raised = f.nofile
     figures: dict[str, int | None] = {
         "subordinate ids": capacity.subid_sandboxes(f.subids, f.userns),
         "kernel keys": capacity.key_sandboxes(f.keys, f.userns) if f.keys else None,
-        "network": capacity.network_hosts(prefix),
         "descriptors": capacity.descriptor_sandboxes(raised, f.exit_watch),
     }
     findings = {
@@ -55,29 +49,18 @@ def check_capacity(f: CapacityFacts) -> list[Check]:
             else f"{f.keys_of}: maxkeys {f.keys.maxkeys}, maxbytes {f.keys.maxbytes}, shared by every sandbox "
             f"(runc makes a session keyring per container, {capacity.KEY_BYTES_PER_SANDBOX} bytes)"
         ),
-        "network": (
-            f"each new workspace network is a /{prefix} from {pool} "
-            + ("(network_prefix)" if f.network_prefix
-               else "(sized from the subordinate ids)" if f.subids and base == "auto"
-               else "(the widest podmand picks itself: the ids do not bound the sandboxes)")
-            + "; networks made before keep their size"
-        ),
         "descriptors": (
             f"soft {soft}, hard {hard}; serve raises the soft limit to {raised}"
             + ("; exit_watch = wait holds one per running sandbox" if f.exit_watch == "wait"
                else f"; exit_watch = {f.exit_watch} holds none per sandbox")
         ),
     }
-    fixes = {  # the figures an operator can raise; an automatic network is already as wide as podmand goes
+    fixes = {  # the figures an operator can raise
         "kernel keys": "as root: sysctl -w kernel.keys.maxkeys=<N> kernel.keys.maxbytes=<N*"
         f"{capacity.KEY_BYTES_PER_SANDBOX}> (and in /etc/sysctl.d to keep it), or use userns=auto",
-        **({"network": "set network_prefix (--network-prefix / PODMAND_NETWORK_PREFIX) to 0 (sized from the host) "
-            "or lower; existing workspace networks keep their size until their last sandbox is deleted"}
-           if f.network_prefix else {}),
         "descriptors": "raise the hard limit of podmand's service (LimitNOFILE=), or set exit_watch = events",
     }
     total = capacity.overall(list(figures.values()))
-    host = capacity.overall([v for k, v in figures.items() if k != "network"])
     ids = figures["subordinate ids"]
     checks = []
     for name, figure in figures.items():
@@ -85,9 +68,7 @@ def check_capacity(f: CapacityFacts) -> list[Check]:
         binding = figure is not None and figure == total and (ids is None or figure < ids) and name in fixes
         checks.append(warn(f"capacity: {name}", line, fixes[name]) if binding else ok(f"capacity: {name}", line))
     bound = [name for name, figure in figures.items() if figure is not None and figure == total]
-    overall = f"{_count(total)} at once in one workspace (bounded by {', '.join(bound) or 'nothing'})"
-    if host != total:
-        overall += f"; {_count(host)} across workspaces"
+    overall = f"{_count(total)} at once (bounded by {', '.join(bound) or 'nothing'})"
     if total == 0:
         return [*checks, warn("capacity", overall, "see the 'subuids' finding")]
     return [*checks, ok("capacity", overall)]

@@ -88,8 +88,6 @@ def capacity_facts(settings: config.Settings, rootless: bool, subids: int) -> Ca
         subids=subids,
         keys=capacity.key_quota(root),
         keys_of="root" if root else "non-root users",
-        network_prefix=settings.network_prefix,
-        network_pool=settings.network_pool,
         nofile=(soft, hard, limits.nofile_target(soft, hard, limits.nr_open())),
         exit_watch=settings.exit_watch,
     )

@@ -417,33 +417,14 @@ BAD: dict[str, tuple[str | int, str]] = {
     "rootfs_max_bytes": ("-1", "must be 0 or more (0: rootfs tar sources not supported)"),
     "log_size_max": ("8192", "must be at least 65536 (or 0: unbounded, unless containers.conf's log_size_max "
                              "bounds it)"),
-    "network_prefix": ("30", "must be 8 to 29 (or 0: sized from the host)"),
-    "network_pool": ("10.0.0.1/8", "'10.0.0.1/8' is not an IPv4 network such as 10.128.0.0/9"),
     "exit_watch": ("poll", "expected one of: events, wait; got 'poll'"),
 }
 
 
-@pytest.mark.parametrize(
-    ("env", "needle"),
-    [
-        ({"PODMAND_NETWORK_PREFIX": "16", "PODMAND_NETWORK_POOL": "10.128.0.0/20"}, "a /16 does not fit in"),
-        ({"PODMAND_NETWORK_POOL": "10.128.0.0/30"}, "smaller than the smallest workspace network (/29)"),
-        ({"PODMAND_NETWORK_POOL": "fd00::/64"}, "is not an IPv4 network"),
-    ],
-)
-def test_network_size_must_fit_its_pool(env: dict[str, str], needle: str) -> None:
-    with pytest.raises(ConfigError, match="invalid setting network_") as exc:
-        load(args=None, environ=env)
-    assert needle in str(exc.value)
-
-
-def test_network_and_exit_watch_defaults_and_overrides() -> None:
-    """Defaults: sized from the host, carved from 10.128.0.0/9, exits from events."""
-    s = load(args=None, environ={})
-    assert (s.network_prefix, s.network_pool, s.exit_watch) == (0, "10.128.0.0/9", "events")
-    s = load(args=None, environ={"PODMAND_NETWORK_PREFIX": "20", "PODMAND_NETWORK_POOL": "172.20.0.0/14",
-                                 "PODMAND_EXIT_WATCH": "Wait"})
-    assert (s.network_prefix, s.network_pool, s.exit_watch) == (20, "172.20.0.0/14", "wait")
+def test_exit_watch_default_and_override() -> None:
+    """Exits come from events unless told otherwise (any case)."""
+    assert load(args=None, environ={}).exit_watch == "events"
+    assert load(args=None, environ={"PODMAND_EXIT_WATCH": "Wait"}).exit_watch == "wait"
 
 
 def test_every_setting_has_a_bad_value_case() -> None:
@@ -454,9 +435,10 @@ def test_every_setting_has_a_bad_value_case() -> None:
 @pytest.mark.parametrize("gone", options.REMOVED, ids=lambda gone: gone.field)
 def test_a_removed_setting_stops_the_start_in_one_line_wherever_it_is_set(
         gone: options.Removed, tmp_path: Path) -> None:
-    """topology (the single-container layout) and require_launch_auth are gone: from the
-    environment, a flag or the file, whatever the value, one line names the setting and why,
-    rather than the setting being ignored or argparse's usage error."""
+    """topology (the single-container layout), require_launch_auth and the workspace
+    network's network_prefix and network_pool are gone: from the environment, a flag or
+    the file, whatever the value, one line names the setting and why, rather than the
+    setting being ignored or argparse's usage error."""
     toml = write_toml(tmp_path, f'{gone.field} = "x"\n')
     for args, environ in ((None, {gone.env: "single"}), (flags(gone.flag, "single"), {}),
                           (None, {"PODMAND_CONFIG": toml})):
@@ -466,6 +448,7 @@ def test_a_removed_setting_stops_the_start_in_one_line_wherever_it_is_set(
         assert message.startswith(f"setting {gone.field} ({gone.flag} / {gone.env}) was removed: "), message
         assert "\n" not in message and message.endswith("remove it from podmand's configuration")
     assert "single-container layout is gone" in str(options.REMOVED[0].error())
+    assert "makes no workspace network" in str(options.REMOVED[-1].error())
 
 
 @pytest.mark.parametrize("opt", options.OPTIONS, ids=lambda opt: opt.field)

@@ -111,7 +111,7 @@ def test_a_removal_podman_failed_in_netavark_is_asked_again_and_the_delete_finis
     async def body(rig: Rig) -> None:
         cid = container(rig, "sb-1")
         volume = with_volume(rig, "sb-1")
-        removes = rig.boxes._remove
+        removes = rig.boxes.remove
 
         def remove(req: Request) -> Reply:
             first = rig.fake.count(f"DELETE .*/containers/{cid}") == 1
@@ -145,7 +145,7 @@ def test_a_removal_podman_keeps_failing_in_netavark_is_unavailable_and_a_later_d
         assert cid in rig.boxes.boxes and volume in rig.fake.volumes and rig.driver.files.dir("sb-1").exists()
         assert not [e for e in rig.sink.events if e.WhichOneof("payload") == "deleted"]
         assert "sb-1" not in rig.driver.removal.deleting and len(rig.driver.locks) == 0
-        rig.fake.route("DELETE", f"/containers/{cid}", rig.boxes._remove)  # Podman recovered
+        rig.fake.route("DELETE", f"/containers/{cid}", rig.boxes.remove)  # Podman recovered
         assert await rig.driver.delete("sb-1")
         assert rig.boxes.boxes == {} and volume not in rig.fake.volumes and not rig.driver.files.dir("sb-1").exists()
 

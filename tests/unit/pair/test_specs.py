@@ -79,7 +79,7 @@ def test_workload_mounts() -> None:
          "options": ["rw", "noexec", "nosuid", "nodev", "mode=0777", "size=1m"]},
     ]
     destinations = {m["destination"] for m in built["mounts"]}
-    assert not destinations & {names.TOKEN_PATH, names.CREDENTIAL_PATH, names.NETNS_DIR, "/etc/openshell/tls/client"}
+    assert not destinations & {names.TOKEN_PATH, "/run/netns", "/etc/openshell/tls/client"}
     labelled = workload(selinux=True)
     assert labelled["mounts"][0]["options"] == ["rbind", "ro", "z"]
     assert labelled["volumes"][1]["Options"] == ["rw", "z"]
@@ -182,7 +182,7 @@ def test_supervisor_gets_podmands_files_for_the_gateway_the_workload_none() -> N
     tls = [m for m in sup["mounts"] if m["destination"].startswith("/etc/openshell/tls/client/")]
     assert len(tls) == 3 and all("U" in m["options"] and m["source"].startswith(SECRETS) for m in tls)
     assert sup["env"]["OPENSHELL_TLS_CA"] == "/etc/openshell/tls/client/ca.crt"
-    assert not [m for m in sup["mounts"] if m["destination"] in (names.NETNS_DIR, names.SUPERVISOR_BIN)]
+    assert not [m for m in sup["mounts"] if m["destination"] in ("/run/netns", names.SUPERVISOR_BIN)]
     # its bearer tokens are auth.json's: no token file, whatever the plan
     for plan in (make_plan(settings), make_plan(settings, sandbox_token="a.b.c")):
         built = specs.supervisor_spec(plan, settings, prov(), supervisor_image_id="sha256:" + "5" * 64)

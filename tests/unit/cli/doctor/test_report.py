@@ -380,8 +380,8 @@ def test_image_facts_tell_present_missing_and_unchecked_apart() -> None:
 
 def capacity_facts(**kw: Any) -> CapacityFacts:
     base: dict[str, Any] = dict(
-        userns="auto", subids=262144, keys=KeyQuota(200, 20000), keys_of="non-root users", network_prefix=0,
-        network_pool="10.128.0.0/9", nofile=(1024, 524288, 524288), exit_watch="events",
+        userns="auto", subids=262144, keys=KeyQuota(200, 20000), keys_of="non-root users",
+        nofile=(1024, 524288, 524288), exit_watch="events",
     )
     return CapacityFacts(**{**base, **kw})
 
@@ -393,25 +393,14 @@ def by_name(checks: list[Check]) -> dict[str, Check]:
 def test_capacity_one_line_per_figure_and_the_smallest_overall() -> None:
     checks = check_capacity(capacity_facts())
     assert [c.name for c in checks] == [
-        "capacity: subordinate ids", "capacity: kernel keys", "capacity: network", "capacity: descriptors", "capacity"
+        "capacity: subordinate ids", "capacity: kernel keys", "capacity: descriptors", "capacity"
     ]
     got = by_name(checks)
     assert got["capacity: subordinate ids"].finding.startswith("256 sandboxes: 262144 subordinate ids, 1024 per")
     assert got["capacity: kernel keys"].finding.startswith("no bound: each userns=auto sandbox's root")
-    assert got["capacity: network"].finding.startswith("509 sandboxes: each new workspace network is a /23 from")
     assert got["capacity: descriptors"].finding.startswith("no bound: soft 1024, hard 524288; serve raises")
-    assert got["capacity"].finding == "256 sandboxes at once in one workspace (bounded by subordinate ids)"
+    assert got["capacity"].finding == "256 sandboxes at once (bounded by subordinate ids)"
     assert all(c.status == "OK" for c in checks)
-
-
-def test_capacity_a_narrow_network_setting_warns_with_its_fix() -> None:
-    got = by_name(check_capacity(capacity_facts(network_prefix=24, subids=512 * 1024)))
-    assert got["capacity: network"].status == "WARN" and "PODMAND_NETWORK_PREFIX" in got["capacity: network"].fix
-    assert got["capacity"].finding == (
-        "253 sandboxes at once in one workspace (bounded by network); 512 sandboxes across workspaces"
-    )
-    # Sized from the host, the network is never the one that holds it back below the ids.
-    assert by_name(check_capacity(capacity_facts(subids=512 * 1024)))["capacity: network"].status == "OK"
 
 
 def test_capacity_shared_key_quota_bounds_keep_id_and_warns() -> None:
@@ -420,7 +409,7 @@ def test_capacity_shared_key_quota_bounds_keep_id_and_warns() -> None:
     keys = got["capacity: kernel keys"]
     assert keys.status == "WARN" and keys.finding.startswith("200 sandboxes: non-root users: maxkeys 200")
     assert "kernel.keys.maxkeys" in keys.fix
-    assert got["capacity"].finding.startswith("200 sandboxes at once in one workspace (bounded by kernel keys)")
+    assert got["capacity"].finding.startswith("200 sandboxes at once (bounded by kernel keys)")
 
 
 def test_capacity_descriptors_bound_a_wait_per_sandbox() -> None:
@@ -429,8 +418,7 @@ def test_capacity_descriptors_bound_a_wait_per_sandbox() -> None:
     assert got["capacity: descriptors"].status == "WARN"
     assert got["capacity: descriptors"].finding.startswith("768 sandboxes: soft 1024, hard 1024")
     assert got["capacity: kernel keys"].finding.startswith("no bound: unknown:")
-    assert "/19 from 10.128.0.0/9 (the widest podmand picks itself" in got["capacity: network"].finding
-    assert got["capacity"].finding.startswith("768 sandboxes at once in one workspace (bounded by descriptors)")
+    assert got["capacity"].finding.startswith("768 sandboxes at once (bounded by descriptors)")
 
 
 def test_capacity_without_subordinate_ids_warns() -> None:
