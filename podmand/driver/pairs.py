@@ -35,7 +35,6 @@ from .preparation import Prepared
 log = logging.getLogger("podmand.driver")
 
 LAUNCH_WHERE = "sandbox.spec.launch_authentication"
-DEFAULT_HOST_GATEWAY_IP = "127.0.0.1"  # the supervisor shares the host's network (contract §2.4)
 SUPERVISOR_GONE = "SupervisorExited"  # the workload stopped because its supervisor is not running
 
 
@@ -70,7 +69,7 @@ def bare_pair(ctx: Context, sandbox_id: str, workload_name: str) -> lifecycle.Pa
 
 def session(ctx: Context, bundle: tokens.LaunchAuthentication, userns: str) -> lifecycle.Session:
     where = "host_gateway_ip (--host-gateway-ip / OPENSHELL_PODMAN_HOST_GATEWAY_IP)"
-    address = documents.host_gateway_ip(ctx.settings.host_gateway_ip or DEFAULT_HOST_GATEWAY_IP, where)
+    address = documents.host_gateway_ip(ctx.settings.host_gateway_ip or specs.DEFAULT_HOST_GATEWAY_IP, where)
     return lifecycle.Session(bundle=bundle, host_gateway_ip=address, userns=userns)
 
 

@@ -17,7 +17,8 @@
   with its descriptor, auth bundle and health socket flags; the host network and the
   host user namespace (rootless Podman cannot give a container the host network inside
   another's user namespace), the workload's uid:gid and groups, no capability, the
-  channel volume read-only, tmpfs ``/run``, ``/var/log`` and ``/tmp`` (the identity's), podmand's own
+  channel volume read-only, tmpfs ``/run``, ``/var/log`` and ``/tmp`` (the identity's), the
+  host-gateway names at the descriptor's address (``host_gateway_ip``, else loopback), podmand's own
   per-sandbox files for the gateway (its TLS client files, the corporate proxy's) and
   the environment of §3.3. Its limits are the workload's, as upstream's are.
 
@@ -44,6 +45,7 @@ from ..sandbox.usernamespace import libpod as userns_libpod
 from .documents import WorkloadIdentity, identity_of
 
 __all__ = [
+    "DEFAULT_HOST_GATEWAY_IP",
     "LAUNCHER_CAPS",
     "SUPERVISOR_TMPFS",
     "launches_as_root",
@@ -64,6 +66,11 @@ _SECONDS = 10**9
 # encoding/json, unknown fields ignored: pkg/api/handlers/libpod/containers_create.go:38 at v4.3.1).
 HEALTH_MAX_LOG_COUNT = 5
 HEALTH_MAX_LOG_SIZE = 500
+# The host as the supervisor reaches it: it shares the host's network (contract §2.4). Its
+# host-gateway names say this address, as its runtime descriptor does, and not Podman's
+# "host-gateway": before 4.7.0 Podman writes that word into /etc/hosts as it is (an entry
+# nothing resolves), and later ones give a host address that a loopback-only listener lacks.
+DEFAULT_HOST_GATEWAY_IP = "127.0.0.1"
 
 
 def launches_as_root(identity: WorkloadIdentity, *, rootless: bool) -> bool:
@@ -184,7 +191,7 @@ def supervisor_spec(plan: Plan, settings: Settings, prov: Provision, *, supervis
         "env": supervisor_env(plan, settings, prov.image_user, prov.identity),
         "netns": {"nsmode": "host"},
         "userns": {"nsmode": "host"},
-        "hostadd": [f"{h}:{settings.host_gateway_ip or 'host-gateway'}" for h in hosts],
+        "hostadd": [f"{h}:{settings.host_gateway_ip or DEFAULT_HOST_GATEWAY_IP}" for h in hosts],
         "mounts": [*tmpfs, *own],
         "volumes": [{"Name": names.channel_volume_name(plan.sandbox_id), "Dest": names.CHANNEL_DIR,
                      "Options": channel}],

@@ -133,7 +133,10 @@ def test_supervisor_runs_beside_it() -> None:
     assert (built["user"], built["groups"]) == ("1000:1001", ["2000", "3000"])
     assert (built["cap_drop"], built["cap_add"], built["no_new_privileges"]) == (["ALL"], [], True)
     assert built["netns"] == {"nsmode": "host"} and built["userns"] == {"nsmode": "host"}
-    assert built["hostadd"] == ["host.containers.internal:host-gateway", "host.openshell.internal:host-gateway"]
+    # the descriptor's host-gateway address, not Podman's "host-gateway" (unresolved before 4.7.0)
+    assert built["hostadd"] == ["host.containers.internal:127.0.0.1", "host.openshell.internal:127.0.0.1"]
+    assert supervisor(Settings(host_gateway_ip="10.0.2.2"))["hostadd"] == [
+        "host.containers.internal:10.0.2.2", "host.openshell.internal:10.0.2.2"]
     assert built["volumes"] == [{"Name": "openshell-channel-abc123", "Dest": "/.openshell/channel", "Options": ["ro"]}]
     tmpfs = [m for m in built["mounts"] if m["type"] == "tmpfs"]
     assert [m["destination"] for m in tmpfs] == ["/run", "/var/log", "/tmp"]
