@@ -5,27 +5,24 @@ inside a sandbox, and a TLS handshake with an ``https://`` proxy.
 The side effects live here and the decisions in gatewayreach.py (pure), so tests can
 give either one its facts. Addresses and listeners are read from ``/proc`` (podmand's
 network namespace: the host's, unless podmand runs in a container). What
-``host.containers.internal`` is in a sandbox is asked of Podman when that is cheap
-(doctor: a never-started probe container's ``/etc/hosts``, written by Podman at init),
-and otherwise guessed from how rootless Podman networks (serve's start-up warning).
+``host.containers.internal`` is where the supervisor dials from is podmand's own entry in
+the supervisor's ``/etc/hosts`` (pair.specs): nothing to ask Podman.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import ipaddress
 import socket
 import ssl
 import struct
-import uuid
 from pathlib import Path
 
-from .. import config, names
-from ..libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, versions
+from .. import config
+from ..libpod import Info
 from ..libpod.versions import parse_version
+from ..pair import specs
 from ..sandbox import proxy
-from ..sandbox.imagefiles import READER_PREFIX
 from . import gatewayreach
 from .gatewayreach import Facts, Listener
 
@@ -135,29 +132,6 @@ def hosts_entry(hosts: str, name: str) -> str:
     return ""
 
 
-async def ask_podman(client: PodmanClient, settings: config.Settings, image: str, name: str) -> str:
-    """What ``name`` is in a sandbox, as Podman writes it into a container's /etc/hosts:
-    a probe container made like a sandbox's network (bridge, host-gateway entries) is
-    initialised, never started, and removed. "" when Podman or the file cannot tell."""
-    probe = f"{READER_PREFIX}reach-{uuid.uuid4().hex[:12]}"
-    own = ["host.openshell.internal", *(["host.containers.internal"] if settings.host_gateway_ip else [])]
-    spec = {  # as spec.py's: Podman adds host.containers.internal itself unless host_gateway_ip names it
-        "name": probe, "image": image, "entrypoint": ["/bin/sh"], "labels": names.own_labels(),
-        "netns": {"nsmode": "bridge"}, "Networks": {"podman": {}},
-        "hostadd": [f"{h}:{settings.host_gateway_ip or 'host-gateway'}" for h in own],
-    }
-    try:
-        await client.create_container(spec)
-        await client.init_container(probe)
-        hosts_path = (await client.inspect_container(probe)).hosts_path
-        return hosts_entry(_text(Path(hosts_path)), name) if hosts_path else ""
-    except (PodmanError, PodmanUnavailable):
-        return ""
-    finally:
-        with contextlib.suppress(PodmanError, PodmanUnavailable):
-            await client.remove_container(probe, 0)
-
-
 def network_cmd(info: Info) -> str:
     """The rootless network command: /info says since 5.1; before, pasta is 5.0's default
     and slirp4netns 4.x's (containers/common pkg/config/default.go, vendored at v4.9.3 and v5.0.0)."""
@@ -170,26 +144,13 @@ def network_cmd(info: Info) -> str:
     return "pasta" if parsed is not None and parsed >= (5, 0, 0) else "slirp4netns"
 
 
-def guess(settings: config.Settings, info: Info, name: str, addresses: Addresses) -> str:
-    """What ``name`` is in a sandbox without asking Podman (serve's start-up): the setting,
-    else Podman's rule for rootless networks (containers/common libnetwork/etchosts/ip.go):
-    with pasta from 5.3 its mapped 169.254.1.2, else an address of this host (with pasta
-    one it does not copy). Rootful it is the bridge's gateway, unknown here ("")."""
+def guess(settings: config.Settings, name: str) -> str:
+    """What ``name`` is where the supervisor dials from (the host's network): for the
+    host-gateway names the entry podmand writes into its /etc/hosts (pair.specs:
+    host_gateway_ip, else 127.0.0.1), any other name as this host's resolver says."""
     if name not in gatewayreach.OWN_NAMES:
         return resolve(name)
-    if settings.host_gateway_ip:
-        return settings.host_gateway_ip
-    if not info.host.security.rootless:
-        return ""
-    parsed = parse_version(info.version.version)
-    pasta = network_cmd(info) == "pasta"
-    if pasta and parsed is not None and parsed >= versions.MAP_GUEST_ADDR:
-        return gatewayreach.MAP_GUEST_ADDR
-    every, primary = addresses
-    if primary and not pasta:
-        return primary[0]
-    others = [a for a in every if not ipaddress.ip_address(a).is_loopback and a not in primary]
-    return next(iter(others), "")
+    return settings.host_gateway_ip or specs.DEFAULT_HOST_GATEWAY_IP
 
 
 def facts(settings: config.Settings, info: Info, sandbox_address: str, asked: bool, addresses: Addresses) -> Facts:
@@ -208,7 +169,7 @@ def startup_warning(settings: config.Settings, info: Info) -> str:
     what the endpoint's host is in a sandbox, and this host's listeners now), else ""."""
     host, _ = gatewayreach.host_port(settings.endpoint)
     addresses = host_addresses()
-    found = gatewayreach.decide(facts(settings, info, guess(settings, info, host, addresses), False, addresses))
+    found = gatewayreach.decide(facts(settings, info, guess(settings, host), False, addresses))
     if found.status == "OK":
         return ""
     return f"sandboxes may not reach the gateway: {found.finding}; fix: {found.fix} ('podmand doctor' checks it again)"

@@ -13,7 +13,7 @@ import asyncio
 
 from ... import config
 from ...host import gatewayreach, netfacts
-from ...libpod import Info, PodmanClient
+from ...libpod import Info
 from ...sandbox import proxy
 from .hostchecks import Check, fail, not_checked, ok, warn
 
@@ -43,10 +43,9 @@ def check_proxy(url: str | None, ca_bundle: str | None, auth: bool, problem: str
     return ok(PROXY, f"{shown} accepts connections (plain TCP to the proxy){sent}")
 
 
-async def checks(client: PodmanClient | None, info: Info | None, settings: config.Settings, image: str,
-                 why: str) -> list[Check]:
-    """The gateway's reach from a sandbox, then the corporate proxy."""
-    found = [await _reach(client, info, settings, image, why)]
+async def checks(info: Info | None, settings: config.Settings, why: str) -> list[Check]:
+    """The gateway's reach from a sandbox's supervisor, then the corporate proxy."""
+    found = [_reach(info, settings, why)]
     problem = ""
     if settings.https_proxy is not None:
         problem = await asyncio.to_thread(netfacts.proxy_handshake, settings.https_proxy,
@@ -55,17 +54,11 @@ async def checks(client: PodmanClient | None, info: Info | None, settings: confi
     return found
 
 
-async def _reach(client: PodmanClient | None, info: Info | None, settings: config.Settings, image: str,
-                 why: str) -> Check:
+def _reach(info: Info | None, settings: config.Settings, why: str) -> Check:
     if info is None:
         return not_checked(REACH, why)
     host, _ = gatewayreach.host_port(settings.endpoint)
-    address = ""
-    if client is not None and image and host in gatewayreach.OWN_NAMES:
-        address = await netfacts.ask_podman(client, settings, image, host)
-    asked = bool(address)
     addresses = netfacts.host_addresses()
-    if not asked:
-        address = netfacts.guess(settings, info, host, addresses)
-    finding = gatewayreach.decide(netfacts.facts(settings, info, address, asked, addresses))
+    address = netfacts.guess(settings, host)  # the supervisor's /etc/hosts is podmand's: nothing to ask
+    finding = gatewayreach.decide(netfacts.facts(settings, info, address, False, addresses))
     return Check(REACH, finding.status, finding.finding, finding.fix)

@@ -272,7 +272,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             checks.append(not_checked("storage", why))
         podman_says = info.host.security.selinuxEnabled if info is not None else None
         checks.append(check_selinux(settings.selinux, *selinux.detect(podman_says)))
-        probe_image = sandbox_image = ""
+        probe_image = ""
         if client is not None and info is not None:
             roles = [("supervisor", settings.supervisor_image), ("sandbox", settings.sandbox_image)]
             if settings.sandbox_image == settings.supervisor_image:
@@ -280,10 +280,9 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             images = await image_facts(client, roles)
             checks.append(check_images(images))
             probe_image = next((i.ref for i in images if i.present), "")
-            sandbox_image = next((i.ref for i in images if i.present and i.role == "sandbox"), "")
         else:
             checks.append(not_checked("images", why))
-        checks.extend(await netchecks.checks(client if info is not None else None, info, settings, sandbox_image, why))
+        checks.extend(await netchecks.checks(info, settings, why))
         usable = client if info is not None else None
         checks.append(check_state_dir(await state_dir_facts(usable, state_path, probe_image)))
         path = answering.path if answering else ""

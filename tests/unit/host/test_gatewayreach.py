@@ -156,17 +156,13 @@ def test_network_cmd_from_info_or_the_releases_default(recorded: dict[str, Any],
     assert netfacts.network_cmd(msgspec.convert(recorded, Info)) == expected
 
 
-def test_guess_follows_podmans_rule() -> None:
-    addresses = (["127.0.0.1", HOST, "10.1.0.1"], [HOST])
-    name = "host.containers.internal"
-    pasta = msgspec.convert(infos.info("5.4.2", rootlessNetworkCmd="pasta"), Info)
-    old_pasta = msgspec.convert(infos.ARCH_ROOTLESS_5_1, Info)
-    slirp = msgspec.convert(infos.DEBIAN12_ROOTLESS_V1, Info)
-    assert netfacts.guess(Settings(), pasta, name, addresses) == "169.254.1.2"
-    assert netfacts.guess(Settings(), old_pasta, name, addresses) == "10.1.0.1"  # not the address pasta copies
-    assert netfacts.guess(Settings(), slirp, name, addresses) == HOST
-    assert netfacts.guess(Settings(), msgspec.convert(infos.ROOTFUL_V1, Info), name, addresses) == ""
-    assert netfacts.guess(Settings(host_gateway_ip="10.1.0.1"), pasta, name, addresses) == "10.1.0.1"
+def test_guess_is_the_supervisors_own_hosts_entry() -> None:
+    """The host-gateway names are what pair.specs writes into the supervisor's /etc/hosts, on
+    the host's network, whatever Podman's networks would say: host_gateway_ip, else loopback."""
+    for name in ("host.containers.internal", "host.openshell.internal"):
+        assert netfacts.guess(Settings(), name) == "127.0.0.1"
+        assert netfacts.guess(Settings(host_gateway_ip=HOST), name) == HOST
+    assert netfacts.guess(Settings(), "localhost") in ("127.0.0.1", "::1")  # others: this host's resolver
 
 
 SPLIT = dataclasses.replace(SLIRP, endpoint="http://127.0.0.1:17670", sandbox_address="127.0.0.1", asked=False,
