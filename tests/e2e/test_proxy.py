@@ -1,11 +1,14 @@
-"""The corporate proxy through the pex and real rootless Podman: the supervisor gets it
-on its command line only, the credential only as a root-only file, and bad settings
-stop podmand at start with upstream's message.
+"""The corporate proxy through the pex and real rootless Podman, split topology: the
+supervisor container (host network) gets it on its command line only and the credential
+only as a file of its own user, mode 0400; the workload (no network) gets neither; bad
+settings stop podmand at start with upstream's message.
 
-The stand-in supervisor checks and logs the proxy flags but never dials the proxy (it
-opens no network namespace), so the proxy here is only a URL: nothing would connect
-to a real one. It plays upstream 2f7fb65, which has no --upstream-proxy-ca-bundle, unless
-the sandbox's environment has NEWER.
+The stand-in supervisor (tests/images/supervisor2) parses the proxy flags as upstream's
+clap does (an unknown flag exits 2) but dials no proxy, so a proxy here is only a URL,
+except in the https:// test, where a real CONNECT proxy over TLS is dialled from inside
+the supervisor container, where the supervisor would dial it from. An older supervisor
+(upstream 2f7fb65, no --upstream-proxy-ca-bundle) is the stand-in behind a wrapper that
+refuses that flag as clap would (the ``older_supervisor`` fixture).
 """
 
 from __future__ import annotations
@@ -21,14 +24,14 @@ import subprocess
 import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import podman
 import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
-from tests.e2e.conftest import ROOT, USER, Podmand, containers_of, ready, run_in, sandbox, volumes_of
+from tests.e2e.conftest import ROOT, SUPERVISOR_IMAGE, USER, Podmand, containers_of, run_in, sandbox, volumes_of
 from tests.e2e.test_reach import serving
-from tests.e2e.test_sidecar import BASE
 from tests.wait import wait_until
 
 SECRET = "corp-user:Pr0xy-S3cret-e2e"
@@ -45,7 +48,18 @@ FLAGS = [
     "--upstream-proxy-connect-by-hostname",
     f"--upstream-proxy-ca-bundle={CA_PATH}",
 ]
-NEWER = {"STANDIN_SUPERVISOR_NEWER": "1"}   # the stand-in plays a supervisor that has --upstream-proxy-ca-bundle
+IDENTITY = "1000"  # sandbox:1's USER sandbox: the supervisor container's user
+# the main process writes its environment where an exec can read it, then idles
+ENV_REPORT = ["sh", "-c", "env >/tmp/.env && mv /tmp/.env /tmp/env; exec sleep 600"]
+OLDER_SUPERVISOR = "localhost/podmand-test/supervisor2-2f7fb65:1"
+# upstream 2f7fb65's supervisor as clap would answer the flag it lacks; anything else goes to the stand-in
+OLDER_WRAPPER = b"""#!/usr/bin/python3
+import os, sys
+if any(a.split("=", 1)[0] == "--upstream-proxy-ca-bundle" for a in sys.argv[1:]):
+    sys.stderr.write("error: unexpected argument '--upstream-proxy-ca-bundle' found\\n")
+    sys.exit(2)
+os.execv("/openshell-supervisor-newer", ["/openshell-supervisor", *sys.argv[1:]])
+"""
 
 
 def proxied(make_podmand: Callable[..., Podmand], **extra: str) -> Podmand:
@@ -69,63 +83,113 @@ def proxied(make_podmand: Callable[..., Podmand], **extra: str) -> Podmand:
     return daemon
 
 
+def log_of(container: Any) -> str:
+    return b"".join(container.logs(stdout=True, stderr=True)).decode(errors="replace")
+
+
+def running_pair(podman_client: podman.PodmanClient, sandbox_id: str) -> tuple[Any, Any]:
+    """(workload, supervisor) once the supervisor says it is ready (it accepted its argv)."""
+    [workload] = containers_of(podman_client, sandbox_id)
+    [supervisor] = containers_of(podman_client, sandbox_id, "supervisor")
+    wait_until(lambda: "openshell-supervisor: ready" in log_of(supervisor), 60, "the supervisor's ready line",
+               lambda: log_of(supervisor))
+    return workload, supervisor
+
+
 def test_supervisor_gets_the_proxy_and_the_secret_stays_in_its_file(
         make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
     """The sandbox reaches Ready with the operator's proxy on the supervisor's argv, untouched by
-    the sandbox's own HTTPS_PROXY/NO_PROXY; the credential is a root-only file inside and appears
-    nowhere in Podman's view of the container, its volume, or either log."""
+    the sandbox's own HTTPS_PROXY/NO_PROXY (which reach its main process, not the supervisor's
+    environment); the credential is a file of the supervisor's user only, the workload has
+    neither file, and the secret appears nowhere in Podman's view of either container, the
+    volumes, or any log."""
     daemon = proxied(make_podmand).start()
     watch = daemon.watch()
-    box = sandbox(environment={**NEWER, "HTTPS_PROXY": "http://evil.example:1",
-                               "https_proxy": "http://evil.example:2", "NO_PROXY": "*"})
+    own = {"HTTPS_PROXY": "http://evil.example:1", "https_proxy": "http://evil.example:2", "NO_PROXY": "*"}
+    box = sandbox(environment=own, command=ENV_REPORT)
     cleanup.append(box.id)
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-    watch.wait_reason(box.id, "ContainerRunning")
-    [container] = containers_of(podman_client, box.id)
-
-    def logs() -> str:
-        return b"".join(container.logs(stdout=True, stderr=True)).decode(errors="replace")
-
-    wait_until(lambda: "openshell-sandbox: ready" in logs(), 30, "the stand-in's ready line", logs)
-    assert ("upstream proxy proxy.corp.example:3128 no_proxy=-x.corp,10.0.0.0/8 "
-            f"auth_file={AUTH_PATH} allow_insecure=true connect_target=hostname ca_bundle={CA_PATH}") in logs()
-    attrs = container.attrs
-    assert attrs["Config"]["Cmd"] == ["--workdir", "/sandbox", *FLAGS]
+    watch.wait_reason(box.id, "ContainerRunning", timeout=60)
+    workload, supervisor = running_pair(podman_client, box.id)
+    attrs = supervisor.attrs
+    command = attrs["Config"]["Cmd"]
+    assert command[:2 + len(FLAGS)] == ["--workdir", "/sandbox", *FLAGS]
+    assert [a for a in command[2 + len(FLAGS):] if "proxy" in a] == []  # no flag twice, nothing else
     env = dict(item.split("=", 1) for item in attrs["Config"]["Env"])
     assert not {"HTTPS_PROXY", "https_proxy", "NO_PROXY"} & set(env)  # kept from the supervisor
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
     assert mounts[AUTH_PATH]["RW"] is False and mounts[CA_PATH]["RW"] is False
+    assert not {AUTH_PATH, CA_PATH} & {m["Destination"] for m in workload.attrs["Mounts"]}
 
-    # inside: the credential (trimmed, one newline) readable by root only; the CA bundle as given
-    assert run_in(container, ["cat", AUTH_PATH]) == (0, f"{SECRET}\n", "")
-    assert run_in(container, ["stat", "-c", "%u %a", AUTH_PATH])[1].split() == ["0", "400"]
-    code, _, err = run_in(container, ["cat", AUTH_PATH], user="1000")
+    # the sandbox's own proxy variables are its main process's business
+    main = wait_until(lambda: run_in(workload, ["/bin/cat", "/tmp/env"])[1], 30, "the main process's environment")
+    assert {"HTTPS_PROXY=http://evil.example:1", "https_proxy=http://evil.example:2", "NO_PROXY=*"} <= set(
+        main.splitlines())
+
+    # in the supervisor: the credential (trimmed, one newline) readable by its user only; the CA bundle as given
+    assert run_in(supervisor, ["cat", AUTH_PATH]) == (0, f"{SECRET}\n", "")
+    assert run_in(supervisor, ["stat", "-c", "%u %a", AUTH_PATH])[1].split() == [IDENTITY, "400"]
+    code, _, err = run_in(supervisor, ["cat", AUTH_PATH], user="65534")
     assert code != 0 and "Permission denied" in err
-    assert run_in(container, ["cat", CA_PATH])[1] == PEM
+    assert run_in(supervisor, ["cat", CA_PATH])[1] == PEM
+    # in the workload: neither file
+    for path in (AUTH_PATH, CA_PATH):
+        assert run_in(workload, ["/bin/test", "-e", path])[0] == 1, path
 
-    # nowhere else: inspect (env, labels, args), the volume's labels, podmand's and the container's logs
-    seen = json.dumps(attrs) + json.dumps([v.attrs for v in volumes_of(podman_client, box.id)])
-    for where, text in (("inspect", seen), ("podmand's log", daemon.logs()), ("container log", logs())):
+    # nowhere else: inspect (env, labels, args), the volumes' labels, podmand's and the containers' logs
+    seen = json.dumps([workload.attrs, attrs, *[v.attrs for v in volumes_of(podman_client, box.id)]])
+    for where, text in (("inspect", seen), ("podmand's log", daemon.logs()), ("workload log", log_of(workload)),
+                        ("supervisor log", log_of(supervisor))):
         assert SECRET not in text and "Pr0xy-S3cret" not in text, where
     assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
+@pytest.fixture(scope="module")
+def older_supervisor(podman_client: podman.PodmanClient) -> str:
+    """The supervisor image as upstream 2f7fb65 would be: the stand-in behind a wrapper that
+    refuses --upstream-proxy-ca-bundle with clap's message and exit status 2."""
+    newer = (ROOT / "tests" / "images" / "supervisor2" / "openshell-supervisor").read_bytes()
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        for name, data in (("openshell-supervisor", OLDER_WRAPPER), ("openshell-supervisor-newer", newer)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    if podman_client.images.exists(OLDER_SUPERVISOR):  # an earlier run's, perhaps of an older stand-in
+        with contextlib.suppress(podman.errors.APIError):
+            podman_client.images.remove(OLDER_SUPERVISOR)
+    base = podman_client.containers.create(SUPERVISOR_IMAGE, command=["health"])
+    try:
+        base.put_archive("/", layer.getvalue())
+        base.commit(repository=OLDER_SUPERVISOR.rsplit(":", 1)[0], tag="1")
+    finally:
+        base.remove(force=True)
+    return OLDER_SUPERVISOR
+
+
 def test_ca_bundle_needs_a_supervisor_newer_than_2f7fb65(
-        make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
-    """What docs/hosts.md (Corporate proxy) warns about: with proxy_ca_bundle set and a 2f7fb65 supervisor (the
-    stand-in without NEWER), the supervisor refuses podmand's argv as clap does and the sandbox
-    never comes up; the exit code is podmand's reason and the refusal is in the container log."""
-    daemon = proxied(make_podmand).start()
+        make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str],
+        older_supervisor: str) -> None:
+    """What docs/hosts.md (Corporate proxy) warns about: with proxy_ca_bundle set and a 2f7fb65
+    supervisor, the supervisor refuses podmand's argv as clap does and the sandbox never comes
+    up: podmand reports the supervisor gone with its exit code, and the refusal is in the
+    supervisor's container log."""
+    daemon = proxied(make_podmand, OPENSHELL_SUPERVISOR_IMAGE=older_supervisor).start()
     watch = daemon.watch()
     box = sandbox()
     cleanup.append(box.id)
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-    snap = watch.wait_reason(box.id, "ContainerExited")
-    assert ready(snap).message == "Container exited with code 2"
-    [container] = containers_of(podman_client, box.id)
-    log = b"".join(container.logs(stdout=True, stderr=True)).decode(errors="replace")
+
+    def gone() -> pb.DriverCondition | None:
+        conds = [c for s in watch.snapshots(box.id) for c in s.status.conditions if c.type == "Ready"]
+        return next((c for c in conds if c.reason == "SupervisorExited"), None)
+
+    cond = wait_until(gone, 60, "SupervisorExited", lambda: watch.snapshots(box.id))
+    assert cond.status == "False" and cond.message.endswith("is exited (exit code 2)"), cond
+    [supervisor] = containers_of(podman_client, box.id, "supervisor")
+    log = log_of(supervisor)
     assert log.startswith("error: unexpected argument '--upstream-proxy-ca-bundle' found\n"), log
-    assert "openshell-sandbox: ready" not in log
+    assert "openshell-supervisor: ready" not in log
     assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
@@ -156,12 +220,12 @@ def test_credential_is_read_again_for_each_sandbox(
     auth = daemon.workdir / "proxy-auth"
     watch = daemon.watch()
     auth.write_text("corp-user:R0tated-S3cret\n")
-    rotated, broken = sandbox(environment=NEWER), sandbox(environment=NEWER)
+    rotated, broken = sandbox(), sandbox()
     cleanup += [rotated.id, broken.id]
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=rotated))
-    watch.wait_reason(rotated.id, "ContainerRunning")
-    [container] = containers_of(podman_client, rotated.id)
-    assert run_in(container, ["cat", AUTH_PATH])[1] == "corp-user:R0tated-S3cret\n"
+    watch.wait_reason(rotated.id, "ContainerRunning", timeout=60)
+    [supervisor] = containers_of(podman_client, rotated.id, "supervisor")
+    assert run_in(supervisor, ["cat", AUTH_PATH])[1] == "corp-user:R0tated-S3cret\n"
     auth.write_text("Br0ken-S3cret-without-a-colon\n")
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=broken))
     snap = watch.wait_reason(broken.id, "UpstreamProxyInvalid")
@@ -173,26 +237,6 @@ def test_credential_is_read_again_for_each_sandbox(
 
 
 # ---------------------------------------------------------------- an https:// proxy, for real
-
-PYTHON_IP = "localhost/podmand-test/python-ip:3.11"
-
-
-@pytest.fixture(scope="module")
-def python_image(podman_client: podman.PodmanClient) -> str:
-    """A local Python image (tests/images/pybase.sh) for a TLS client inside the sandbox, with
-    busybox as /usr/sbin/ip: the supervisor (and its stand-in) refuses an image without ip."""
-    subprocess.run(["bash", str(ROOT / "tests" / "images" / "pybase.sh")], check=True, capture_output=True)
-    if not podman_client.images.exists(PYTHON_IP):
-        layer = io.BytesIO()
-        with tarfile.open(fileobj=layer, mode="w") as tar:
-            tar.add("/bin/busybox", arcname="usr/sbin/ip")
-        base = podman_client.containers.create(BASE, command=["true"])
-        try:
-            base.put_archive("/", layer.getvalue())
-            base.commit(repository=PYTHON_IP.rsplit(":", 1)[0], tag="3.11")
-        finally:
-            base.remove(force=True)
-    return PYTHON_IP
 
 
 @contextlib.contextmanager
@@ -230,7 +274,7 @@ def tls_connect_proxy() -> Iterator[tuple[int, int, list[str]]]:
             t.join(5)
 
 
-# Run in the sandbox: TLS to the proxy verified with the bundle podmand copied in (or the
+# Run in the supervisor container, as its user: TLS to the proxy verified with the bundle podmand copied in (or the
 # system roots alone), CONNECT with the credential file's Basic auth, then the target's greeting.
 CLIENT = """
 import base64, socket, ssl, sys
@@ -253,42 +297,41 @@ except ssl.SSLCertVerificationError as exc:
 """
 
 
-def test_https_proxy_is_reached_over_tls_from_inside_a_sandbox(
-        make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str],
-        python_image: str) -> None:
+def test_https_proxy_is_reached_over_tls_from_the_supervisor_container(
+        make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
     """Upstream PR #2512 through the pex: an https:// proxy with an auth file and no insecure
-    acknowledgement starts a newer supervisor; from inside the sandbox the CA bundle podmand
-    copied in verifies the real proxy (the system roots alone do not), and the credential reaches
-    it inside TLS. doctor verifies the same proxy with the bundle and FAILs with another CA."""
+    acknowledgement starts the supervisor with the proxy, its auth file and its CA bundle; from
+    inside the supervisor container (the host's network, where the supervisor dials the proxy
+    from) the CA bundle podmand copied in verifies the real proxy (the system roots alone do
+    not), and the credential reaches it inside TLS; the workload, with no network, cannot reach
+    it at all. doctor verifies the same proxy with the bundle and FAILs with another CA."""
     with tls_connect_proxy() as (proxy_port, target_port, seen):
         url = f"https://host.containers.internal:{proxy_port}"
         daemon = proxied(make_podmand, OPENSHELL_SANDBOX_HTTPS_PROXY=url, OPENSHELL_SANDBOX_NO_PROXY="",
                          OPENSHELL_SANDBOX_PROXY_AUTH_ALLOW_INSECURE="", OPENSHELL_SANDBOX_PROXY_CONNECT_BY_HOSTNAME="")
         daemon.start()
         watch = daemon.watch()
-        daemon_user = {"STANDIN_POLICY_RUN_AS_USER": "daemon", "STANDIN_POLICY_RUN_AS_GROUP": "daemon"}
-        box = sandbox(environment={**NEWER, **daemon_user}, image=python_image,  # the image has no USER
-                      workload_identity=pb.WorkloadIdentityRequest(user="daemon", group="daemon"))
+        box = sandbox()
         cleanup.append(box.id)
         daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-        watch.wait_reason(box.id, "ContainerRunning")
-        [container] = containers_of(podman_client, box.id)
-        assert container.attrs["Config"]["Cmd"] == [
+        watch.wait_reason(box.id, "ContainerRunning", timeout=60)
+        workload, supervisor = running_pair(podman_client, box.id)
+        assert supervisor.attrs["Config"]["Cmd"][:5] == [
             "--workdir", "/sandbox", f"--upstream-proxy={url}", f"--upstream-proxy-auth-file={AUTH_PATH}",
             f"--upstream-proxy-ca-bundle={CA_PATH}"]
-
-        def logs() -> str:
-            return b"".join(container.logs(stdout=True, stderr=True)).decode(errors="replace")
-
-        wait_until(lambda: "openshell-sandbox: ready" in logs(), 30, "the stand-in's ready line", logs)
-        assert f"upstream proxy host.containers.internal:{proxy_port} is dialled over TLS" in logs()
         client = ["python3", "-c", CLIENT, "host.containers.internal", str(proxy_port), f"127.0.0.1:{target_port}"]
-        code, out, err = run_in(container, [*client, CA_PATH], user="0")
+        code, out, err = run_in(supervisor, [*client, CA_PATH])
         assert code == 0 and out == "HTTP/1.1 200 Connection established||target-reached\n", (code, out, err)
         assert len(seen) == 1 and f"Proxy-Authorization: Basic {base64.b64encode(SECRET.encode()).decode()}" in seen[0]
-        code, out, err = run_in(container, [*client, ""], user="0")
+        code, out, err = run_in(supervisor, [*client, ""])
         assert out.startswith("verify failed: unable to get local issuer certificate"), (code, out, err)
         assert len(seen) == 1  # nothing was sent to a proxy that was not verified
+        # the supervisor reached it at this host's loopback, which the workload (network none) does not share
+        assert run_in(supervisor, ["getent", "hosts", "host.containers.internal"])[1].split()[0] == "127.0.0.1"
+        dial = ["/usr/bin/python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {proxy_port}), 5)"]
+        code, _, err = run_in(workload, dial)
+        assert code != 0 and "ConnectionRefusedError" in err, err
+        assert len(seen) == 1
         assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
         local = f"https://127.0.0.1:{proxy_port}"  # the same proxy as this host reaches it

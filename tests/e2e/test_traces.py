@@ -2,10 +2,11 @@
 the side of a real OTLP/gRPC receiver (tests/otlp.py) this test starts.
 
 A create and a delete carry the caller's W3C ``traceparent``: their server spans continue
-the caller's trace, provisioning hangs off the create, its steps off provisioning and each
-libpod call off its step; the resource names upstream's service and the gateway; and not
-one byte the receiver got holds the sandbox token, the launch bundle's tokens or an
-environment value.
+the caller's trace, provisioning hangs off the create, its steps (the pulls of the sandbox,
+supervisor and runtime images, then the pair's creation) off provisioning and each libpod
+call off its step; the resource names upstream's service and the gateway; and not one byte
+the receiver got holds the launch bundle's tokens, the bundle itself or an environment
+value.
 """
 
 from __future__ import annotations
@@ -16,15 +17,14 @@ from collections.abc import Callable
 
 from podmand._proto import compute_driver_pb2 as pb
 from tests import otlp
-from tests.jwt import make_launch
 
-from .conftest import DEADLINE, SANDBOX_IMAGE, SUPERVISOR_IMAGE, Podmand, sandbox
+from .conftest import DEADLINE, RUNTIME_IMAGE, SANDBOX_IMAGE, SUPERVISOR_IMAGE, Podmand, sandbox
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 CALLER_SPAN = "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE_ID}-{CALLER_SPAN}-01"
 SECRET_ENV = "hunter2-e2e-trace-secret"
-STEPS = ("podman.pull", "podman.create_container", "podman.start_container")
+STEPS = ("podman.pull", "podman.create_pair")
 
 
 def traced(make_podmand: Callable[..., Podmand], receiver: otlp.Receiver) -> Podmand:
@@ -42,14 +42,12 @@ def test_a_sandboxs_spans_continue_the_callers_trace_down_to_each_libpod_call(
         make_podmand: Callable[..., Podmand], receiver: otlp.Receiver, cleanup: list[str]) -> None:
     daemon = traced(make_podmand, receiver)
     watch = daemon.watch()
-    box = sandbox(token=True, environment={"API_KEY": SECRET_ENV})
-    box.spec.launch_authentication = make_launch(box.id, "g0000000000000001")
+    box = sandbox(environment={"API_KEY": SECRET_ENV})
     bundle = json.loads(box.spec.launch_authentication)["supervisor"]
-    box.spec.sandbox_token = bundle["gateway_token"]
     cleanup.append(box.id)
     metadata = (("traceparent", TRACEPARENT),)
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box), metadata=metadata)
-    watch.wait_reason(box.id, "ContainerRunning")
+    watch.wait_reason(box.id, "ContainerRunning", timeout=60)
     daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id, name=box.name), metadata=metadata)
     wanted = {"driver.create_sandbox", "driver.delete_sandbox", "podman.provision", *STEPS}
     spans = receiver.wait_for(lambda s: {x.name for x in s} >= wanted, DEADLINE, "the sandbox's spans")
@@ -63,19 +61,22 @@ def test_a_sandboxs_spans_continue_the_callers_trace_down_to_each_libpod_call(
     provision = one(spans, "podman.provision", create)
     assert provision.attributes["sandbox.id"] == box.id and provision.span.status.code != 2  # not ERROR
     pulls = [s for s in otlp.children(spans, provision) if s.name == "podman.pull"]
-    assert sorted(p.attributes["container.image.name"] for p in pulls) == sorted((SANDBOX_IMAGE, SUPERVISOR_IMAGE))
-    steps = {name: one(spans, name, provision) for name in STEPS[1:]}
-    steps["podman.pull"] = pulls[0]
-    starts = [s.span.start_time_unix_nano for s in (*pulls, steps["podman.create_container"],
-                                                    steps["podman.start_container"])]
-    assert starts == sorted(starts)  # the pulls, then the create, then the start
-    made = one(spans, "POST /libpod/containers/create", steps["podman.create_container"])
-    started = one(spans, "POST /libpod/containers/{name}/start", steps["podman.start_container"])
-    assert made.attributes["http.response.status_code"] == 201
-    assert started.attributes["http.response.status_code"] in (204, 304)
-    assert made.attributes["url.template"] == "/libpod/containers/create"
+    assert sorted(p.attributes["container.image.name"] for p in pulls) == sorted(
+        (SANDBOX_IMAGE, SUPERVISOR_IMAGE, RUNTIME_IMAGE))
+    pair = one(spans, "podman.create_pair", provision)
+    assert max(p.span.end_time_unix_nano for p in pulls) <= pair.span.start_time_unix_nano  # the pulls, then the pair
     for pull in pulls:
         assert any(s.name == "POST /libpod/images/pull" for s in otlp.children(spans, pull))
+    # the pair's libpod calls: both containers made, then both started (supervisor last)
+    calls = sorted(otlp.children(spans, pair), key=lambda s: s.span.start_time_unix_nano)
+    made = [s for s in calls if s.name == "POST /libpod/containers/create"]
+    started = [s for s in calls if s.name == "POST /libpod/containers/{name}/start"]
+    assert len(made) == 2 and len(started) == 2, [s.name for s in calls]
+    assert all(s.attributes["http.response.status_code"] == 201 for s in made)
+    assert all(s.attributes["url.template"] == "/libpod/containers/create" for s in made)
+    assert all(s.attributes["http.response.status_code"] in (204, 304) for s in started)
+    assert max(s.span.start_time_unix_nano for s in made) < min(s.span.start_time_unix_nano for s in started)
+    assert any(s.name == "PUT /libpod/containers/{name}/archive" for s in calls)  # the channel, workspace, auth files
     assert any(s.name.startswith("DELETE /libpod/containers/{name}") for s in otlp.children(spans, delete))
 
     # Every span of the caller's trace leads back to the caller's span.
@@ -91,9 +92,10 @@ def test_a_sandboxs_spans_continue_the_callers_trace_down_to_each_libpod_call(
 
     daemon.stop()
     raw = receiver.raw
-    for secret in (box.spec.sandbox_token, bundle["sandbox_token"], box.spec.launch_authentication, SECRET_ENV):
+    for secret in (bundle["gateway_token"], bundle["sandbox_token"], box.spec.launch_authentication, SECRET_ENV):
         assert (secret.encode() if isinstance(secret, str) else secret) not in raw
-    assert box.spec.sandbox_token.split(".")[2].encode() not in raw  # not even the signature
+    for token in (bundle["gateway_token"], bundle["sandbox_token"]):
+        assert token.split(".")[-1].encode() not in raw  # not even the signature
 
 
 def test_doctor_exports_to_the_collector(make_podmand: Callable[..., Podmand], receiver: otlp.Receiver) -> None:
