@@ -2,7 +2,8 @@
 containers.conf chose journald, on a host where that user cannot read the journal
 (none runs here). Plain ``podman run`` loses the output (Podman 5) or is refused
 (Podman 4); podmand's sandbox, through the pex and the Podman service it starts
-itself, logs with k8s-file, and ``ctl logs``, ``logs -f`` and ``describe`` show it."""
+itself, logs with k8s-file (both containers of the pair), and ``ctl logs``, ``logs -f``
+and ``describe`` show the workload's log: its runtime's lines and its main process's output."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ import pytest
 from tests.e2e.freshuser import FreshUser, fresh_user
 from tests.wait import wait_until
 
-from .conftest import DEADLINE, SANDBOX_IMAGE, SUPERVISOR_IMAGE
+from .conftest import DEADLINE, RUNTIME_IMAGE, SANDBOX_IMAGE, SUPERVISOR_IMAGE
 from .test_ctl import Lines, fields
 
 JOURNALD = '[containers]\nlog_driver = "journald"\n'
+SAID = "main-process-said-hello"
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,7 @@ def user(podman_client: podman.PodmanClient) -> Iterator[FreshUser]:
         conf.mkdir(parents=True)
         (conf / "containers.conf").write_text(JOURNALD)
         subprocess.run(["chown", "-R", f"{u.uid}:{u.gid}", str(Path(u.home, ".config"))], check=True)
-        for image in (SANDBOX_IMAGE, SUPERVISOR_IMAGE):
+        for image in (SANDBOX_IMAGE, SUPERVISOR_IMAGE, RUNTIME_IMAGE):
             tar = Path(u.home, "image.tar")
             with open(tar, "wb") as out:
                 for chunk in podman_client.images.get(image).save(named=True):
@@ -71,7 +73,7 @@ def test_plain_podman_run_loses_the_output(user: FreshUser) -> None:
 def test_sandbox_logs_with_k8s_file_and_ctl_shows_them(user: FreshUser, pex_file: Path, tmp_path: Path) -> None:
     log_path = tmp_path / "serve.log"
     env = {"OPENSHELL_SANDBOX_IMAGE": SANDBOX_IMAGE, "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR_IMAGE,
-           "OPENSHELL_STOP_TIMEOUT": "5", "PODMAND_TOPOLOGY": "single"}  # the layout of these images
+           "OPENSHELL_SANDBOX_RUNTIME_IMAGE": RUNTIME_IMAGE, "OPENSHELL_STOP_TIMEOUT": "5"}
 
     def logs() -> str:
         return log_path.read_text(errors="replace")
@@ -87,24 +89,27 @@ def test_sandbox_logs_with_k8s_file_and_ctl_shows_them(user: FreshUser, pex_file
             return user.run([str(pex_file), "ctl", *args], env, timeout=DEADLINE + 30)
 
         box = f"logs-{uuid.uuid4().hex[:10]}"
-        created = ctl("create", "--wait", "--id", box, "--name", "web", "--", "sleep", "600")
+        main = ["sh", "-c", f"echo {SAID}; exec sleep 600"]
+        created = ctl("create", "--wait", "--id", box, "--name", "web", "--", *main)
         assert created.returncode == 0, created.stdout + created.stderr + logs()
         assert fields(created.stdout)["ready"] == "True", created.stdout
 
         with podman.PodmanClient(base_url=f"unix:///tmp/podman-run-{user.uid}/podman/podman.sock") as client:
-            [found] = client.containers.list(all=True, filters={"label": f"openshell.ai/sandbox-id={box}"})
-            container = client.containers.get(found.id)
-            assert container.attrs["HostConfig"]["LogConfig"]["Type"] == "k8s-file"
+            pair = client.containers.list(all=True, filters={"label": f"openshell.ai/sandbox-id={box}"})
+            assert len(pair) == 2  # the workload and its supervisor
+            for found in pair:
+                assert client.containers.get(found.id).attrs["HostConfig"]["LogConfig"]["Type"] == "k8s-file"
 
-            # The stand-in supervisor logs to stderr (the workload's own output it drains, unlogged).
-            shown = wait_until(lambda: (r := ctl("logs", box)).returncode == 0
-                               and "openshell-sandbox: ready" in r.stderr and r, DEADLINE, "the supervisor's lines")
-            assert "identity mode=oci" in shown.stderr
+            # The workload's log: the runtime's lines (stderr) and the main process's output (stdout).
+            started = "openshell-sandbox: started the main process sh"
+            shown = wait_until(lambda: (r := ctl("logs", box)).returncode == 0 and SAID in r.stdout and r,
+                               DEADLINE, "the main process's output")
+            assert started in shown.stderr and "as 1000:1000 in /sandbox" in shown.stderr, shown.stderr
 
             follow = subprocess.Popen(user.command([str(pex_file), "ctl", "logs", "-f", box], env),
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            lines = Lines(follow, "stderr")
-            wait_until(lambda: lines.having("openshell-sandbox: ready"), DEADLINE, "logs -f to print what was logged")
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            lines, out = Lines(follow, "stderr"), Lines(follow, "stdout")
+            wait_until(lambda: lines.having(started) and out.having(SAID), DEADLINE, "logs -f to print what was logged")
             assert follow.poll() is None  # following while the container runs
 
         described = ctl("describe", box)
