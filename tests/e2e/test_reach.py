@@ -1,11 +1,11 @@
-"""Whether sandboxes reach the gateway, through the pex and real rootless Podman: doctor's
-'gateway reach' finding and fix for a real listener bound to 127.0.0.1, to 0.0.0.0 and to
-nothing (and for a host_gateway_ip no interface has), serve's start-up warning, and a real
-sandbox connecting out to prove the verdicts right from inside.
-
-Podman 4.3.1 (slirp4netns) gives host.containers.internal this host's address; 5.4.2
-(pasta) gives 169.254.1.2, mapped to this host's default-interface address: either way a
-connection lands on that address, never on loopback.
+"""Whether sandboxes reach the gateway, through the pex and real rootless Podman, split
+topology: the supervisor dials the gateway from this host's network (its default endpoint
+is http://127.0.0.1:<gateway_port>, and its host.containers.internal and
+host.openshell.internal are 127.0.0.1 unless host_gateway_ip says otherwise). doctor's
+'gateway reach' finding and fix for a real listener bound to 127.0.0.1, to 0.0.0.0, to
+this host's default-interface address only and to nothing; serve's start-up warning; and a
+real supervisor container connecting out to prove the verdicts right from where the
+supervisor dials (its workload, with no network, reaches none of them).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import podman
 
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.host import netfacts
-from tests.e2e.conftest import Podmand, containers_of, podman_version, run_in, sandbox
+from tests.e2e.conftest import Podmand, containers_of, run_in, sandbox
 from tests.wait import wait_until
 
 GREETING = "podmand-test-gateway\n"
-BIND_FIX = "start the gateway with --bind-address 0.0.0.0 (OPENSHELL_BIND_ADDRESS)"
+HOST_NAME = "host.openshell.internal"  # the supervisor's /etc/hosts entry (podmand's)
 
 
 def serving(server: socket.socket, handle: Callable[[socket.socket], None]) -> threading.Thread:
@@ -75,37 +75,42 @@ def reach(daemon: Podmand, **env: str) -> dict[str, str]:
     return check
 
 
-def landing(client: podman.PodmanClient) -> tuple[str, str]:
-    """(host.containers.internal in a sandbox, where its connections land on this host)."""
-    _, primary = netfacts.host_addresses()
-    return ("169.254.1.2" if podman_version(client) >= (5, 3) else primary[0]), primary[0]
+def primary() -> str:
+    """This host's default-interface address (where a gateway bound to it alone listens)."""
+    _, found = netfacts.host_addresses()
+    assert found, "no default-interface address on this host"
+    return found[0]
 
 
 def test_doctor_finds_each_listener_and_says_the_fix(
         make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient) -> None:
     daemon = make_podmand(start=False)
-    inside, host = landing(podman_client)
-    seen = f"host.containers.internal is {inside} there (Podman gives it)"
-    with listening("0.0.0.0") as port:
-        ok = reach(daemon, OPENSHELL_GATEWAY_PORT=str(port))
-        assert ok["status"] == "OK" and seen in ok["finding"], ok
-        assert ok["finding"].endswith(f"something listens on 0.0.0.0:{port}: reachable"), ok
-    with listening("127.0.0.1") as port:
-        loop = reach(daemon, OPENSHELL_GATEWAY_PORT=str(port))
-        assert loop["status"] == "WARN" and seen in loop["finding"], loop
-        assert loop["finding"].endswith(f"the gateway listens on 127.0.0.1:{port} only, which a sandbox's "
-                                        f"connection to {host}:{port} does not reach"), loop
-        assert loop["fix"] == f"{BIND_FIX}, or --bind-address {host}"
+    host = primary()
+
+    def seen(port: int) -> str:
+        return f"supervisors dial http://127.0.0.1:{port} from this host's network; "
+
+    for address in ("0.0.0.0", "127.0.0.1"):  # upstream's default bind (127.0.0.1) is enough now
+        with listening(address) as port:
+            ok = reach(daemon, OPENSHELL_GATEWAY_PORT=str(port))
+            assert ok == {"name": "gateway reach", "status": "OK", "fix": "",
+                          "finding": f"{seen(port)}something listens on {address}:{port}: reachable"}, ok
+            # the host-gateway names are 127.0.0.1 in the supervisor, and doctor judges them so
+            named = reach(daemon, OPENSHELL_GRPC_ENDPOINT=f"http://{HOST_NAME}:{port}")
+            daemon.env.pop("OPENSHELL_GRPC_ENDPOINT")
+            assert named["status"] == "OK" and named["finding"].endswith(
+                f"something listens on {address}:{port}: reachable"), named
+    with listening(host) as port:
+        only = reach(daemon, OPENSHELL_GATEWAY_PORT=str(port))
+        assert only["status"] == "WARN" and only["finding"] == (
+            f"{seen(port)}the gateway listens on {host}:{port} only, which a sandbox's connection to "
+            f"127.0.0.1:{port} does not reach"), only
+        assert only["fix"] == f"start the gateway listening on 127.0.0.1:{port}, or --bind-address 127.0.0.1"
     with listening("") as port:
         none = reach(daemon, OPENSHELL_GATEWAY_PORT=str(port))
-        assert none["status"] == "WARN" and none["finding"].endswith(f"nothing listens on port {port} of this host")
-        assert none["fix"].startswith(f"start the gateway there with --port {port} and --bind-address 0.0.0.0")
-    stray = reach(daemon, OPENSHELL_PODMAN_HOST_GATEWAY_IP="198.51.100.7")
-    assert stray["status"] == "WARN", stray
-    assert stray["finding"].endswith("host.containers.internal is 198.51.100.7 there (Podman gives it), but no "
-                                     "interface of this host has 198.51.100.7")
-    assert stray["fix"].startswith("set host_gateway_ip (--host-gateway-ip / OPENSHELL_PODMAN_HOST_GATEWAY_IP) to an "
-                                   f"address of this host ({host}")
+        assert none["status"] == "WARN", none
+        assert none["finding"] == f"{seen(port)}nothing listens on port {port} of this host"
+        assert none["fix"].startswith(f"start the gateway there with --port {port}, or set gateway_port")
     assert podman_client.containers.list(all=True, filters={"name": "podmand-read-reach-"}) == []
 
 
@@ -118,27 +123,41 @@ def reach_verdict(daemon: Podmand) -> str:
     return str(wait_until(verdict, what="serve's gateway-reach check", detail=daemon.logs))
 
 
-def test_the_verdicts_hold_inside_a_real_sandbox(
+def test_the_verdicts_hold_from_a_real_supervisor(
         make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
-    """The 0.0.0.0 listener doctor calls reachable answers a sandbox; the 127.0.0.1 one it warns
-    about refuses it; serve warns at start-up for the second and not for the first."""
-    with listening("0.0.0.0") as open_port, listening("127.0.0.1") as loop_port:
-        daemon = make_podmand({"OPENSHELL_GATEWAY_PORT": str(open_port)})
+    """The 0.0.0.0 and 127.0.0.1 listeners doctor calls reachable answer a supervisor container,
+    by address and by its host-gateway name; the one bound to the default-interface address
+    alone, which doctor warns about, refuses it at 127.0.0.1; the workload reaches none; serve
+    warns at start-up for the last and not for the others."""
+    host = primary()
+    with listening("0.0.0.0") as open_port, listening("127.0.0.1") as loop_port, listening(host) as host_port:
+        daemon = make_podmand({"OPENSHELL_GATEWAY_PORT": str(loop_port)})
         assert "sandboxes may not reach the gateway" not in reach_verdict(daemon)
         watch = daemon.watch()
         box = sandbox()
         cleanup.append(box.id)
         daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-        watch.wait_reason(box.id, "ContainerRunning")
-        [container] = containers_of(podman_client, box.id)
-        dial = ["nc", "-w", "5", "host.containers.internal"]
-        code, out, err = run_in(container, [*dial, str(open_port)])
-        assert (code, out) == (0, GREETING), (code, out, err)
-        code, out, err = run_in(container, [*dial, str(loop_port)])
+        watch.wait_reason(box.id, "ContainerRunning", timeout=60)
+        [workload] = containers_of(podman_client, box.id)
+        [supervisor] = containers_of(podman_client, box.id, "supervisor")
+        env = dict(item.split("=", 1) for item in supervisor.attrs["Config"]["Env"])
+        assert env["OPENSHELL_ENDPOINT"] == f"http://127.0.0.1:{loop_port}"
+        for target in ("127.0.0.1", HOST_NAME, "host.containers.internal"):
+            for port in (open_port, loop_port):
+                code, out, err = run_in(supervisor, ["nc", "-w", "5", target, str(port)])
+                assert (code, out) == (0, GREETING), (target, port, code, out, err)
+        code, out, err = run_in(supervisor, ["nc", "-w", "5", "127.0.0.1", str(host_port)])
         assert code != 0 and out == "" and "Connection refused" in err, (code, out, err)
+        for port in (open_port, loop_port):
+            dial = ["/usr/bin/python3", "-c", f"import socket; socket.create_connection(('{host}', {port}), 5)"]
+            code, _, err = run_in(workload, dial)
+            assert code != 0 and "Network is unreachable" in err, (port, err)
         assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
-        warned = make_podmand({"OPENSHELL_GATEWAY_PORT": str(loop_port)})
+        opened = make_podmand({"OPENSHELL_GATEWAY_PORT": str(open_port)})
+        assert "sandboxes may not reach the gateway" not in reach_verdict(opened)
+        warned = make_podmand({"OPENSHELL_GATEWAY_PORT": str(host_port)})
         reach_verdict(warned)
         [line] = [x for x in warned.logs().splitlines() if "sandboxes may not reach the gateway" in x]
-        assert f"the gateway listens on 127.0.0.1:{loop_port} only" in line and BIND_FIX in line, line
+        assert f"the gateway listens on {host}:{host_port} only" in line, line
+        assert f"start the gateway listening on 127.0.0.1:{host_port}" in line, line

@@ -1,11 +1,16 @@
-"""The supervisor binary every sandbox runs as root, through the pex against real rootless Podman
-(issue 30): no sandbox can change it for another, whatever its user namespace, a copy changed
-behind podmand's back is never run, and no sandbox maps podmand's own uid, or takes more
-subordinate ids than the operator allows, unless the operator says so.
+"""The runtime binary every workload starts from (``/openshell-sandbox`` of the runtime image,
+extracted into podmand's cache by sandbox/supervisor.py and bound read-only at
+/opt/openshell/bin/openshell-sandbox), through the pex against real rootless Podman (issue 30):
+no sandbox can change it for another, whatever its user namespace, a copy changed behind
+podmand's back is never run, and no sandbox maps podmand's own uid, or takes more subordinate
+ids than the operator allows, unless the operator says so.
 
-Tried before the fix: a keep-id sandbox (its uid map holds podmand's uid) remounted the shared
-binary read-write and chmod'ed it 0000, and every later sandbox failed with "permission denied";
-a binary rewritten on the host ran as the next sandbox's root.
+Tried before the fix, in the single-container layout: a keep-id sandbox (its uid map holds
+podmand's uid) remounted the shared binary read-write as its root and chmod'ed it 0000, and
+every later sandbox failed with "permission denied"; a binary rewritten on the host ran as the
+next sandbox's root. The split's workload has no CAP_SYS_ADMIN, so that remount now fails
+inside; the file a keep-id sandbox's mapped uid owns is still its own copy, which the tests
+change from the host as that uid could.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +26,7 @@ import grpc
 import podman
 
 from podmand._proto import compute_driver_pb2 as pb
+from tests.standin.launch import Launch
 
 from .conftest import USER, Podmand, containers_of, run_in, sandbox
 from .test_hardening_input import create, nothing_created, refused, running
@@ -31,7 +38,7 @@ BIN = "/opt/openshell/bin/openshell-sandbox"
 
 
 def source_of(client: podman.PodmanClient, sandbox_id: str) -> Path:
-    """The host file Podman binds at the supervisor's path in the sandbox's container."""
+    """The host file Podman binds at the runtime's path in the sandbox's workload container."""
     (container,) = containers_of(client, sandbox_id)
     (mount,) = [m for m in container.attrs["Mounts"] if m["Destination"] == BIN]
     return Path(mount["Source"])
@@ -46,29 +53,35 @@ def digest(path: Path) -> str:
 
 
 def restart(daemon: Podmand, sandbox_id: str) -> None:
+    """Stop, then start again as a gateway does: a new launch bundle under a new generation."""
     daemon.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=sandbox_id))
-    daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=sandbox_id))
+    daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=sandbox_id,
+                                                    launch_authentication=Launch(sandbox_id=sandbox_id).bundle(),
+                                                    generation_id=f"g{uuid.uuid4().hex[:16]}"))
 
 
 def test_a_sandbox_mapping_podmands_uid_changes_only_its_own_copy(
     make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
-    """With the operator's opt-in, a keep-id sandbox's root may remount its binary read-write and
-    chmod it: that is its own copy (in its state directory), so the shared binary stays 0555 and
-    unchanged, a sandbox made afterwards runs, and the sandbox's own next start gets its copy back."""
+    """With the operator's opt-in, a keep-id sandbox maps podmand's uid, which owns the binary it
+    runs: that is its own copy (in its state directory), so once that copy is chmod'ed 0000 the
+    shared binary stays 0555 and unchanged, a sandbox made afterwards runs, and the sandbox's own
+    next start gets its copy back. From inside, the old remount no longer works at all."""
     daemon = make_podmand(OWN_UID)
     tenant, victim = asking("keep-id"), sandbox()
     cleanup += [tenant.id, victim.id]
     create(daemon, tenant)()
     running(daemon, tenant.id)
     (container,) = containers_of(podman_client, tenant.id)
-    code, out, err = run_in(container, ["sh", "-c", f"mount -o remount,bind,rw {BIN} && chmod 0000 {BIN}"])
-    assert code == 0, (out, err)  # its root owns the file: the attack itself works
+    code, out, err = run_in(container, ["/bin/sh", "-c", f"mount -o remount,bind,rw {BIN} && chmod 0000 {BIN}"])
+    assert code != 0, (out, err)  # the workload has no CAP_SYS_ADMIN: its bind stays read-only
+    own = source_of(podman_client, tenant.id)
+    assert own.parent == daemon.state_dir / "sandboxes" / tenant.id
+    done = as_user("chmod", "0000", str(own))  # what its mapped uid (podmand's) could do to the file
+    assert done.returncode == 0, done.stderr
 
     create(daemon, victim)()
     running(daemon, victim.id)  # the old code: exec ... permission denied, for every later sandbox
-    own = source_of(podman_client, tenant.id)
-    assert own.parent == daemon.state_dir / "sandboxes" / tenant.id
     assert (os.stat(own).st_mode & 0o7777) == 0
     shared = source_of(podman_client, victim.id)
     assert shared.parent.parent == daemon.state_dir / "supervisor"
@@ -84,9 +97,10 @@ def test_a_binary_changed_on_the_host_is_never_run(
     make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
     """The shared binary replaced as podmand's user, mode and all (a trojan that would run as the
-    sandbox's root): the next create and the next start each run a fresh copy from the image."""
+    workload's launcher, root with CHOWN, SETUID, SETGID): the next create and the next start each
+    run a fresh copy from the runtime image."""
     daemon = make_podmand()
-    first, second = sandbox(token=True), sandbox(token=True)
+    first, second = sandbox(), sandbox()
     cleanup += [first.id, second.id]
     create(daemon, first)()
     running(daemon, first.id)
@@ -105,7 +119,7 @@ def test_a_binary_changed_on_the_host_is_never_run(
     create(daemon, second)()
     running(daemon, second.id)
     (container,) = containers_of(podman_client, second.id)
-    code, out, _ = run_in(container, ["sha256sum", BIN])
+    code, out, _ = run_in(container, ["/usr/bin/sha256sum", BIN])
     assert code == 0 and out.split()[0] == pristine  # the old code: the trojan, as the sandbox's root
     assert digest(shared) == pristine and (os.stat(shared).st_mode & 0o7777) == 0o555
 
@@ -113,7 +127,7 @@ def test_a_binary_changed_on_the_host_is_never_run(
     restart(daemon, first.id)
     running(daemon, first.id)
     (container,) = containers_of(podman_client, first.id)
-    code, out, _ = run_in(container, ["sha256sum", BIN])
+    code, out, _ = run_in(container, ["/usr/bin/sha256sum", BIN])
     assert code == 0 and out.split()[0] == pristine
 
 
