@@ -34,7 +34,7 @@ import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.sandbox import pullprogress
-from tests.e2e.conftest import SANDBOX_IMAGE, USER, Podmand, containers_of, podman_version, ready, sandbox
+from tests.e2e.conftest import SANDBOX_IMAGE, USER, Podmand, containers_of, pair_of, podman_version, ready, sandbox
 from tests.wait import wait_until
 
 CERTS_D = Path("/etc/containers/certs.d")
@@ -153,7 +153,8 @@ def test_private_registry_pull_with_rotation(
     """With registry_auth_file the image is pulled through Podman and the sandbox runs;
     after the operator rewrites the file with a wrong password, the next pull is a
     terminal ImagePullFailed naming the registry, the entry and the setting. The secret
-    is nowhere in podmand's log or in what Podman shows of the container and image."""
+    is nowhere in podmand's log or in what Podman shows of the image and of either container
+    of the pair (the workload runs the pulled image; the supervisor is the supervisor image's)."""
     auth = registry.auth_file("auth.json", PASSWORD)
     good, rotated = registry.ref("good"), registry.ref("rotated")
     assert local(podman_client, good) is None and local(podman_client, rotated) is None
@@ -192,7 +193,9 @@ def test_private_registry_pull_with_rotation(
         in message
     assert local(podman_client, rotated) is None
 
-    shown = json.dumps([container.attrs, image.attrs, podman_client.images.get(SANDBOX_IMAGE).attrs])
+    pair = [c.attrs for c in pair_of(podman_client, box.id)]
+    assert len(pair) == 2
+    shown = json.dumps([*pair, image.attrs, podman_client.images.get(SANDBOX_IMAGE).attrs])
     assert secrets(driver.logs()) == [] and secrets(shown) == [] and secrets(message) == []
     assert "ImagePullFailed" in driver.logs()  # the log was written (and checked) after the failure
 
