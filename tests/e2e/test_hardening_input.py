@@ -1,5 +1,9 @@
 """Hostile input through the pex (issue 9): refused with the right code, naming the
-field, and nothing created — no container, no volume, no state files."""
+field, and nothing created — neither container of the pair, no volume, no state files.
+
+Split topology: the workload's environment is empty (an exec there has no PATH, so the
+tests exec absolute paths), and a start sends a new launch bundle under a new generation,
+as a gateway does."""
 
 from __future__ import annotations
 
@@ -20,9 +24,20 @@ import podman
 import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
+from tests.standin.launch import Launch
 
-from .conftest import USER, Podmand, containers_of, gateway_metadata, ready, run_in, sandbox, volumes_of, wait_until
-from .test_conformance import reported
+from .conftest import (
+    USER,
+    Podmand,
+    containers_of,
+    gateway_metadata,
+    pair_of,
+    ready,
+    run_in,
+    sandbox,
+    volumes_of,
+    wait_until,
+)
 
 ADMITTED = {"openshell.ai/sandbox-attachable": "true", "openshell.ai/workspace": "ws"}
 DRIVER_CONFIG = {"PODMAND_ALLOW_DRIVER_CONFIG": "true"}
@@ -43,13 +58,33 @@ def refused(call: Callable[[], Any], code: grpc.StatusCode, *needles: str) -> st
 
 
 def nothing_created(daemon: Podmand, client: podman.PodmanClient, sandbox_id: str) -> None:
-    assert containers_of(client, sandbox_id) == []
+    assert pair_of(client, sandbox_id) == []
     assert volumes_of(client, sandbox_id) == []
     assert not (daemon.state_dir / "sandboxes" / sandbox_id).exists()
 
 
 def create(daemon: Podmand, box: pb.DriverSandbox) -> Callable[[], Any]:
     return lambda: daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+
+
+def start(daemon: Podmand, sandbox_id: str) -> Callable[[], Any]:
+    """StartSandbox as a gateway sends it: a fresh launch bundle under a new generation."""
+    bundle = Launch(sandbox_id=sandbox_id).bundle()
+    request = pb.StartSandboxRequest(sandbox_id=sandbox_id, launch_authentication=bundle,
+                                     generation_id=f"g{uuid.uuid4().hex[:16]}")
+    return lambda: daemon.stub.StartSandbox(request)
+
+
+def reported(client: podman.PodmanClient, sandbox_id: str, path: str = "/tmp/report") -> str:
+    """What the main process wrote to ``path`` in the workload, once written."""
+    [container] = containers_of(client, sandbox_id)
+
+    def check() -> str:
+        code, out, _ = run_in(container, ["/bin/cat", path])
+        return out if code == 0 else ""
+
+    found: str = wait_until(check, 30, f"{sandbox_id}: {path}")
+    return found
 
 
 def validate(daemon: Podmand, box: pb.DriverSandbox) -> Callable[[], Any]:
@@ -114,21 +149,24 @@ def with_mounts(*mounts: dict[str, Any], workspace: str = "ws") -> pb.DriverSand
 def test_traversal_ids_never_reach_the_state_dir(
     make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
-    """DeleteSandbox("..") once rmtree'd the whole state directory (credential key and
-    every token): every RPC taking a sandbox id now refuses it before any file or Podman call."""
+    """DeleteSandbox("..") once rmtree'd the whole state directory (its lock and every
+    sandbox's files): every RPC taking a sandbox id now refuses it before any file or Podman
+    call. (Files may appear meanwhile: this podmand keeps the fence evidence of other
+    sessions' sandboxes on the shared store; none that was there may change or go.)"""
     daemon = make_podmand()
     watch = daemon.watch()
-    box = sandbox(token=True)
+    box = sandbox()
     cleanup.append(box.id)
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-    watch.wait_reason(box.id, "ContainerRunning")
+    watch.wait_reason(box.id, "ContainerRunning", timeout=60)
     before = tree_digest(daemon.state_dir)
-    assert "credential.key" in before and f"sandboxes/{box.id}/sandbox.jwt" in before
+    assert "podmand.lock" in before and f"sandboxes/{box.id}/fence" in before
     stub = daemon.stub
     for bad in ("..", "../..", "../../x", "/etc", ".", f"{box.id}\n", f"../{box.id}", ""):
         for call in by_id(daemon, bad):
             refused(call, grpc.StatusCode.INVALID_ARGUMENT, "sandbox_id:")
-    assert tree_digest(daemon.state_dir) == before
+    after = tree_digest(daemon.state_dir)
+    assert {path: after.get(path) for path in before} == before
     cond = ready(stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=box.id)).sandbox)
     assert cond is not None and cond.status == "True"
     refused(create(daemon, sandbox("..")), grpc.StatusCode.INVALID_ARGUMENT, "sandbox.id:")
@@ -190,8 +228,9 @@ def test_host_user_namespace_needs_the_operator(
 def test_injected_agent_socket_path_is_refused_and_the_probe_is_exec_form(
     make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
-    """A path with shell syntax never reaches the healthcheck; a plain one works through the
-    exec-form probe, where it is an argument, not script text."""
+    """A path with shell syntax is refused before anything is made; a plain one reaches the
+    supervisor as its OPENSHELL_SSH_SOCKET_PATH value, never its health check, which stays the
+    exec-form probe of its own health socket."""
     daemon = make_podmand({"OPENSHELL_HEALTH_CHECK_INTERVAL_SECS": "1"})
     for path, needle in (
         ("/run/openshell/x; touch /sandbox/pwned", "[A-Za-z0-9._/-]"),
@@ -211,10 +250,11 @@ def test_injected_agent_socket_path_is_refused_and_the_probe_is_exec_form(
     cleanup.append(box.id)
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     watch.wait_reason(box.id, "HealthCheckPassed", timeout=60)
-    [container] = containers_of(podman_client, box.id)
-    test = container.attrs["Config"]["Healthcheck"]["Test"]
-    assert test[0] == "CMD" and test[-1] == "/run/agent-1/ssh.sock"
-    assert not any("agent-1" in arg for arg in test[:-1])
+    [supervisor] = containers_of(podman_client, box.id, "supervisor")
+    test = supervisor.attrs["Config"]["Healthcheck"]["Test"]
+    assert test == ["CMD", "/openshell-supervisor", "health", "--socket", "/run/openshell/supervisor-health.sock"]
+    env = dict(item.split("=", 1) for item in supervisor.attrs["Config"]["Env"])
+    assert env["OPENSHELL_SSH_SOCKET_PATH"] == "/run/agent-1/ssh.sock"
     assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
@@ -285,19 +325,18 @@ def test_start_rechecks_provenance_and_volume_labels(
         return daemon.start()
 
     no_config = restarted({})
-    refused(lambda: no_config.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id)),
-            grpc.StatusCode.FAILED_PRECONDITION, "forbidden driver config or lacks admission provenance")
+    refused(start(no_config, box.id), grpc.StatusCode.FAILED_PRECONDITION,
+            "forbidden driver config or lacks admission provenance")
     no_config.stop(signal.SIGKILL)
     other_labels = json.dumps({"allow_driver_config": True,
                                "resource_admission": {"enabled": True, "required_labels": {"tier": "gold"}}})
     relabelled = restarted({"OPENSHELL_DRIVER_ADMISSION_CONFIG_JSON": other_labels})
-    refused(lambda: relabelled.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id)),
-            grpc.StatusCode.FAILED_PRECONDITION, f"podman volume '{good}': external resource not admitted")
-    [container] = containers_of(podman_client, box.id)
-    assert not container.attrs["State"]["Running"]
+    refused(start(relabelled, box.id), grpc.StatusCode.FAILED_PRECONDITION,
+            f"podman volume '{good}': external resource not admitted")
+    assert not any(c.attrs["State"]["Running"] for c in pair_of(podman_client, box.id))
     relabelled.stop(signal.SIGKILL)
     same = restarted(DRIVER_CONFIG)
-    same.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id))
+    start(same, box.id)()
     running(same, box.id)
     assert same.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
@@ -383,7 +422,8 @@ def test_environment_and_command_at_their_bounds_run(
     make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
     """The bounds are ones Linux execs: 96 KiB of environment and 96 KiB of command (each
-    value and argument near 32 KiB) reach the main process through the supervisor."""
+    value and argument near 32 KiB) reach the main process through the runtime (bootstrap.json's
+    child environment, the supervisor's start request)."""
     daemon = make_podmand()
     script = 'printf "%s %s %s" "$#" "${#1}" "${#E0}" >/tmp/.r; mv /tmp/.r /tmp/report; exec sleep 600'
     args = [secret(32 * KIB - 200) for _ in range(3)]
@@ -504,23 +544,24 @@ def test_start_rechecks_bind_sources_with_symlinks_resolved(
         daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
         running(daemon, box.id)
         [container] = containers_of(podman_client, box.id)
-        assert run_in(container, ["cat", "/data/hello"])[1] == "harmless\n"
+        assert run_in(container, ["/bin/cat", "/data/hello"])[1] == "harmless\n"
         daemon.stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=box.id))
 
         link.unlink()
         link.symlink_to(daemon.state_dir)
-        refused(lambda: daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id)),
-                grpc.StatusCode.FAILED_PRECONDITION,
+        refused(start(daemon, box.id), grpc.StatusCode.FAILED_PRECONDITION,
                 f"bind mount '/data': {str(link)!r} would expose podmand's own state directory ({daemon.state_dir})")
+        pair = pair_of(podman_client, box.id)
+        assert len(pair) == 2 and not any(c.attrs["State"]["Running"] for c in pair)
         [container] = containers_of(podman_client, box.id)
-        assert container.attrs["State"]["Status"] == "exited" and not container.attrs["State"]["Running"]
+        assert container.attrs["State"]["Status"] == "exited"
 
         link.unlink()
         link.symlink_to(harmless)
-        daemon.stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=box.id))
+        start(daemon, box.id)()
         running(daemon, box.id)
         [container] = containers_of(podman_client, box.id)
-        assert run_in(container, ["cat", "/data/hello"])[1] == "harmless\n"
+        assert run_in(container, ["/bin/cat", "/data/hello"])[1] == "harmless\n"
         assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -532,32 +573,36 @@ def test_start_rechecks_bind_sources_with_symlinks_resolved(
 def test_environment_that_steers_root_never_reaches_the_supervisor(
     driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
-    """Loader, temp-dir, telemetry and TLS key-log variables, the caller's PATH and a
-    locale naming a file are not in the container's Config.Env (so neither the root
-    supervisor nor the helpers it runs see them); the EnvironmentFiltered event names each
-    key and no value; ordinary names pass; SSH sessions still get everything; and the
-    sandbox starts."""
+    """Loader, temp-dir, telemetry and TLS key-log variables, the caller's PATH and a locale
+    naming a file, and ordinary names alike: none is in either container's Config.Env (the
+    workload's is empty, so the runtime's root launcher sees none; the supervisor's holds
+    podmand's variables only) nor in the running supervisor's environment; they travel to the
+    supervisor only as OPENSHELL_USER_ENVIRONMENT's JSON (for SSH sessions), and to the main
+    process, the caller's own, as its environment; the sandbox starts."""
     held = {"GCONV_PATH": "/sandbox/gconv", "TMPDIR": "/sandbox/tmp",
             "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.invalid:4317", "SSLKEYLOGFILE": "/sandbox/keys.log",
             "PATH": "/sandbox/bin:/usr/bin:/bin", "LANG": "/sandbox/locale/x"}
+    caller = {**held, "APP_MODE": "prod", "LC_ALL": "C.UTF-8"}
     watch = driver.watch()
-    box = sandbox(token=True, environment={**held, "APP_MODE": "prod", "LC_ALL": "C.UTF-8"})
+    box = sandbox(environment=caller, command=["/bin/sh", "-c", "env >/tmp/.env && mv /tmp/.env /tmp/env; "
+                                                                  "exec /bin/sleep 600"])
     cleanup.append(box.id)
     driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
-    watch.wait_reason(box.id, "ContainerRunning")
+    watch.wait_reason(box.id, "ContainerRunning", timeout=60)
     cond = ready(driver.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=box.id)).sandbox)
     assert cond is not None and cond.status == "True"
-    [container] = containers_of(podman_client, box.id)
-    config_env = dict(item.split("=", 1) for item in podman_client.containers.get(container.id).attrs["Config"]["Env"])
-    assert not (held.keys() - {"PATH"}) & config_env.keys()
-    assert config_env["PATH"] != held["PATH"]  # the image's
-    assert config_env["APP_MODE"] == "prod" and config_env["LC_ALL"] == "C.UTF-8"
-    assert json.loads(config_env["OPENSHELL_USER_ENVIRONMENT"]) == {**held, "APP_MODE": "prod", "LC_ALL": "C.UTF-8"}
-    code, environ, _ = run_in(container, ["cat", "/proc/1/environ"])
-    supervisor_env = dict(item.split("=", 1) for item in environ.split("\0") if "=" in item)
-    assert code == 0 and supervisor_env["APP_MODE"] == "prod"
-    assert not (held.keys() - {"PATH"}) & supervisor_env.keys() and supervisor_env["PATH"] != held["PATH"]
-    [filtered] = [e for e in watch.platform_events(box.id) if e.reason == "EnvironmentFiltered"]
-    assert ", ".join(sorted(held)) in filtered.message
-    assert not [value for value in held.values() if value in filtered.message]
+    [workload] = containers_of(podman_client, box.id)
+    [supervisor] = containers_of(podman_client, box.id, "supervisor")
+    workload_env = dict(item.split("=", 1) for item in workload.attrs["Config"]["Env"])
+    assert not (caller.keys() - {"PATH"}) & workload_env.keys() and "PATH" not in workload_env
+    config_env = dict(item.split("=", 1) for item in supervisor.attrs["Config"]["Env"])
+    assert not (caller.keys() - {"PATH"}) & config_env.keys()
+    assert config_env["PATH"] != held["PATH"]  # the supervisor image's
+    assert json.loads(config_env["OPENSHELL_USER_ENVIRONMENT"]) == caller
+    code, environ, _ = run_in(supervisor, ["cat", "/proc/1/environ"])
+    running_env = dict(item.split("=", 1) for item in environ.split("\0") if "=" in item)
+    assert code == 0 and running_env["OPENSHELL_SANDBOX_ID"] == box.id
+    assert not (caller.keys() - {"PATH"}) & running_env.keys() and running_env["PATH"] != held["PATH"]
+    main = dict(line.split("=", 1) for line in reported(podman_client, box.id, "/tmp/env").splitlines() if "=" in line)
+    assert {k: main.get(k) for k in caller} == caller  # the caller's own process gets what it asked for
     assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
