@@ -90,7 +90,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         ("delete", "delete a sandbox and its workspace volume"),
     ):
         command(name, text).add_argument("id", help="sandbox id")
-    c = command("logs", "print the sandbox container's output (the supervisor's log lines)")
+    c = command("logs", "print the sandbox's output (its workload's log: the runtime's lines and the main process's)")
     c.add_argument("-f", "--follow", action="store_true", help="keep printing until the container stops")
     c.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
     c.add_argument("id", help="sandbox id")
