@@ -168,15 +168,20 @@ def failed_start(daemon: Podmand, needle: str) -> None:
     assert not lock.exists() or lock.read_text() == ""
 
 
-def test_truncated_credential_key(make_podmand: Callable[..., Podmand]) -> None:
+def test_a_removed_setting_stops_the_start_naming_it(make_podmand: Callable[..., Podmand]) -> None:
+    """An operator's configuration still asking for the single-container layout (gone with
+    issue 31): one line naming the setting, its flag and variable, and what to do; nothing
+    served. An older podmand's credential key left in the state directory is no concern."""
     daemon = make_podmand(start=False)
     daemon.state_dir.mkdir(mode=0o700)
-    key = daemon.state_dir / "credential.key"
-    key.write_bytes(b"\x00" * 7)
+    (daemon.state_dir / "credential.key").write_bytes(b"\x00" * 32)
     shutil.chown(daemon.state_dir, USER, USER)
-    shutil.chown(key, USER, USER)
-    failed_start(daemon, f"credential key {key} is not 32 bytes long")
-    assert key.read_bytes() == b"\x00" * 7
+    daemon.env["PODMAND_TOPOLOGY"] = "single"
+    result = subprocess.run(daemon.command("serve"), capture_output=True, text=True, timeout=120)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("podmand: ")]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr  # a configuration error
+    assert "setting topology (--topology / PODMAND_TOPOLOGY) was removed" in lines[0]
+    assert "Traceback" not in result.stderr and not Path(daemon.socket).exists()
 
 
 def test_socket_path_of_108_bytes(make_podmand: Callable[..., Podmand]) -> None:

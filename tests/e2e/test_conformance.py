@@ -41,7 +41,7 @@ def reported(podman_client: podman.PodmanClient, sandbox_id: str, user: str = "1
     def check() -> str:
         container.reload()
         assert container.status == "running", logs(podman_client, sandbox_id)
-        code, out, _ = run_in(container, ["cat", "/tmp/report"], user=user)
+        code, out, _ = run_in(container, ["/bin/cat", "/tmp/report"], user=user)
         return out if code == 0 else ""
 
     result: str = wait_until(check, 30, f"{sandbox_id} main process report", lambda: logs(podman_client, sandbox_id))

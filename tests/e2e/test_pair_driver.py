@@ -34,7 +34,7 @@ import pytest
 
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
-from tests.e2e.conftest import Podmand, containers_of, pair_of, sandbox, volumes_of
+from tests.e2e.conftest import Podmand, pair_of, sandbox, volumes_of
 from tests.e2e.test_pair_lifecycle import (
     PROBE,
     inspect,
@@ -145,7 +145,7 @@ def test_a_sandbox_is_a_pair_from_create_to_delete(split: Podmand, podman_client
     # a workspace is no network here: the workload has none, its supervisor the host's
     split.stub.EnsureWorkspace(pb.EnsureWorkspaceRequest(workspace=box.request.workspace))
     assert not podman_client.networks.exists(names.network_name("openshell", box.request.workspace))
-    assert {c.attrs["Name"].lstrip("/") for c in containers_of(podman_client, box.id)} == {box.workload,
+    assert {c.attrs["Name"].lstrip("/") for c in pair_of(podman_client, box.id)} == {box.workload,
                                                                                          box.supervisor}
 
     # the workload: the image's identity, no capability, no network, no environment of the image's
@@ -214,7 +214,7 @@ def test_a_sandbox_is_a_pair_from_create_to_delete(split: Podmand, podman_client
 
     # delete: nothing left
     assert split.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
-    assert not containers_of(podman_client, box.id) and not volumes_of(podman_client, box.id)
+    assert not pair_of(podman_client, box.id) and not volumes_of(podman_client, box.id)
     assert not files_of(split, box).exists()
     wait_until(lambda: watch.deleted(box.id), 30, "Deleted on the stream")
 
@@ -247,7 +247,7 @@ def test_a_bad_bundle_is_refused_with_nothing_made(split: Podmand, podman_client
             split.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=request))
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION, err.value.details()
         assert "sandbox.spec.launch_authentication" in err.value.details() and said in err.value.details()
-        assert not containers_of(podman_client, box.id) and not volumes_of(podman_client, box.id)
+        assert not pair_of(podman_client, box.id) and not volumes_of(podman_client, box.id)
         assert not files_of(split, box).exists()
     # a start without a bundle, or with another sandbox's, is refused before it finds anything
     for data, said in bad_bundles(box):
@@ -271,12 +271,12 @@ def test_a_root_identity_and_an_image_with_openshell_are_refused(
         split.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=root.request))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION, err.value.details()
     assert "workload identity" in err.value.details() and "root" in err.value.details()
-    assert not containers_of(podman_client, root.id) and not volumes_of(podman_client, root.id)
+    assert not pair_of(podman_client, root.id) and not volumes_of(podman_client, root.id)
     asked = Box()  # a caller's request for uid 0, refused once the image's accounts are read
     asked.request.spec.workload_identity.user = "0"
     snap = refused(split, asked, "WorkloadIdentityInvalid", cleanup)
     assert "UID must be in range [1," in snap.status.conditions[0].message, snap
-    assert not containers_of(podman_client, asked.id)
+    assert not pair_of(podman_client, asked.id)
 
     holder = podman_client.containers.create(WORKLOAD_IMAGE, name=f"dot-openshell-{uuid.uuid4().hex[:8]}")
     try:
@@ -288,7 +288,7 @@ def test_a_root_identity_and_an_image_with_openshell_are_refused(
         box = Box(image=f"localhost/podmand-test/dot-openshell:{image.tags[0].rpartition(':')[2]}")
         snap = refused(split, box, "ImageRefused", cleanup)
         assert "/.openshell" in snap.status.conditions[0].message
-        assert not containers_of(podman_client, box.id)
+        assert not pair_of(podman_client, box.id)
     finally:
         podman_client.images.remove(image.id, force=True)
 
@@ -360,7 +360,7 @@ def test_a_podmand_killed_mid_create_finishes_the_pair(make_podmand: Callable[..
         first.stop(signal.SIGKILL)
     finally:
         relay.close()
-    made = {c.attrs["Name"].lstrip("/"): c.attrs["State"]["Status"] for c in containers_of(podman_client, box.id)}
+    made = {c.attrs["Name"].lstrip("/"): c.attrs["State"]["Status"] for c in pair_of(podman_client, box.id)}
     assert made == {box.workload: "created"}, made  # half a pair
     assert (files_of(first, box) / "launch.json").exists()
 
@@ -371,10 +371,10 @@ def test_a_podmand_killed_mid_create_finishes_the_pair(make_podmand: Callable[..
     watch.wait_reason(box.id, "ContainerRunning", READY)
     wait_log(box.supervisor, "openshell-supervisor: ready: health socket")
     assert not (files_of(again, box) / "launch.json").exists()
-    names_now = {c.attrs["Name"].lstrip("/") for c in containers_of(podman_client, box.id)}
+    names_now = {c.attrs["Name"].lstrip("/") for c in pair_of(podman_client, box.id)}
     assert names_now == {box.workload, box.supervisor}
     assert again.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
-    assert not containers_of(podman_client, box.id) and not volumes_of(podman_client, box.id)
+    assert not pair_of(podman_client, box.id) and not volumes_of(podman_client, box.id)
 
 
 def test_the_main_process_exit_and_a_killed_workload_are_reported(split: Podmand, podman_client: podman.PodmanClient,
@@ -454,4 +454,4 @@ def test_ctl_mints_the_bundle_a_split_podmand_needs(split: Podmand, podman_clien
     wait_log(supervisor, "openshell-supervisor: ready: health socket", count=2)
     assert json.loads(podman_exec(supervisor, "/bin/cat", names.AUTH_BUNDLE_PATH))["session_id"] != first
     assert "deleted: true" in ctl("delete", sandbox_id)
-    assert not containers_of(podman_client, sandbox_id)
+    assert not pair_of(podman_client, sandbox_id)
