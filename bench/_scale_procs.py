@@ -1,6 +1,12 @@
 """The podmand under test: started as the rootless user with its own socket and state
 dir under /tmp, stopped by its recorded PID; its warm start timed.
 
+Its settings make the pair of podmand/pair/ from the stand-in images of tests/images
+(the runtime image, whose binary podmand extracts and binds into each workload, and the
+supervisor image); the sandbox image sandbox:1 is the Python rootfs the runtime stand-in
+runs in. podmand refuses a create without ``launch_authentication`` (FAILED_PRECONDITION):
+a bench creating sandboxes through it sends :func:`bundle`'s.
+
 ``setpriv`` execs podmand in place (no runuser parent), so the PID Popen records is
 podmand's own, and SIGTERM reaches it directly.
 """
@@ -24,9 +30,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand._proto import extension_pb2 as ext
+from tests.standin.launch import Launch
 
 SANDBOX_IMAGE = "localhost/podmand-test/sandbox:1"
-SUPERVISOR_IMAGE = "localhost/podmand-test/supervisor:1"
+RUNTIME_IMAGE = "localhost/podmand-test/runtime:1"
+SUPERVISOR_IMAGE = "localhost/podmand-test/supervisor2:1"
+
+
+def bundle(sandbox_id: str) -> bytes:
+    """A real Ed25519-signed launch bundle for ``sandbox_id``, as a gateway sends one."""
+    return Launch(sandbox_id=sandbox_id).bundle()
 
 
 def gateway() -> ext.PeerMetadata:
@@ -73,6 +86,7 @@ class Podmand:
             "OPENSHELL_COMPUTE_DRIVER_SOCKET": self.socket,
             "OPENSHELL_PODMAN_SOCKET": self.podman_socket,
             "OPENSHELL_SANDBOX_IMAGE": SANDBOX_IMAGE,
+            "OPENSHELL_SANDBOX_RUNTIME_IMAGE": RUNTIME_IMAGE,
             "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR_IMAGE,
             "OPENSHELL_STOP_TIMEOUT": "5",
             "PODMAND_STATE_DIR": str(self.work / "state"),

@@ -1,12 +1,20 @@
 """Exit → watch event latency of podmand, next to Podman's own /wait and event log.
 
+    # a podmand serving on --driver as the rootless user, test images of tests/images/build.sh, with
+    #   OPENSHELL_SANDBOX_RUNTIME_IMAGE=localhost/podmand-test/runtime:1
+    #   OPENSHELL_SUPERVISOR_IMAGE=localhost/podmand-test/supervisor2:1
     python3 bench/watch_latency.py --driver /path/driver.sock --podman /path/podman.sock [-n 15]
 
-Each round creates a sandbox whose main process exits by itself after a
-second, then measures, from the container's FinishedAt (Podman's record of
-the exit), when (a) podmand's WatchSandboxes stream reports ContainerExited,
-(b) a raw libpod ``/wait`` on the container returns, (c) the libpod event
-stream delivers ``died``.  All clocks are this host's.
+Each round creates a sandbox (a pair: podmand/pair/; sandbox:1 with a real Ed25519-signed
+launch bundle from tests/standin/launch.py) whose main process exits by itself after a
+second. The runtime stand-in reports that exit to the supervisor stand-in, which ends the
+boundary; the runtime then exits with the main process's code, and the workload container
+with it. From the workload's FinishedAt (Podman's record of that exit) the bench measures
+when (a) podmand's WatchSandboxes stream first says the sandbox is no longer Ready (its
+reason is counted: ``ContainerExited``, or ``SupervisorExited`` when podmand saw the
+supervisor, which exits at the same moment, go first), (b) a raw libpod ``/wait`` on the
+workload returns, (c) the libpod event stream delivers the workload's ``died``. All
+clocks are this host's.
 """
 
 from __future__ import annotations
@@ -17,16 +25,19 @@ import statistics
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand.libpod import PodmanClient
 from podmand.libpod.times import epoch
+from tests.standin.launch import Launch
 
 
 def stats(name: str, samples: list[float]) -> str:
@@ -37,7 +48,8 @@ def stats(name: str, samples: list[float]) -> str:
     )
 
 
-async def one_round(stub: pb_grpc.ComputeDriverStub, podman: PodmanClient) -> tuple[float, float, float]:
+async def one_round(stub: pb_grpc.ComputeDriverStub, podman: PodmanClient,
+                    reasons: Counter[str]) -> tuple[float, float, float]:
     sid = f"lat-{uuid.uuid4().hex[:10]}"
     arrived: dict[str, float] = {}
     running = asyncio.Event()
@@ -47,11 +59,14 @@ async def one_round(stub: pb_grpc.ComputeDriverStub, podman: PodmanClient) -> tu
         async for event in stub.WatchSandboxes(pb.WatchSandboxesRequest()):
             if event.WhichOneof("payload") != "sandbox" or event.sandbox.sandbox.id != sid:
                 continue
-            reason = event.sandbox.sandbox.status.conditions[0].reason
-            if reason == "ContainerRunning":
+            ready = next((c for c in event.sandbox.sandbox.status.conditions if c.type == "Ready"), None)
+            if ready is None:
+                continue
+            if ready.status == "True":
                 running.set()
-            elif reason == "ContainerExited":
+            elif running.is_set():
                 arrived["podmand"] = time.time()
+                reasons[ready.reason] += 1
                 exited.set()
                 return
 
@@ -74,11 +89,13 @@ async def one_round(stub: pb_grpc.ComputeDriverStub, podman: PodmanClient) -> tu
         spec=pb.DriverSandboxSpec(
             command=["sh", "-c", "sleep 1; exit 3"],
             template=pb.DriverSandboxTemplate(image="localhost/podmand-test/sandbox:1"),
+            launch_authentication=Launch(sandbox_id=sid).bundle(),
         ),
     )
     await stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     await asyncio.wait_for(running.wait(), 30)
-    [entry] = await podman.list_containers([f"openshell.ai/sandbox-id={sid}"])
+    [entry] = await podman.list_containers([f"{names.SANDBOX_ID}={sid}",
+                                            f"{names.ISOLATION_ROLE}={names.ROLE_WORKLOAD}"])
     raw = [asyncio.create_task(events(entry.id)), asyncio.create_task(wait(entry.id))]
     await asyncio.wait_for(exited.wait(), 30)
     await asyncio.wait_for(asyncio.gather(*raw), 30)
@@ -90,16 +107,17 @@ async def one_round(stub: pb_grpc.ComputeDriverStub, podman: PodmanClient) -> tu
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--driver", required=True)
     parser.add_argument("--podman", required=True)
     parser.add_argument("-n", type=int, default=15)
     args = parser.parse_args()
     stub = pb_grpc.ComputeDriverStub(grpc.aio.insecure_channel(f"unix://{args.driver}"))
     podman = PodmanClient(args.podman)
-    rounds = [await one_round(stub, podman) for _ in range(args.n)]
-    print(f"{args.n} natural exits, latency after the container's FinishedAt")
-    print(stats("podmand watch ContainerExited", [r[0] for r in rounds]))
+    reasons: Counter[str] = Counter()
+    rounds = [await one_round(stub, podman, reasons) for _ in range(args.n)]
+    print(f"{args.n} natural exits, latency after the workload container's FinishedAt")
+    print(stats("podmand watch: not Ready", [r[0] for r in rounds]) + f"  reasons {dict(reasons)}")
     print(stats("libpod /wait returns", [r[1] for r in rounds]))
     print(stats("libpod event 'died'", [r[2] for r in rounds]))
     await podman.close()
