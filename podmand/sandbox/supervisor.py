@@ -1,11 +1,13 @@
-"""The supervisor binary: extracted from its image into a host cache, and kept
-unchanged for every sandbox that runs it.
+"""The runtime binary (``openshell-sandbox``, every workload's entrypoint): extracted
+from the runtime image into a host cache, and kept unchanged for every sandbox that
+runs it. (The class keeps its older name, from when this binary was the supervisor.)
 
 Image volumes cannot be mounted under ``userns=auto`` (Podman 4.3.1 fails
 with EPERM, and overlay cannot be idmapped), so the binary is copied out of a
 created-never-started container once per image ID and bind-mounted read-only.
 
-Every sandbox runs it as root, so nothing may change it (issue 30): the cached
+Every workload runs it, as root in its launcher form under rootless Podman
+(pair/specs.py), so nothing may change it (issue 30): the cached
 file is 0555 in a directory no sandbox maps, its SHA-256 recorded beside it, and
 before every create and every start it is checked (a regular file of podmand's,
 mode 0555, one link, its content the recorded digest; the content is hashed again
