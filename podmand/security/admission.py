@@ -90,17 +90,24 @@ def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+CONFIG_DIR = "Podman's containers config directory (storage.conf, auth.json)"
+
+
 def podman_paths(info: Info) -> tuple[Protected, ...]:
     """Podman's own paths, as its ``/info`` reports them: image and container storage,
     its run root, its volumes, and the directory of its storage.conf (for rootless
     Podman the user's containers config directory, which holds auth.json)."""
     store = info.store
     config_dir = posixpath.dirname(store.configFile) if posixpath.isabs(store.configFile) else ""
+    if not config_dir and not info.host.security.rootless:
+        # Podman 5.8 and later no longer report the file (containers/podman#28083): rootful,
+        # its default place; rootless, the user's config directory (registry_logins, CONFIG_DIR)
+        config_dir = "/etc/containers"
     found = [
         (store.graphRoot, "Podman's storage (graphRoot)"),
         (store.runRoot, "Podman's run root (runRoot)"),
         (store.volumePath, "Podman's volume directory (volumePath)"),
-        (config_dir, "Podman's containers config directory (storage.conf, auth.json)"),
+        (config_dir, CONFIG_DIR),
     ]
     return tuple(Protected(path, role) for path, role in found if path)
 
@@ -121,11 +128,11 @@ def registry_logins(env: Mapping[str, str], uid: int) -> tuple[Protected, ...]:
         (env.get("REGISTRY_AUTH_FILE", ""), "the registry auth file $REGISTRY_AUTH_FILE names"),
         (posixpath.join(runtime, "containers") if runtime else f"/run/containers/{uid}",
          "the containers runtime directory (auth.json)"),
-        (posixpath.join(config, "containers") if config else "", "the containers config directory (auth.json)"),
+        (posixpath.join(config, "containers") if config else "", CONFIG_DIR),
     ]
     if home:
         found += [
-            (posixpath.join(home, ".config", "containers"), "the containers config directory (auth.json)"),
+            (posixpath.join(home, ".config", "containers"), CONFIG_DIR),
             (posixpath.join(home, ".docker", "config.json"), "Docker's registry auth file (~/.docker/config.json)"),
         ]
     return tuple(Protected(path, role) for path, role in found if path)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from podmand import names, negotiation
@@ -200,10 +201,10 @@ def test_operator_secrets_podmans_storage_and_registry_logins_are_protected(tree
         (tree / "volumes" / "other-tenant", "Podman's volume directory (volumePath)"),
         (tree / "conf", "Podman's containers config directory (storage.conf, auth.json)"),
         (tree / "reg", "the registry auth file $REGISTRY_AUTH_FILE names"),
-        (tree / "xdg" / "containers" / "auth.json", "the containers config directory (auth.json)"),
-        (home / ".config", "the containers config directory (auth.json)"),
+        (tree / "xdg" / "containers" / "auth.json", admission.CONFIG_DIR),
+        (home / ".config", admission.CONFIG_DIR),
         (home / ".docker", "Docker's registry auth file (~/.docker/config.json)"),
-        (home, "the containers config directory (auth.json)"),
+        (home, admission.CONFIG_DIR),
     ]
     os.symlink(store / "graph", tree / "elsewhere" / "innocent")
     cases.append((tree / "elsewhere" / "innocent", "Podman's storage (graphRoot)"))
@@ -230,7 +231,11 @@ def test_podman_paths_from_info() -> None:
     info = Info(store=StoreInfo(graphRoot="/g", runRoot="/r", volumePath="/g/volumes",
                                 configFile="/h/.config/containers/storage.conf"))
     assert [p.path for p in admission.podman_paths(info)] == ["/g", "/r", "/g/volumes", "/h/.config/containers"]
-    assert admission.podman_paths(Info()) == ()  # an older Podman that says nothing: nothing added
+    # Podman 5.8 and later leave the file out (containers/podman#28083): rootful, its default
+    # place stays protected; rootless, the user's config directory is (registry_logins)
+    assert [(p.path, p.role) for p in admission.podman_paths(Info())] == [("/etc/containers", admission.CONFIG_DIR)]
+    rootless = msgspec.convert({"host": {"security": {"rootless": True}}}, Info)
+    assert admission.podman_paths(rootless) == ()
 
 
 def test_provenance() -> None:
