@@ -1,7 +1,8 @@
 """Health against real Podman: ``podmand health`` (the sidecar's HEALTHCHECK) fails once
 Podman's API has been gone for ``podman_down_grace`` seconds and passes again when
-it is back. The test runs its own ``podman system service`` on a private socket and
-stops only that one, by the PID it started.
+it is back (the test runs its own ``podman system service`` on a private socket and
+stops only that one, by the PID it started); a sandbox's Ready follows its supervisor's
+health check.
 """
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 
+import podman
+
+from podmand._proto import compute_driver_pb2 as pb
 from tests.wait import wait_until
 
-from .conftest import Podmand
+from .conftest import Podmand, containers_of, ready, run_in, sandbox
 from .privatepodman import private_podman
 
 GRACE = 2
@@ -36,3 +40,27 @@ def test_health_fails_while_podman_is_gone_and_recovers(make_podmand: Callable[.
         wait_until(lambda: health(daemon) == 0, 30, "podmand health to pass again")
         wait_until(lambda: "Podman is reachable again after" in daemon.logs(), 10, "the return to be logged")
         assert daemon.proc is not None and daemon.proc.poll() is None
+
+
+def test_the_supervisors_health_check_is_the_sandboxs_ready(
+        make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
+    """With ``health_check_interval`` the supervisor carries the health check (its own
+    ``health`` command on its health socket) and the sandbox's Ready is its result (contract
+    §4.6, driver/pairs.fold): passed once the supervisor serves, failed once the check keeps
+    failing (its socket removed from inside), the workload still running meanwhile."""
+    daemon = make_podmand({"OPENSHELL_HEALTH_CHECK_INTERVAL_SECS": "2"})
+    watch = daemon.watch()
+    box = sandbox()
+    cleanup.append(box.id)
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    snap = watch.wait_reason(box.id, "HealthCheckPassed", timeout=120)
+    assert ready(snap) is not None and ready(snap).status == "True"  # type: ignore[union-attr]
+    [supervisor] = containers_of(podman_client, box.id, "supervisor")
+    assert supervisor.attrs["State"]["Health"]["Status"] == "healthy"
+    assert supervisor.attrs["Config"]["Healthcheck"]["Test"][1:3] == ["/openshell-supervisor", "health"]
+    assert run_in(supervisor, ["/bin/rm", "/run/openshell/supervisor-health.sock"])[0] == 0
+    snap = watch.wait_reason(box.id, "HealthCheckFailed", timeout=120)
+    assert ready(snap).status == "False"  # type: ignore[union-attr]
+    [workload] = containers_of(podman_client, box.id)
+    assert workload.attrs["State"]["Running"]
+    assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
