@@ -284,6 +284,7 @@ class HostInfo(msgspec.Struct):
     eventLogger: str = ""  # journald, file or none
     rootlessNetworkCmd: str = ""  # pasta or slirp4netns (reported since Podman 5.1)
     pasta: PastaInfo | None = None
+    networkBackend: str = ""  # netavark or cni (Podman 6 has only netavark)
 
 
 class StoreInfo(msgspec.Struct):

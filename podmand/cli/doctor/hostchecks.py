@@ -58,6 +58,15 @@ def check_cgroups(version: str, rootless: bool, controllers: list[str] | None, s
             "(GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub) and reboot; or run podmand rootful",
         )
     if not rootless:
+        absent = [c for c in ("cpu", "memory", "pids") if controllers is not None and c not in controllers]
+        if absent:  # Podman 6.1 here: a cgroup v2 whose root has only hugetlb
+            return warn(
+                "cgroups",
+                f"cgroup v2, but {', '.join(absent)} not available to Podman ({source} lists "
+                f"{' '.join(controllers or []) or 'nothing'}): podmand asks for no such limit, and "
+                "GetCapabilities claims none",
+                "enable the controllers in the root cgroup's cgroup.subtree_control (systemd does on a booted host)",
+            )
         return ok("cgroups", "cgroup v2, rootful Podman enforces resource limits")
     if manager == "cgroupfs":
         return warn(
@@ -78,8 +87,8 @@ def check_cgroups(version: str, rootless: bool, controllers: list[str] | None, s
         return warn(
             "cgroups",
             f"cgroup v2, but {', '.join(missing)} not delegated to this user ({source} lists "
-            f"{' '.join(controllers) or 'nothing'}): those limits are not enforced rootless, and "
-            "GetCapabilities claims no CPU or memory limit whose controller is missing",
+            f"{' '.join(controllers) or 'nothing'}): those limits are not enforced rootless, podmand "
+            "asks for none of them, and GetCapabilities claims no CPU or memory limit whose controller is missing",
             delegate_fix,
         )
     return ok("cgroups", f"cgroup v2 with cpu, memory and pids delegated ({source})")

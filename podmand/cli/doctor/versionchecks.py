@@ -163,4 +163,25 @@ def version_checks(info: Info, settings: config.Settings, machine: str) -> list[
         *check_releases(facts, settings.host_gateway_ip, settings.endpoint),
         check_event_logger(facts.event_logger),
         check_runtime(facts.runtime, facts.runtime_version),
+        check_podman6(facts, info.host.cgroupVersion, info.host.networkBackend),
     ]
+
+
+def check_podman6(facts: PodmanFacts, cgroup_version: str, network_backend: str) -> Check:
+    """What Podman 6 requires of a host, said before an upgrade meets it: cgroup v2 (it refuses
+    v1: "Cgroups v1 not supported"), netavark (CNI is gone) and, rootless, pasta (slirp4netns is
+    gone). Not a fault of today's Podman, so never worse than OK; limits where cgroup v2 has no
+    controller for them are the cgroups check's."""
+    parsed = facts.parsed
+    if parsed is not None and parsed >= (6, 0, 0):
+        return ok("podman 6", f"Podman {facts.version}: cgroup v2, netavark{' and pasta' if facts.rootless else ''}")
+    lacks = []
+    if cgroup_version and cgroup_version != "v2":
+        lacks.append(f"cgroup v2 (this host: {cgroup_version})")
+    if network_backend and network_backend != "netavark":
+        lacks.append(f"netavark (this Podman: {network_backend})")
+    if facts.rootless and facts.network_cmd == "slirp4netns":
+        lacks.append("pasta (this Podman: slirp4netns)")
+    if not lacks:
+        return ok("podman 6", "this host has what Podman 6 requires: cgroup v2, netavark, pasta")
+    return ok("podman 6", f"before upgrading to Podman 6, which runs only with them: {', '.join(lacks)}")

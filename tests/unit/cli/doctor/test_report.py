@@ -424,3 +424,12 @@ def test_capacity_descriptors_bound_a_wait_per_sandbox() -> None:
 def test_capacity_without_subordinate_ids_warns() -> None:
     got = by_name(check_capacity(capacity_facts(subids=0)))
     assert got["capacity"].status == "WARN" and got["capacity"].finding.startswith("0 sandboxes")
+
+
+def test_cgroup_v2_rootful_without_controllers_warns() -> None:
+    """Podman 6.1.1 rootful in a tree whose cgroup v2 root has only hugetlb (issue 32)."""
+    bare = check_cgroups("v2", False, ["hugetlb"], "Podman's /info")
+    assert bare.status == "WARN" and "cpu, memory, pids not available to Podman" in bare.finding
+    assert "asks for no such limit" in bare.finding
+    assert check_cgroups("v2", False, ["cpu", "memory", "pids"], "x").status == "OK"
+    assert check_cgroups("v2", False, None, "").status == "OK"  # an older Podman: its list unknown

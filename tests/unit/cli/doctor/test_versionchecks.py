@@ -146,3 +146,20 @@ def test_doctor_runs_the_version_checks_on_podmans_info(tmp: Path, fake: FakeLib
     assert "gateway reach" in names[at + 5:]  # netchecks.py's, after the images
     cgroups = checks[at]
     assert cgroups.status == "OK" and "(Podman's /info)" in cgroups.finding
+
+
+@pytest.mark.parametrize(("recorded", "cgroup", "backend", "said"), [
+    (infos.info("6.1.1", rootless=True), "v2", "netavark", "Podman 6.1.1: cgroup v2, netavark and pasta"),
+    (infos.info("4.3.1", rootless=True, rootlessNetworkCmd="slirp4netns"), "v1", "netavark",
+     "before upgrading to Podman 6, which runs only with them: cgroup v2 (this host: v1), "
+     "pasta (this Podman: slirp4netns)"),
+    (infos.info("5.4.2", rootless=False), "v2", "cni", "netavark (this Podman: cni)"),
+    (infos.info("5.8.6", rootless=True, rootlessNetworkCmd="pasta"), "v2", "netavark",
+     "this host has what Podman 6 requires"),
+])
+def test_podman6_requirements_are_named_before_an_upgrade(recorded: dict[str, Any], cgroup: str, backend: str,
+                                                          said: str) -> None:
+    """issue 32: Podman 6 refuses cgroup v1 and has neither CNI nor slirp4netns; doctor says
+    what a host lacks for it, never worse than OK (today's Podman runs as it is)."""
+    check = versionchecks.check_podman6(facts(recorded), cgroup, backend)
+    assert check.status == "OK" and said in check.finding, check.finding
