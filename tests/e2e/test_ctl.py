@@ -16,7 +16,7 @@ from typing import Any
 import podman
 
 from podmand._proto import compute_driver_pb2 as pb
-from tests.jwt import make_token
+from tests.standin.launch import Launch
 
 from .conftest import (
     DEADLINE,
@@ -105,7 +105,8 @@ def test_lifecycle_through_ctl(driver: Podmand, podman_client: podman.PodmanClie
         assert created["runtime_identity"].startswith("podmand:")
         running = container(podman_client, box_id)
         assert running.status == "running"
-        env = dict(e.split("=", 1) for e in running.attrs["Config"]["Env"])
+        [supervisor] = containers_of(podman_client, box_id, "supervisor")
+        env = dict(e.split("=", 1) for e in supervisor.attrs["Config"]["Env"])
         assert json.loads(env["OPENSHELL_USER_ENVIRONMENT"]) == {"GREETING": "hi"}
         caps = driver.stub.GetCapabilities(pb.GetCapabilitiesRequest(gateway=gateway_metadata()))
         if caps.resource_capabilities.memory.limit_supported:  # not on cgroup v1 rootless hosts
@@ -138,12 +139,14 @@ def test_lifecycle_through_ctl(driver: Podmand, podman_client: podman.PodmanClie
     events = described.split("Events (Podman):", 1)[1].split()
     assert "create" in events and "start" in events, described
 
-    # The stand-in supervisor logs to stderr; its "ready" line follows the container's start.
+    # The workload's log: the runtime's lines on stderr, the last once it started the main process.
     logged = wait_until(lambda: (r := ctl(driver, "logs", box_id)).returncode == 0
-                        and "openshell-sandbox: ready" in r.stderr and r, what="the supervisor's ready line")
-    assert "identity mode=oci" in logged.stderr
+                        and "openshell-sandbox: started the main process" in r.stderr and r,
+                        what="the runtime's line on the main process")
+    assert "openshell-sandbox: bootstrap accepted" in logged.stderr
     tail = ctl(driver, "logs", "--tail", "1", box_id)
-    assert ok(tail) == "" and tail.stderr.strip().splitlines() == ["openshell-sandbox: ready"]
+    [last] = tail.stderr.strip().splitlines()
+    assert ok(tail) == "" and last.startswith("openshell-sandbox: started the main process sleep")
 
     got = json.loads(ok(ctl(driver, "get", box_id, "--json")))
     assert (got["id"], got["name"], got["workspace"]) == (box_id, "web", "ops")
@@ -177,7 +180,8 @@ def test_create_from_spec_on_stdin(driver: Podmand, podman_client: podman.Podman
     assert (out["id"], out["reason"]) == (box.id, "ContainerRunning")
     snap = driver.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=box.id)).sandbox
     assert (snap.name, snap.workspace, ready(snap).status) == ("fromspec", "specws", "True")
-    env = dict(e.split("=", 1) for e in container(podman_client, box.id).attrs["Config"]["Env"])
+    [supervisor] = containers_of(podman_client, box.id, "supervisor")
+    env = dict(e.split("=", 1) for e in supervisor.attrs["Config"]["Env"])
     assert json.loads(env["OPENSHELL_USER_ENVIRONMENT"]) == {"FROM_SPEC": "yes"}
     mixed = ctl(driver, "create", "--spec", "-", "--name", "x", stdin=spec)
     assert mixed.returncode == 2 and "--spec excludes --name" in mixed.stderr
@@ -206,23 +210,27 @@ def test_rpc_errors_name_the_code(driver: Podmand) -> None:
     assert invalid.returncode == 1 and "podmand ctl: INVALID_ARGUMENT:" in invalid.stderr
 
 
-def test_token_file_delivered_never_printed(driver: Podmand, podman_client: podman.PodmanClient,
-                                            cleanup: list[str]) -> None:
-    """--token-file: the token reaches the container's root-only file and no ctl output."""
+def test_launch_file_delivered_never_printed(driver: Podmand, podman_client: podman.PodmanClient,
+                                             cleanup: list[str]) -> None:
+    """--launch-file: the gateway's bundle reaches the supervisor's auth.json as it was sent
+    (its tokens there, 0600 or stricter) and no ctl output, the workload nothing of it."""
     box_id = f"ctl-{uuid.uuid4().hex[:10]}"
     cleanup.append(box_id)
-    token = make_token(box_id)
-    path = driver.workdir / "token.jwt"
-    path.write_text(token + "\n")
+    bundle = Launch(sandbox_id=box_id).bundle()
+    path = driver.workdir / "bundle.json"
+    path.write_bytes(bundle)
     os.chmod(path, 0o600)
     if driver.user:
         shutil.chown(path, driver.user, driver.user)
     outputs = []
-    for args in (["create", "--wait", "--id", box_id, "--name", "tok", "--token-file", str(path), "--", "sleep", "600"],
-                 ["get", box_id], ["--json", "get", box_id], ["--json", "list"], ["list"]):
+    for args in (["create", "--wait", "--id", box_id, "--name", "tok", "--launch-file", str(path), "--",
+                  "sleep", "600"], ["get", box_id], ["--json", "get", box_id], ["--json", "list"], ["list"]):
         result = ctl(driver, *args)
         outputs += [ok(result), result.stderr]
-    assert run_in(container(podman_client, box_id), ["cat", "/etc/openshell/auth/sandbox.jwt"])[1].strip() == token
+    token = json.loads(bundle)["supervisor"]["gateway_token"]
+    [supervisor] = containers_of(podman_client, box_id, "supervisor")
+    auth = json.loads(run_in(supervisor, ["/bin/cat", "/.openshell/supervisor/auth.json"])[1])
+    assert auth["gateway_token"] == token
     payload = token.split(".")[1]
     for text in outputs:
         assert token not in text and payload not in text

@@ -106,7 +106,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     c.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="user environment (repeatable)")
     c.add_argument("--cpu", help="CPU limit, e.g. 500m or 2")
     c.add_argument("--memory", help="memory limit, e.g. 512Mi")
-    c.add_argument("--token-file", metavar="PATH", help="file holding the sandbox token (never pass it as an argument)")
+    c.add_argument("--launch-file", metavar="PATH",
+                   help="file holding the gateway's launch bundle (launch_authentication JSON) to send in place of "
+                        "one ctl mints ('-': stdin; never pass it as an argument)")
     c.add_argument(
         "--wait",
         action="store_true",

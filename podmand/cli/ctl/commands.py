@@ -234,7 +234,7 @@ class Ctl:
 
     def do_create(self) -> int:
         box = build_sandbox(self.args)
-        if not box.spec.launch_authentication and not box.spec.sandbox_token and self._needs_bundle():
+        if not box.spec.launch_authentication and self._needs_bundle():
             box.spec.launch_authentication = launch.mint(box.id)
         # Opened first so the wait cannot miss an early terminal state (it starts with a snapshot anyway).
         stream = self.stub.WatchSandboxes(pb.WatchSandboxesRequest()) if self.args.wait else None

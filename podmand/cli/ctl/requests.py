@@ -49,8 +49,8 @@ def build_sandbox(args: argparse.Namespace) -> pb.DriverSandbox:
     if args.spec is not None:
         if flags or cmd:
             raise Usage(f"--spec excludes {', '.join(flags) or 'a command'}")
-        if args.spec == "-" and args.token_file == "-":
-            raise Usage("--spec and --token-file cannot both read stdin")
+        if args.spec == "-" and args.launch_file == "-":
+            raise Usage("--spec and --launch-file cannot both read stdin")
         box = pb.DriverSandbox()
         try:
             json_format.Parse(_read_text(args.spec), box)
@@ -74,11 +74,11 @@ def build_sandbox(args: argparse.Namespace) -> pb.DriverSandbox:
         if args.memory:
             box.spec.template.resources.memory_limit = args.memory
         box.spec.command.extend(cmd)
-    if args.token_file:
-        token = _read_text(args.token_file).strip()
-        if not token:
-            raise Usage(f"--token-file {args.token_file}: empty")
-        box.spec.sandbox_token = token
+    if args.launch_file:
+        bundle = _read_text(args.launch_file).strip()
+        if not bundle:
+            raise Usage(f"--launch-file {args.launch_file}: empty")
+        box.spec.launch_authentication = bundle.encode()
     return box
 
 

@@ -151,13 +151,26 @@ def test_timeout_must_be_finite_and_positive(value: str, capsys: pytest.CaptureF
     assert parse("ctl", "--timeout", "0.5", "list").timeout == 0.5
 
 
-def test_a_token_file_that_is_not_text_is_a_usage_error(tmp_path: Path) -> None:
+def test_a_launch_file_that_is_not_text_is_a_usage_error(tmp_path: Path) -> None:
     from podmand.cli.ctl.requests import Usage, build_sandbox
 
-    bad = tmp_path / "token"
+    bad = tmp_path / "bundle"
     bad.write_bytes(b"\xff\xfe")
     with pytest.raises(Usage, match="not UTF-8 text"):
-        build_sandbox(parse("ctl", "create", "--name", "d", "--token-file", str(bad)))
+        build_sandbox(parse("ctl", "create", "--name", "d", "--launch-file", str(bad)))
+
+
+def test_a_launch_file_is_sent_as_the_bundle(tmp_path: Path) -> None:
+    """The gateway's bundle from a file (never an argument), as it is; empty is a usage error."""
+    from podmand.cli.ctl.requests import Usage, build_sandbox
+
+    bundle = tmp_path / "bundle.json"
+    bundle.write_text('{"gateway_id":"gw"}\n')
+    box = build_sandbox(parse("ctl", "create", "--name", "d", "--launch-file", str(bundle)))
+    assert box.spec.launch_authentication == b'{"gateway_id":"gw"}' and not box.spec.sandbox_token
+    bundle.write_text("\n")
+    with pytest.raises(Usage, match="empty"):
+        build_sandbox(parse("ctl", "create", "--name", "d", "--launch-file", str(bundle)))
 
 
 def test_a_relative_socket_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
