@@ -148,7 +148,7 @@ def test_runtime_identity_and_rotation(driver: Podmand, podman_client: podman.Po
     [container] = containers_of(podman_client, box.id)
     with pytest.raises(grpc.RpcError) as err:
         driver.stub.AuthenticateSandbox(pb.AuthenticateSandboxRequest(credential="not-a-credential"))
-    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED  # the gateway's to answer (contract §1.2)
 
     snap = driver.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=box.id)).sandbox
     identity = snap.status.resolved_identity

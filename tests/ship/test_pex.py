@@ -185,12 +185,10 @@ def test_first_start_unpacks_one_python_second_starts_from_it() -> None:
             assert result.stdout.startswith("usage: podmand serve"), result.stdout
             said.append(("unpacking" in result.stderr, "for pex's runtime" in result.stderr))
         assert said == [(True, False), (False, False), (False, True)]
-        minor = subprocess.run(["/usr/bin/python3", "-c", "import sys; print('%d%d' % sys.version_info[:2])"],
-                               capture_output=True, text=True, check=True).stdout.strip()
         unpacked = list((cache / "podmand" / str(key)).iterdir())
-        assert [p.name for p in unpacked] == [f"cp{minor}"]
+        assert [p.name for p in unpacked] == [cpython_tag()]
         native = sorted(p.name for p in unpacked[0].glob("grpc/_cython/cygrpc.*.so"))
-        assert len(native) == 1 and f"cpython-{minor}-" in native[0], native
+        assert len(native) == 1 and f"cpython-{cpython_tag()[2:]}-" in native[0], native
     finally:
         shutil.rmtree(cache)
 
@@ -285,10 +283,15 @@ with open(os.path.join(home, "podmand", "__main__.py"), "w") as fh:
 
 
 def cpython_tag() -> str:
-    """cp3XY of the interpreter the boot picks under PATH=/usr/bin:/bin."""
-    minor = subprocess.run(["/usr/bin/python3", "-c", "import sys; print('%d%d' % sys.version_info[:2])"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    return f"cp{minor}"
+    """cp3XY of the interpreter the boot picks under PATH=/usr/bin:/bin: pexboot.sh tries
+    python3.11 to python3.14, then python3 (a sid host has 3.13 beside its 3.14 python3)."""
+    for name in ("python3.11", "python3.12", "python3.13", "python3.14", "python3"):
+        found = shutil.which(name, path="/usr/bin:/bin")
+        if found:
+            minor = subprocess.run([found, "-c", "import sys; print('%d%d' % sys.version_info[:2])"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+            return f"cp{minor}"
+    raise AssertionError("no CPython on PATH=/usr/bin:/bin")
 
 
 @contextlib.contextmanager
