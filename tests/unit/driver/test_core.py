@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from podmand import names
+from podmand.sandbox.spec import encode_intent
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
@@ -756,5 +757,28 @@ def test_a_container_whose_record_cannot_be_written_is_removed_and_the_sandbox_f
         await eventually(lambda: "ProvisioningFailed" in rig.sink.reasons(), "the ProvisioningFailed event")
         assert "remount its filesystem read-write" in (await rig.driver.get("sb-1")).status.conditions[0].message
         assert rig.boxes.boxes == {}  # created, then removed: no container without its record
+
+    run(body)
+
+
+def test_a_restart_reports_a_workload_removed_meanwhile_though_its_supervisor_remains() -> None:
+    """A pair whose workload was removed while podmand was down, its supervisor left: reported
+    ContainerRemoved, not provisioned again (the supervisor's list entry is no workload)."""
+    async def body(rig: Rig) -> None:
+        rig.boxes.add_pair("sb-1", "exited")
+        del rig.boxes.boxes[rig.boxes.of("sb-1")]
+        rig.driver.files.mark_created("sb-1", "gone".ljust(64, "0"))
+        _, intent = encode_intent(box("sb-1"))
+        rig.fake.route("GET", "/volumes/json", (200, {}, [{"Name": names.volume_name("sb-1"), "Labels": {
+            **labels_for("sb-1", "ws"), names.INTENT: intent, names.OWNER: names.OWNER_VALUE,
+            names.STATE_DIR: str(rig.driver.state_dir)}}]))
+        rig.fake.route("GET", "/volumes/[^/]+/json", (200, {}, {"Name": names.volume_name("sb-1")}))
+        again = Driver(rig.driver.settings, rig.driver.podman, rig.driver.state_dir, Sink())
+        try:
+            await again.listed()
+            assert await again.resume() == 0
+            assert ready(await again.get("sb-1")) == "ContainerRemoved"
+        finally:
+            await again.close()
 
     run(body)
