@@ -209,14 +209,14 @@ ROUNDS = 5  # each stop lands in a read at random; the old code left a reader in
 def test_sigterm_while_images_are_read_leaves_no_reader(
     make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]
 ) -> None:
-    """Issue 30, item 7: eight creates at once whose supervisor image lacks the binary (each one
+    """Issue 30, item 7: eight creates at once whose runtime image lacks the binary (each one
     reads the image through a never-started reader container, one at a time, and fails
-    SupervisorImageUnavailable), then SIGTERM while the other reads go on. Once podmand has
+    RuntimeImageUnavailable), then SIGTERM while the other reads go on. Once podmand has
     exited, no reader of its state directory is left in Podman, whichever step of a read
     (create, copy, removal) the stop cut short; no resync runs here, so no garbage collection
     removes one."""
     for _ in range(ROUNDS):
-        daemon = make_podmand({"OPENSHELL_SUPERVISOR_IMAGE": SANDBOX_IMAGE, "PODMAND_RESYNC_INTERVAL": "0"})
+        daemon = make_podmand({"OPENSHELL_SANDBOX_RUNTIME_IMAGE": SANDBOX_IMAGE, "PODMAND_RESYNC_INTERVAL": "0"})
         watch = daemon.watch()
         boxes = [sandbox() for _ in range(8)]
         cleanup.extend(box.id for box in boxes)
@@ -225,9 +225,9 @@ def test_sigterm_while_images_are_read_leaves_no_reader(
 
         def failed(boxes: list[pb.DriverSandbox] = boxes, watch: Any = watch) -> int:
             return sum(1 for box in boxes if (s := watch.latest(box.id)) is not None
-                       and (cond := ready(s)) is not None and cond.reason == "SupervisorImageUnavailable")
+                       and (cond := ready(s)) is not None and cond.reason == "RuntimeImageUnavailable")
 
-        wait_until(failed, DEADLINE, "a create to fail SupervisorImageUnavailable", detail=daemon.logs)
+        wait_until(failed, DEADLINE, "a create to fail RuntimeImageUnavailable", detail=daemon.logs)
         assert failed() < len(boxes)  # reads are still going on
         assert daemon.stop(signal.SIGTERM) == 0, daemon.logs()
         mine = {"label": f"{names.STATE_DIR}={daemon.state_dir}"}
