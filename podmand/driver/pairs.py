@@ -264,7 +264,8 @@ def _fold(running: bool, supervisor: tuple[str, str, int] | None) -> tuple[str, 
         return None
     if status in ("created", "configured", "initialized"):
         return "False", "HealthCheckStarting", "The sandbox's supervisor container is starting"
-    return "False", SUPERVISOR_GONE, f"The sandbox's supervisor container is {status} (exit code {code})"
+    state = "has exited" if status in ("exited", "stopped") else f"is {status}"  # 4.3.1 and 6.1 also say stopped
+    return "False", SUPERVISOR_GONE, f"The sandbox's supervisor container {state} (exit code {code})"
 
 
 async def supervisor_of(podman: PodmanClient, workload: ContainerInspect) -> ContainerInspect | None:

@@ -185,7 +185,7 @@ def test_ca_bundle_needs_a_supervisor_newer_than_2f7fb65(
         return next((c for c in conds if c.reason == "SupervisorExited"), None)
 
     cond = wait_until(gone, 60, "SupervisorExited", lambda: watch.snapshots(box.id))
-    assert cond.status == "False" and cond.message.endswith("is exited (exit code 2)"), cond
+    assert cond.status == "False" and cond.message.endswith("has exited (exit code 2)"), cond
     [supervisor] = containers_of(podman_client, box.id, "supervisor")
     log = log_of(supervisor)
     assert log.startswith("error: unexpected argument '--upstream-proxy-ca-bundle' found\n"), log

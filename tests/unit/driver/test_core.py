@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from podmand import names
-from podmand.sandbox.spec import encode_intent
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
 from podmand.errors import AlreadyExists, FailedPrecondition, NotFound
 from podmand.sandbox import imagefiles
 from podmand.sandbox.files import LAUNCH, unwritable
+from podmand.sandbox.spec import encode_intent
 from tests.fakes import infos
 from tests.fakes.harness import Rig, Sink, driver_on, eventually, labels_for
 from tests.fakes.libpod import Request, host_gateway_unresolved

@@ -52,7 +52,7 @@ def test_a_running_workload_takes_its_supervisors_state(
     assert (inspected[:2] if inspected else None) == expected
     assert (from_list[:2] if from_list else None) == expected
     if expected is not None and expected[1] == GONE and supervisor is not None:
-        assert inspected is not None and "exited (exit code 137)" in inspected[2]
+        assert inspected is not None and "has exited (exit code 137)" in inspected[2]
 
 
 def test_an_ended_workload_is_its_own_and_another_instances_supervisor_is_none() -> None:
@@ -60,3 +60,12 @@ def test_an_ended_workload_is_its_own_and_another_instances_supervisor_is_none()
     assert pairs.fold_listed(entry("exited", code=3), None) is None
     # a supervisor left by another create under this sandbox's id is not this workload's
     assert pairs.fold_listed(entry("running"), entry("running", instance="other"))[1] == GONE  # type: ignore[index]
+
+
+def test_a_stopped_supervisor_is_said_to_have_exited() -> None:
+    """Podman 4.3.1 and 6.1.1 also call an ended container ``stopped``: the same words."""
+    for status in ("exited", "stopped"):
+        assert pairs._fold(True, (status, "", 2)) == (
+            "False", GONE, "The sandbox's supervisor container has exited (exit code 2)")
+    assert pairs._fold(True, ("paused", "", 0)) == (
+        "False", GONE, "The sandbox's supervisor container is paused (exit code 0)")
