@@ -19,7 +19,7 @@ from tests.checkout import copy_checkout
 from tests.standin.test_split_podman import RUNTIME_IMAGE, SUPERVISOR_IMAGE, WORKLOAD_IMAGE
 from tests.wait import wait_until
 
-from .conftest import ROOT, SANDBOX_IMAGE, Podmand, containers_of
+from .conftest import ROOT, SANDBOX_IMAGE, Podmand, containers_of, pair_of
 from .freshuser import fresh_user
 from .test_autostart import marked
 
@@ -58,7 +58,7 @@ def test_ctl_walkthrough_works_as_written(make_podmand: Callable[..., Podmand], 
         assert "demo-1" in result.stdout
         assert "Events (Podman):" in result.stdout and SANDBOX_IMAGE in result.stdout  # describe
         assert "IMAGE" in result.stdout and "Ready=True" in result.stderr  # list's columns, create --wait's steps
-        assert containers_of(podman_client, "demo-1") == []
+        assert pair_of(podman_client, "demo-1") == []
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
 
@@ -129,7 +129,7 @@ def test_first_run_as_a_fresh_user_with_the_system_python(tmp_path: Path) -> Non
 
             with podman.PodmanClient(base_url=f"unix://{runtime}/podman/podman.sock") as client:
                 made = {c.attrs["Name"].lstrip("/"): c.attrs["State"]["Status"]
-                        for c in containers_of(client, sandbox_id)}
+                        for c in pair_of(client, sandbox_id)}
                 assert made == {f"openshell-default--first-{sandbox_id}": "running",
                                 f"openshell-supervisor-{sandbox_id}": "running"}, made  # the pair
                 assert client.info()["store"]["graphDriverName"] == "overlay"
