@@ -19,7 +19,7 @@ from tests.checkout import copy_checkout
 from tests.standin.test_split_podman import RUNTIME_IMAGE, SUPERVISOR_IMAGE, WORKLOAD_IMAGE
 from tests.wait import wait_until
 
-from .conftest import ROOT, SANDBOX_IMAGE, Podmand, containers_of, pair_of
+from .conftest import ROOT, SANDBOX_IMAGE, Podmand, pair_of
 from .freshuser import fresh_user
 from .test_autostart import marked
 
