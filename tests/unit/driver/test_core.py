@@ -782,3 +782,26 @@ def test_a_restart_reports_a_workload_removed_meanwhile_though_its_supervisor_re
             await again.close()
 
     run(body)
+
+
+@pytest.mark.parametrize(("name", "answer"), [
+    # Podman 5.8: the head is 200 and the error comes as a line of the stream
+    ("5.8 in-band", (200, {"Transfer-Encoding": "chunked"},
+                     b'{"stream":"Trying to pull..."}\n{"error":"manifest unknown: no such tag"}\n')),
+    # Podman 6.x: a missing tag is a 404 with a JSON body (pkg/api/handlers/libpod/images_pull.go)
+    ("6.x head", (404, {}, {"cause": "manifest unknown", "message": "manifest unknown: no such tag",
+                            "response": 404})),
+])
+def test_either_shape_of_a_failed_pull_is_the_same_terminal_reason(name: str, answer: Any) -> None:
+    """issue 32: whichever way Podman says a pull failed, the sandbox ends ImagePullFailed with
+    Podman's message, recorded as terminal (not retried after a restart)."""
+    async def body(rig: Rig) -> None:
+        default = (200, {"Transfer-Encoding": "chunked"}, b'{"stream":"pulling"}\n')
+        rig.fake.route("POST", "/images/pull", lambda req: answer if req.query.get("reference") == IMAGE else default)
+        await rig.driver.create(box("sb-1"))
+        await eventually(lambda: "ImagePullFailed" in rig.sink.reasons(), f"ImagePullFailed ({name})")
+        snap = await rig.driver.get("sb-1")
+        assert ready(snap) == "ImagePullFailed" and "manifest unknown: no such tag" in snap.status.conditions[0].message
+        assert rig.driver.files.failure("sb-1") is not None
+
+    run(body)
