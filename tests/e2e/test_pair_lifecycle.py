@@ -17,6 +17,7 @@ nothing; a refused fence leaves nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -28,13 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import pytest
 
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.errors import FailedPrecondition
-from podmand.libpod import PodmanClient
+from podmand.libpod import Info, PodmanClient, versions
 from podmand.pair import documents, lifecycle, specs
 from podmand.sandbox import spec as sandbox_spec
 from podmand.sandbox.identity import Resolved
@@ -98,6 +100,13 @@ def runtime_bin() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+@functools.cache
+def podman_features() -> versions.Features:
+    """What this Podman's /info says it applies (its CLI prints the same document): a plan made
+    here asks, as podmand's would, for no limit a cgroup v2 without controllers refuses (6.1)."""
+    return versions.of(msgspec.convert(json.loads(podman("info", "--format", "json").stdout), Info, strict=False))
+
+
 def image(ref: str) -> dict[str, Any]:
     found: dict[str, Any] = json.loads(podman("image", "inspect", ref).stdout)[0]
     return found
@@ -114,7 +123,7 @@ class Sandbox:
         self.settings = Settings()
         sandbox = pb.DriverSandbox(id=self.sandbox_id, name="life", workspace="ws",
                                    spec=pb.DriverSandboxSpec(launch_authentication=self.bundle(self.first)))
-        self.plan = sandbox_spec.validate(sandbox, self.settings)
+        self.plan = sandbox_spec.validate(sandbox, self.settings, podman=podman_features())
         workload_image, supervisor_image = image(WORKLOAD_IMAGE), image(SUPERVISOR_IMAGE)
         self.image_env = tuple(workload_image["Config"].get("Env") or [])
         self.prov = Provision(
