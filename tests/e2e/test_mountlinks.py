@@ -30,7 +30,7 @@ from .conftest import Podmand, Watch, containers_of, sandbox
 from .test_conformance import logs
 from .test_hardening_input import create, nothing_created, refused, running, validate
 from .test_tenants import image_from
-from .test_workdir import TROJAN, readers_of
+from .test_workdir import TROJAN, readers_of, refused_image
 
 OPEN = {"PODMAND_ALLOW_DRIVER_CONFIG": "true", "PODMAND_RESOURCE_ADMISSION": "false"}
 # The image's own "supervisor" at /a/b/c/d/bin, and /opt/openshell -> /a/b/c/d.
@@ -108,12 +108,8 @@ def test_a_link_on_the_way_of_the_pairs_own_files_fails_provisioning(
         box = sandbox(image=image)
         cleanup.append(box.id)
         create(driver, box)()
-        snap = watch.wait_reason(box.id, "ImageRefused")
-        message = snap.status.conditions[0].message
+        message = refused_image(driver, podman_client, watch, box)
         assert f"{image}: {link!r} is a symbolic link in the image, on the way to OpenShell's" in message, message
-        assert containers_of(podman_client, box.id) == [] == containers_of(podman_client, box.id, "supervisor")
-        assert readers_of(podman_client, driver) == []
-        assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
 def test_an_image_shipping_the_protocols_hierarchy_fails_provisioning(

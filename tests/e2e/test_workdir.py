@@ -110,6 +110,16 @@ def readers_of(client: podman.PodmanClient, daemon: Podmand) -> list[str]:
     return [c.name for c in client.containers.list(all=True, filters=mine) if c.name.startswith("podmand-read-")]
 
 
+def refused_image(driver: Podmand, podman_client: podman.PodmanClient, watch: Watch, box: pb.DriverSandbox) -> str:
+    """The create's ImageRefused message, once nothing is left of it: no container of either
+    role, no image reader; then the sandbox deletes."""
+    snap = watch.wait_reason(box.id, "ImageRefused")
+    assert containers_of(podman_client, box.id) == [] == containers_of(podman_client, box.id, "supervisor")
+    assert readers_of(podman_client, driver) == []
+    assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+    return snap.status.conditions[0].message
+
+
 @pytest.mark.parametrize("target", ["/opt/openshell/bin", "/.openshell/channel"])
 def test_a_working_dir_through_a_symbolic_link_is_refused(
     driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str], target: str
@@ -159,12 +169,8 @@ def test_a_link_at_the_default_workspace_fails_provisioning(
         box = sandbox(image=image)
         cleanup.append(box.id)
         create(driver, box)()
-        snap = watch.wait_reason(box.id, "ImageRefused")
-        message = snap.status.conditions[0].message
+        message = refused_image(driver, podman_client, watch, box)
         assert f"{image}: the workspace '/sandbox' (no WorkingDir) passes through '/sandbox'" in message, message
-        assert containers_of(podman_client, box.id) == [] == containers_of(podman_client, box.id, "supervisor")
-        assert readers_of(podman_client, driver) == []
-        assert driver.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 
 def test_usr_local_bin_is_a_refused_root(
