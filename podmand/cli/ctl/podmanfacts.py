@@ -59,8 +59,8 @@ def _intent(labels: dict[str, str]) -> tuple[str, list[str]]:
     return box.spec.template.image, list(box.spec.command)
 
 
-async def _facts(path: str, default_image: str) -> dict[str, Facts]:
-    client = PodmanClient(path, timeouts=Timeouts(request=10.0))
+async def _facts(path: str, default_image: str, client: PodmanClient | None = None) -> dict[str, Facts]:
+    client = client or PodmanClient(path, timeouts=Timeouts(request=10.0))
     try:
         vols = await client.list_volumes([f"{names.OWNER}={names.OWNER_VALUE}"])
         ctrs = await client.list_containers(names.MANAGED_FILTER)
@@ -70,7 +70,7 @@ async def _facts(path: str, default_image: str) -> dict[str, Facts]:
     for vol in vols:
         labels = vol.labels or {}
         sandbox_id = labels.get(names.SANDBOX_ID, "")
-        if sandbox_id:
+        if sandbox_id and names.INTENT in labels:  # the record, not the pair's channel volume
             image, command = _intent(labels)
             out[sandbox_id] = Facts(sandbox_id, image or default_image, command, parse_time(vol.created_at),
                                     labels.get(names.INSTANCE, ""))

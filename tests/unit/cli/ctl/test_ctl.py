@@ -216,3 +216,31 @@ def test_ctl_modules_never_fall_back_to_any() -> None:
         names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
         assert "Any" not in names, f"{path.name} uses typing.Any"
+
+
+def test_a_pairs_channel_volume_does_not_hide_its_record() -> None:
+    """A sandbox has two volumes: its record (the intent: image, command) and the pair's channel
+    volume (no intent). Listed in either order, the record's command stays (Podman 5.4.2 listed
+    the channel volume second, and describe said "(the image's)")."""
+    import asyncio
+
+    from podmand import names
+    from podmand.cli.ctl import podmanfacts
+    from podmand.sandbox.spec import encode_intent
+    from tests.fakes.harness import libpod
+    from tests.jwt import make_launch
+
+    box = pb.DriverSandbox(id="sb-1", name="n", workspace="ws", spec=pb.DriverSandboxSpec(
+        command=["sleep", "600"], launch_authentication=make_launch("sb-1", "g1")))
+    record = {"Name": names.volume_name("sb-1"), "Labels": {
+        names.OWNER: names.OWNER_VALUE, names.SANDBOX_ID: "sb-1", names.INTENT: encode_intent(box)[1]}}
+    channel = {"Name": names.channel_volume_name("sb-1"), "Labels": {
+        names.OWNER: names.OWNER_VALUE, names.SANDBOX_ID: "sb-1"}}
+
+    async def main(volumes: list[dict[str, Any]]) -> list[str]:
+        async with libpod() as (fake, client):
+            fake.route("GET", "/volumes/json", (200, {}, volumes))
+            return (await podmanfacts._facts("", "default", client))["sb-1"].command
+
+    for order in ([record, channel], [channel, record]):
+        assert asyncio.run(main(order)) == ["sleep", "600"]
