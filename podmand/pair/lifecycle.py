@@ -100,8 +100,19 @@ async def _step(what: str, call: Awaitable[T]) -> T:
         raise PodmanUnreadable(f"{what}: {exc}") from None
 
 
+UPLOAD_TRIES = 3
+
+
 async def _upload(client: PodmanClient, container: str, path: str, tar: bytes, what: str) -> None:
-    await _step(f"upload the {what} to {container}:{path}", client.put_archive(container, path, tar))
+    """Podman's extracting helper can die mid-stream on a loaded host ("write |1: broken pipe",
+    seen on 4.3.1 and 5.8.6): the same archive again writes the same files, a bounded few times."""
+    for attempt in range(1, UPLOAD_TRIES + 1):
+        try:
+            await _step(f"upload the {what} to {container}:{path}", client.put_archive(container, path, tar))
+            return
+        except PodmanError as exc:
+            if attempt == UPLOAD_TRIES or "broken pipe" not in exc.message:
+                raise
 
 
 async def _mint(

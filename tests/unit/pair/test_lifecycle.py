@@ -158,3 +158,31 @@ def test_a_start_whose_fence_does_not_hold_uploads_and_starts_nothing() -> None:
         asyncio.run(main())
     assert "GET archive" in podman.seen, "it got as far as the restart metadata"
     assert not [call for call in podman.seen if call.startswith("PUT") or call.endswith("/start")], podman.seen
+
+
+class BrokenPipes(Podman):
+    """Podman whose archive extraction dies mid-stream the first ``times`` uploads to the supervisor."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.times = times
+
+    def __call__(self, request: Request) -> Response:
+        if request.method == "PUT" and f"/containers/{SUPERVISOR}/archive" in request.target and self.times:
+            self.times -= 1
+            self.seen.append(f"PUT /containers/{SUPERVISOR}/archive")
+            message = "passing bulk input to subprocess: write |1: broken pipe"
+            return Response(500, {}, json.dumps({"message": message, "response": 500}).encode())
+        return super().__call__(request)
+
+
+def test_an_upload_whose_extraction_broke_is_sent_again_a_bounded_few_times() -> None:
+    """Seen on 4.3.1 and 5.8.6 under load: the same archive again; the third break stands."""
+    podman = BrokenPipes(times=2)
+    create(podman)
+    assert podman.seen.count(f"PUT /containers/{SUPERVISOR}/archive") == 3
+    assert podman.seen[-1].startswith("POST /containers/") and podman.seen[-1].endswith("/start")
+    broken = BrokenPipes(times=lifecycle.UPLOAD_TRIES)
+    with pytest.raises(PodmanError, match="broken pipe"):
+        create(broken)
+    assert broken.seen.count(f"PUT /containers/{SUPERVISOR}/archive") == lifecycle.UPLOAD_TRIES
