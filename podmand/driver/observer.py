@@ -161,9 +161,13 @@ class Observer:
         supervisor = await pairs.supervisor_of(self.podman, info)
         folded = pairs.fold(info, supervisor)
         pairs.fold_into(snap, folded)
+        sandbox_id = info.labels.get(names.SANDBOX_ID, "")
+        if (observing and supervisor is not None and supervisor.state.status == "created" and info.state.running
+                and not self.busy(sandbox_id)):  # a start cut short between the two (a podmand killed there)
+            self.tasks.ensure(("finish", supervisor.id),
+                              lambda: pairs.finish_start(self.podman, self.sink, supervisor.id, sandbox_id, info.id))
         if not observing or supervisor is None or not supervisor.state.running:
             return folded
-        sandbox_id = info.labels.get(names.SANDBOX_ID, "")
         if self.settings.health_check_interval and supervisor.config.healthcheck:
             self.tasks.ensure(("probe", supervisor.id), lambda: self._probe(supervisor.id, sandbox_id, report=info.id))
         if not info.state.running and info.state.status != "created" and not self.busy(sandbox_id):

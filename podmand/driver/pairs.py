@@ -14,6 +14,7 @@ supervisor's state as the workload's snapshot shows it is :func:`fold`'s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 
@@ -21,7 +22,7 @@ from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..errors import DriverError, FailedPrecondition
 from ..host import hostgateway
-from ..libpod import ContainerInspect, ContainerListEntry, PodmanClient, PodmanError
+from ..libpod import ContainerInspect, ContainerListEntry, PodmanClient, PodmanError, PodmanUnavailable
 from ..pair import documents, lifecycle, specs
 from ..sandbox import snapshots
 from ..sandbox.plan import Plan, Provision
@@ -29,6 +30,7 @@ from ..sandbox.spec import launch_bundle
 from ..sandbox.supervisor import SupervisorCache
 from ..security import admission, tokens
 from .context import Context
+from .events import EventSink
 from .pending import Pending, ProvisionFailed
 from .preparation import Prepared
 
@@ -266,6 +268,16 @@ def _fold(running: bool, supervisor: tuple[str, str, int] | None) -> tuple[str, 
         return "False", "HealthCheckStarting", "The sandbox's supervisor container is starting"
     state = "has exited" if status in ("exited", "stopped") else f"is {status}"  # 4.3.1 and 6.1 also say stopped
     return "False", SUPERVISOR_GONE, f"The sandbox's supervisor container {state} (exit code {code})"
+
+
+async def finish_start(podman: PodmanClient, sink: EventSink, supervisor_id: str, sandbox_id: str,
+                       workload_id: str) -> None:
+    """A supervisor made (its files uploaded) and never started beside its running workload: a
+    start cut short between the two (a podmand killed there) is finished, as it would have."""
+    log.warning("sandbox %s: its supervisor was never started; starting it", sandbox_id)
+    with contextlib.suppress(PodmanError, PodmanUnavailable):  # gone or refused: the next look says so
+        await podman.start_container(supervisor_id)
+    sink.refresh(workload_id, sandbox_id)
 
 
 async def supervisor_of(podman: PodmanClient, workload: ContainerInspect) -> ContainerInspect | None:

@@ -33,3 +33,21 @@ def test_only_this_podmands_orphaned_workload_is_stopped() -> None:
 
     asyncio.run(asyncio.wait_for(main(), 30))
 
+
+
+def test_a_supervisor_made_and_never_started_beside_its_running_workload_is_started() -> None:
+    """A podmand killed between the pair's two starts: the next one, observing the workload,
+    starts the supervisor (its files were uploaded before either start), as the start would have."""
+    async def body(rig: Rig) -> None:
+        cid = rig.boxes.add_pair("sb-ours")
+        rig.boxes.boxes[rig.boxes.of("sb-ours", names.ROLE_SUPERVISOR)]["State"].update(Status="created", Running=False)
+        rig.driver.files.set_generation("sb-ours", "g0000000000000001")
+        await rig.driver.observe(cid)
+        sup = rig.boxes.of("sb-ours", names.ROLE_SUPERVISOR)
+        await eventually(lambda: rig.boxes.boxes[sup]["State"]["Running"], "the supervisor started")
+
+    async def main() -> None:
+        async with driver_on() as rig:
+            await body(rig)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
