@@ -338,11 +338,8 @@ def cleanup(podman_client: podman.PodmanClient) -> Iterator[list[str]]:
         for item in [*pair_of(podman_client, sandbox_id), *volumes_of(podman_client, sandbox_id)]:
             try:
                 item.remove(force=True)
-            except podman.errors.NotFound:
-                pass
             except podman.errors.APIError as exc:
-                # Gone meanwhile (podmand's own delete): 5.4.2 answers 500 "no such volume".
-                if "no such" not in str(exc):
+                if not _gone(exc):
                     raise
 
 
@@ -350,13 +347,31 @@ def containers_of(client: podman.PodmanClient, sandbox_id: str, role: str = "san
     """The sandbox's containers of one isolation role, fully inspected (list entries lack
     State): its workload (``sandbox``, the default) or its supervisor (``supervisor``)."""
     found = client.containers.list(all=True, filters={"label": f"openshell.ai/sandbox-id={sandbox_id}"})
-    return [client.containers.get(c.id) for c in found if c.labels.get("openshell.ai/isolation-role") == role]
+    return _inspected(client, [c for c in found if c.labels.get("openshell.ai/isolation-role") == role])
 
 
 def pair_of(client: podman.PodmanClient, sandbox_id: str) -> list[Any]:
     """Every container of the sandbox, workload and supervisor alike."""
     found = client.containers.list(all=True, filters={"label": f"openshell.ai/sandbox-id={sandbox_id}"})
-    return [client.containers.get(c.id) for c in found]
+    return _inspected(client, found)
+
+
+def _gone(exc: podman.errors.APIError) -> bool:
+    """Removed between a list and the next call (podmand's own delete racing a test):
+    404 on most versions, 500 "no such container/volume" on 4.3.1 and 5.4.2."""
+    return isinstance(exc, podman.errors.NotFound) or "no such" in str(exc)
+
+
+def _inspected(client: podman.PodmanClient, found: list[Any]) -> list[Any]:
+    """Each listed container fully inspected, skipping those removed since the list."""
+    inspected = []
+    for entry in found:
+        try:
+            inspected.append(client.containers.get(entry.id))
+        except podman.errors.APIError as exc:
+            if not _gone(exc):
+                raise
+    return inspected
 
 
 def volumes_of(client: podman.PodmanClient, sandbox_id: str) -> list[Any]:
