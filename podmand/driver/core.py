@@ -27,7 +27,7 @@ from ..sandbox.files import SandboxFiles
 from ..sandbox.plan import Plan
 from ..sandbox.spec import check_name, launch_bundle
 from ..security import tokens
-from . import lookup, records
+from . import lookup, pairs, records
 from .context import Context
 from .events import EventSink
 from .garbage import Collector
@@ -175,8 +175,15 @@ class Driver:
         return ids[0] if ids else None
 
     def changed(self, entry: ContainerListEntry) -> bool:
-        """Whether a list shows the container other than the hub last observed it."""
-        return self.index.changed(entry)
+        """Whether a list shows the container other than the hub last observed it, or shows
+        a pair of this podmand's whose halves are at odds (``pairs.at_odds``: its look mends it)."""
+        if self.index.changed(entry):
+            return True
+        labels = entry.labels or {}
+        if labels.get(names.ISOLATION_ROLE) != names.ROLE_WORKLOAD:
+            return False
+        sandbox_id = labels.get(names.SANDBOX_ID, "")
+        return pairs.at_odds(entry, self._listed_supervisors.get(sandbox_id)) and not self._hands_off(sandbox_id)
 
     async def forget(self, sandbox_id: str, container_id: str = "") -> bool:
         """A container was found gone: what podmand made for its sandbox, if that was

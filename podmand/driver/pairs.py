@@ -243,6 +243,18 @@ def fold_listed(workload: ContainerListEntry, supervisor: ContainerListEntry | N
                  (supervisor.state, snapshots.listed_health(supervisor.status), supervisor.exit_code))
 
 
+def at_odds(workload: ContainerListEntry, supervisor: ContainerListEntry | None) -> bool:
+    """Whether a list shows the pair's halves in states that cannot stand (contract §4.6): a
+    running workload whose supervisor is gone, or a running supervisor whose workload ended.
+    The observer's look at the workload mends either; a resync asks for it, since the event of
+    the change can be missed (a supervisor removed while its look was in flight)."""
+    folded = fold_listed(workload, supervisor)
+    if folded is not None:
+        return folded[1] == SUPERVISOR_GONE
+    ended = workload.state not in ("running", "created", "configured", "initialized", "stopping")
+    return ended and supervisor is not None and supervisor.state == "running"
+
+
 def fold_into(snap: pb.DriverSandbox, folded: tuple[str, str, str] | None) -> None:
     """Set what :func:`fold` or :func:`fold_listed` said as the snapshot's Ready condition."""
     if folded is not None:

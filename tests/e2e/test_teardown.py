@@ -6,7 +6,6 @@ volume, the workspace volume and the state files gone.
 from __future__ import annotations
 
 import podman
-import pytest
 
 from podmand._proto import compute_driver_pb2 as pb
 
@@ -15,8 +14,6 @@ from .conftest import Podmand, containers_of, pair_of, sandbox, volumes_of, wait
 READY = 120.0
 
 
-@pytest.mark.xfail(strict=False, reason="issue 31, open: the look after a supervisor removed out of band "
-                   "sometimes misses it, and no resync looks again (the workload is not taken down)")
 def test_a_pair_missing_its_supervisor_or_stopped_is_deleted_whole(
         driver: Podmand, podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
     watch = driver.watch()

@@ -784,6 +784,33 @@ def test_a_restart_reports_a_workload_removed_meanwhile_though_its_supervisor_re
     run(body)
 
 
+def test_a_resync_looks_at_a_pair_of_its_own_whose_supervisor_is_gone_and_leaves_anothers() -> None:
+    """The event of a supervisor's end can be missed: a resync's list still finds its running
+    workload (``changed``), so the look stops it; never another podmand's pair (hands off)."""
+    async def body(rig: Rig) -> None:
+        await rig.driver.create(box("sb-1"))
+        await eventually(lambda: "Started" in rig.sink.reasons(), "the Started event")
+        theirs = rig.boxes.add_pair("sb-2")  # no generation nor launch bundle here: another podmand's
+        for cid in (rig.boxes.of("sb-1"), theirs):
+            await rig.driver.observe(cid)  # the hub has looked at both
+
+        def workloads(entries: list[Any]) -> dict[str, bool]:
+            return {e.labels[names.SANDBOX_ID]: rig.driver.changed(e) for e in entries
+                    if e.labels.get(names.ISOLATION_ROLE) == names.ROLE_WORKLOAD}
+
+        assert workloads(await rig.driver.listed()) == {"sb-1": False, "sb-2": False}
+        for sandbox_id in ("sb-1", "sb-2"):
+            del rig.boxes.boxes[rig.boxes.of(sandbox_id, names.ROLE_SUPERVISOR)]
+        assert workloads(await rig.driver.listed()) == {"sb-1": True, "sb-2": False}
+        await rig.driver.observe(rig.boxes.of("sb-1"))  # the look the resync asks for
+        await eventually(lambda: rig.boxes.boxes[rig.boxes.of("sb-1")]["State"]["Status"] == "exited",
+                         "sb-1's workload stopped")
+        assert "SupervisorExited" in rig.sink.reasons()
+        assert rig.boxes.boxes[theirs]["State"]["Status"] == "running"
+
+    run(body)
+
+
 @pytest.mark.parametrize(("name", "answer"), [
     # Podman 5.8: the head is 200 and the error comes as a line of the stream
     ("5.8 in-band", (200, {"Transfer-Encoding": "chunked"},

@@ -69,3 +69,21 @@ def test_a_stopped_supervisor_is_said_to_have_exited() -> None:
             "False", GONE, "The sandbox's supervisor container has exited (exit code 2)")
     assert pairs._fold(True, ("paused", "", 0)) == (
         "False", GONE, "The sandbox's supervisor container is paused (exit code 0)")
+
+
+@pytest.mark.parametrize(("workload", "supervisor", "odds"), [
+    (entry("running"), entry("running"), False),
+    (entry("running"), entry("created"), False),  # a start in flight (or cut short: the look finishes it)
+    (entry("running"), entry("exited", code=137), True),  # its end's event missed: a resync's look stops the workload
+    (entry("running"), None, True),  # removed out of band
+    (entry("running"), entry("running", instance="other"), True),  # another create's, not this workload's
+    (entry("exited"), entry("running"), True),  # a supervisor outliving its workload is stopped too
+    (entry("stopped"), entry("running"), True),
+    (entry("created"), entry("running"), False),  # made, its start next
+    (entry("exited"), entry("exited"), False),  # a stopped pair
+    (entry("exited"), None, False),
+], ids=["both-running", "supervisor-starting", "supervisor-exited", "supervisor-missing", "other-instance",
+        "workload-exited", "workload-stopped", "workload-created", "both-ended", "ended-alone"])
+def test_a_resync_finds_a_pair_whose_halves_are_at_odds(
+        workload: ContainerListEntry, supervisor: ContainerListEntry | None, odds: bool) -> None:
+    assert pairs.at_odds(workload, supervisor) is odds
