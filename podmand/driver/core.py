@@ -85,13 +85,15 @@ class Driver:
 
     def _hands_off(self, sandbox_id: str) -> bool:
         """Whether the observer leaves a pair as it is: a create, start or stop of it is under
-        way here (its pair is in flux), or it is another podmand's, sharing this Podman (this
-        state directory has neither its generation nor its launch bundle, one of which every
-        pair made here has): that one makes and mends its own pairs."""
+        way here (its pair is in flux); its create is unfinished (the launch bundle is still in
+        the state directory: provisioning, or the resume after a restart, finishes it, and may
+        not have taken it up yet); or it is another podmand's, sharing this Podman (this state
+        directory has no generation of it, which every pair made here records once made): that
+        one makes and mends its own pairs."""
         if self.locks.locked(sandbox_id) or self.provisioning.get(sandbox_id) is not None:
             return True
-        try:  # a pair made here records its generation once made, its launch bundle until then
-            return not self.files.generation(sandbox_id) and self.files.launch(sandbox_id) is None
+        try:
+            return self.files.launch(sandbox_id) is not None or not self.files.generation(sandbox_id)
         except ValueError:
             return True
 

@@ -244,15 +244,18 @@ def fold_listed(workload: ContainerListEntry, supervisor: ContainerListEntry | N
 
 
 def at_odds(workload: ContainerListEntry, supervisor: ContainerListEntry | None) -> bool:
-    """Whether a list shows the pair's halves in states that cannot stand (contract §4.6): a
-    running workload whose supervisor is gone, or a running supervisor whose workload ended.
-    The observer's look at the workload mends either; a resync asks for it, since the event of
-    the change can be missed (a supervisor removed while its look was in flight)."""
-    folded = fold_listed(workload, supervisor)
-    if folded is not None:
-        return folded[1] == SUPERVISOR_GONE
-    ended = workload.state not in ("running", "created", "configured", "initialized", "stopping")
-    return ended and supervisor is not None and supervisor.state == "running"
+    """Whether a list shows the pair's halves in states that cannot stand outside a create,
+    start or stop (contract §4.6): a running workload whose supervisor is not running (gone:
+    the workload is stopped; made and never started: it is started), or a running supervisor
+    whose workload ended (it is stopped). The observer's look at the workload mends each; a
+    resync asks for it, since the event of the change can be missed (a supervisor removed
+    while its look was in flight, a podmand killed between the pair's two starts)."""
+    instance = (workload.labels or {}).get(names.INSTANCE)
+    ours = supervisor is not None and (supervisor.labels or {}).get(names.INSTANCE) == instance
+    supervising = ours and supervisor is not None and supervisor.state == "running"
+    if workload.state == "running":
+        return not supervising
+    return supervising and workload.state not in ("created", "configured", "initialized", "stopping")
 
 
 def fold_into(snap: pb.DriverSandbox, folded: tuple[str, str, str] | None) -> None:

@@ -54,6 +54,17 @@ def condition(d: Podmand, sandbox_id: str) -> str:
     return f"{cond}; podmand: {lines[-8:]}"
 
 
+def pair_story(client: podman.PodmanClient, d: Podmand, sandbox_id: str) -> dict[str, Any]:
+    """What a test's failure needs to say of a sandbox: Ready, podmand's lines of it, and each
+    container of its pair with its state and its output's last lines."""
+    story: dict[str, Any] = {"ready": condition(d, sandbox_id)}
+    for container in pair_of(client, sandbox_id):
+        state = container.attrs.get("State", {})
+        tail = b"".join(container.logs(stdout=True, stderr=True, tail=6)).decode(errors="replace")
+        story[container.name] = f"{state.get('Status')} exit {state.get('ExitCode')}: {tail[-600:]}"
+    return story
+
+
 def reached(watch: Watch, sandbox_id: str, point: str) -> bool:
     """The sandbox passed ``point``: a platform event or a Ready reason of that name."""
     return any(e.reason == point for e in watch.platform_events(sandbox_id)) or any(
@@ -137,7 +148,8 @@ def test_kill9_at_random_points_of_creates_then_restart(make_podmand: Callable[.
         if cond.status == "True":
             [container] = containers_of(podman_client, i)
             assert container.status == "running"
-    assert all(c.status == "True" for c in outcomes.values()), tally  # nothing is lost to a kill
+    failed = {i: pair_story(podman_client, d, i) for i, c in outcomes.items() if c.status != "True"}
+    assert not failed, (tally, failed)  # nothing is lost to a kill
     delete_all(d, ids)
     assert_nothing_left(podman_client, d, before)
 

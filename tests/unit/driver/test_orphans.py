@@ -10,6 +10,7 @@ import asyncio
 from podmand import names
 from podmand.driver import pairs
 from tests.fakes.harness import Rig, driver_on, eventually
+from tests.jwt import make_launch
 
 
 def test_only_this_podmands_orphaned_workload_is_stopped() -> None:
@@ -45,6 +46,30 @@ def test_a_supervisor_made_and_never_started_beside_its_running_workload_is_star
         await rig.driver.observe(cid)
         sup = rig.boxes.of("sb-ours", names.ROLE_SUPERVISOR)
         await eventually(lambda: rig.boxes.boxes[sup]["State"]["Running"], "the supervisor started")
+
+    async def main() -> None:
+        async with driver_on() as rig:
+            await body(rig)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_pair_whose_create_is_unfinished_is_left_to_the_resume() -> None:
+    """A podmand killed mid-create left a running workload whose supervisor it had not made (or
+    had removed as a leftover): its launch bundle still in the state directory, the next podmand's
+    resume finishes that create. A look before the resume took it up stops nothing (it did, and
+    the resumed sandbox ended as ContainerRuntimeRestart), and neither does a resync's."""
+    async def body(rig: Rig) -> None:
+        cid = rig.boxes.add_pair("sb-ours")
+        del rig.boxes.boxes[rig.boxes.of("sb-ours", names.ROLE_SUPERVISOR)]
+        rig.driver.files.write_launch("sb-ours", make_launch("sb-ours", "g0000000000000001"))
+        await rig.driver.observe(cid)
+        [entry] = [e for e in await rig.driver.listed() if e.id == cid]
+        assert rig.driver.changed(entry) is False
+        rig.driver.files.drop_launch("sb-ours")  # the create finished: its pair is this podmand's to mend
+        rig.driver.files.set_generation("sb-ours", "g0000000000000001")
+        assert rig.driver.changed(entry) is True
+        assert rig.boxes.boxes[cid]["State"]["Running"] and pairs.SUPERVISOR_GONE not in rig.sink.reasons()
 
     async def main() -> None:
         async with driver_on() as rig:

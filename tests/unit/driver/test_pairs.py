@@ -73,7 +73,7 @@ def test_a_stopped_supervisor_is_said_to_have_exited() -> None:
 
 @pytest.mark.parametrize(("workload", "supervisor", "odds"), [
     (entry("running"), entry("running"), False),
-    (entry("running"), entry("created"), False),  # a start in flight (or cut short: the look finishes it)
+    (entry("running"), entry("created"), True),  # a start cut short (in flight, it is hands off): the look starts it
     (entry("running"), entry("exited", code=137), True),  # its end's event missed: a resync's look stops the workload
     (entry("running"), None, True),  # removed out of band
     (entry("running"), entry("running", instance="other"), True),  # another create's, not this workload's
