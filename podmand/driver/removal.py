@@ -76,6 +76,10 @@ class Removal:
             found = await lookup.find_indexed(self.ctx.podman, self.index, sandbox_id)
             if found is not None or self.provisioning.get(sandbox_id) is not None:
                 return False
+            record = await self.ctx.podman.inspect_volume(names.volume_name(sandbox_id))
+            owner = (record.labels or {}).get(names.STATE_DIR, "") if record is not None else ""
+            if owner and owner != str(self.ctx.state_dir):
+                return True  # another podmand's, sharing this Podman: gone from the streams, its to clean up
             existed, workspace = await self._remove_everything(sandbox_id)
         if workspace is not None:
             await self.networks.remove_unused(workspace)

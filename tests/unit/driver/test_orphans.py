@@ -1,7 +1,8 @@
-"""The observer's rule for a pair missing a half (contract §4.6: no workload runs without its
-supervisor), on the fake libpod's pair model: it stops this podmand's workload whose
-supervisor is gone, and leaves alone the pair of another podmand sharing the same Podman (this
-state directory has no generation of it: that podmand may be making it right now, workload first)."""
+"""What a podmand does to another podmand's sandboxes on the same Podman, on the fake libpod's
+pair model: nothing. The observer's rule for a pair missing a half (contract §4.6: no workload
+runs without its supervisor) stops this podmand's workload whose supervisor is gone, and leaves
+alone another's pair (this state directory has no generation of it: that podmand may be making
+it right now, workload first); a sandbox gone from Podman is cleaned up only by its own podmand."""
 
 from __future__ import annotations
 
@@ -33,7 +34,6 @@ def test_only_this_podmands_orphaned_workload_is_stopped() -> None:
             await body(rig)
 
     asyncio.run(asyncio.wait_for(main(), 30))
-
 
 
 def test_a_supervisor_made_and_never_started_beside_its_running_workload_is_started() -> None:
@@ -70,6 +70,26 @@ def test_a_pair_whose_create_is_unfinished_is_left_to_the_resume() -> None:
         rig.driver.files.set_generation("sb-ours", "g0000000000000001")
         assert rig.driver.changed(entry) is True
         assert rig.boxes.boxes[cid]["State"]["Running"] and pairs.SUPERVISOR_GONE not in rig.sink.reasons()
+
+    async def main() -> None:
+        async with driver_on() as rig:
+            await body(rig)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_another_podmands_sandbox_gone_from_podman_is_not_cleaned_up_here() -> None:
+    """A resync that no longer lists another podmand's sandbox (its containers removed) tells
+    the streams it is gone, and removes nothing of it: its record volume names that podmand's
+    state directory, whose sandbox it is to clean up (seen: one test session's podmand removed
+    the volumes of another's stopped sandbox)."""
+    async def body(rig: Rig) -> None:
+        rig.fake.route("GET", "/volumes/[^/]+/json", (200, {}, {
+            "Name": names.volume_name("sb-theirs"),
+            "Labels": {names.OWNER: names.OWNER_VALUE, names.STATE_DIR: "/elsewhere/state"}}))
+        before = len(rig.fake.requests)
+        assert await rig.driver.forget("sb-theirs") is True
+        assert not [r for r in list(rig.fake.requests)[before:] if r.startswith("DELETE")]
 
     async def main() -> None:
         async with driver_on() as rig:
