@@ -17,7 +17,7 @@ import pytest
 from podmand._proto import compute_driver_pb2 as pb
 from tests.wait import wait_until
 
-from .conftest import Podmand, containers_of, pair_of, ready, run_in, sandbox
+from .conftest import Podmand, containers_of, pair_of, ready, run_in, sandbox, volumes_of
 
 DEADLINE_SNAP = 60.0
 
@@ -197,16 +197,20 @@ def test_validation_allocates_nothing(driver: Podmand, podman_client: podman.Pod
 def test_restart_reports_instead_of_provisioning_again(make_podmand: Callable[..., Podmand],
                                                        podman_client: podman.PodmanClient,
                                                        cleanup: list[str]) -> None:
-    """After a restart, a terminally failed create is reported with its failure, not
-    provisioned again. (A pair removed while podmand was down: issue 31's note, open.)"""
+    """After a restart, a terminally failed create is reported with its failure, and a pair
+    removed while podmand was down as removed: neither is provisioned again."""
     first = make_podmand()
     watch = first.watch()
-    failed = sandbox(image="localhost/podmand-test/no-such-image:1")
-    cleanup.append(failed.id)
-    first.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=failed))
+    failed, removed = sandbox(image="localhost/podmand-test/no-such-image:1"), sandbox()
+    cleanup += [failed.id, removed.id]
+    for box in (failed, removed):
+        first.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     watch.wait_reason(failed.id, "ImagePullFailed", timeout=60)
+    watch.wait_reason(removed.id, "ContainerRunning", timeout=120)
     watch.cancel()
     first.stop()
+    for container in pair_of(podman_client, removed.id):
+        container.remove(force=True)
 
     second = make_podmand(start=False)
     second.state_dir, second.env["PODMAND_STATE_DIR"] = first.state_dir, str(first.state_dir)
@@ -215,7 +219,12 @@ def test_restart_reports_instead_of_provisioning_again(make_podmand: Callable[..
     assert cond is not None and (cond.status, cond.reason) == ("False", "ImagePullFailed")
     assert "resuming interrupted create" not in second.logs()
     assert pair_of(podman_client, failed.id) == []
-    assert second.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=failed.id)).deleted
+    cond = ready(second.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=removed.id)).sandbox)
+    assert cond is not None and (cond.status, cond.reason) == ("False", "ContainerRemoved"), cond
+    assert pair_of(podman_client, removed.id) == []
+    for box in (failed, removed):
+        assert second.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+        assert volumes_of(podman_client, box.id) == []
 
 
 def test_a_restarted_podmand_tells_each_sandbox_right_from_its_first_snapshot(
