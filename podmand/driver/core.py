@@ -93,7 +93,7 @@ class Driver:
         if self.locks.locked(sandbox_id) or self.provisioning.get(sandbox_id) is not None:
             return True
         try:
-            return self.files.launch(sandbox_id) is not None or not self.files.generation(sandbox_id)
+            return self.files.making(sandbox_id) or not self.files.generation(sandbox_id)
         except ValueError:
             return True
 

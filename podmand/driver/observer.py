@@ -162,6 +162,7 @@ class Observer:
         folded = pairs.fold(info, supervisor)
         pairs.fold_into(snap, folded)
         sandbox_id = info.labels.get(names.SANDBOX_ID, "")
+        pairs.unfinished(snap, self.files.making(sandbox_id))
         if (observing and supervisor is not None and supervisor.state.status == "created" and info.state.running
                 and not self.busy(sandbox_id)):  # a start cut short between the two (a podmand killed there)
             self.tasks.ensure(("finish", supervisor.id),
@@ -195,6 +196,7 @@ class Observer:
         # a split sandbox's supervisor, as the same list shows it (``supervisors``: by sandbox id)
         if supervisors is not None and (entry.labels or {}).get(names.ISOLATION_ROLE) == names.ROLE_WORKLOAD:
             pairs.fold_into(snap, pairs.fold_listed(entry, supervisors.get(sandbox_id)))
+            pairs.unfinished(snap, self.files.making(sandbox_id))
         return snap
 
     def _kept_fence(self, sandbox_id: str, container_id: str) -> pb.DriverFenceEvidence | None:

@@ -258,6 +258,17 @@ def at_odds(workload: ContainerListEntry, supervisor: ContainerListEntry | None)
     return supervising and workload.state not in ("created", "configured", "initialized", "stopping")
 
 
+def unfinished(snap: pb.DriverSandbox, making: bool) -> None:
+    """A snapshot of a pair whose create is unfinished (``making``: its launch bundle still
+    kept): what its containers say is not the sandbox's end yet. A restarted podmand's resume
+    clears what the killed one left (stopping it: an exit by signal, Stopping, a supervisor
+    gone) and makes the pair again; a create that fails says so itself. So any such reason
+    reads as starting."""
+    ready = snap.status.conditions[0]
+    if making and ready.status != "True" and ready.reason.lower() not in names.TRANSIENT_REASONS:
+        ready.status, ready.reason, ready.message = "False", "ContainerStarting", "The sandbox's pair is being made"
+
+
 def fold_into(snap: pb.DriverSandbox, folded: tuple[str, str, str] | None) -> None:
     """Set what :func:`fold` or :func:`fold_listed` said as the snapshot's Ready condition."""
     if folded is not None:

@@ -136,6 +136,13 @@ class SandboxFiles:
         except (OSError, ValueError):
             return None
 
+    def making(self, sandbox_id: str) -> bool:
+        """Whether the sandbox's create is unfinished: its launch bundle is still kept."""
+        try:
+            return (self.dir(sandbox_id) / LAUNCH).exists()
+        except ValueError:
+            return False
+
     def drop_launch(self, sandbox_id: str) -> None:
         """The pair holds the bundle now (its supervisor's ``auth.json``): none is kept here."""
         try:

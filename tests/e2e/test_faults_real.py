@@ -104,8 +104,6 @@ def delete_all(d: Podmand, ids: list[str]) -> None:
 # ---------------------------------------------------------------- kill -9 at random points
 
 
-@pytest.mark.xfail(strict=False, reason="issue 31, open: a pair's create killed mid-way is not always finished "
-                   "by the next podmand (stuck ContainerCreated, or HealthCheckStarting); it runs and reports")
 def test_kill9_at_random_points_of_creates_then_restart(make_podmand: Callable[..., Podmand],
                                                         podman_client: podman.PodmanClient,
                                                         cleanup: list[str]) -> None:

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from podmand import names
+from podmand._proto import compute_driver_pb2 as pb
 from podmand.driver import pairs
 from podmand.libpod import ContainerInspect, ContainerListEntry
 
@@ -87,3 +88,24 @@ def test_a_stopped_supervisor_is_said_to_have_exited() -> None:
 def test_a_resync_finds_a_pair_whose_halves_are_at_odds(
         workload: ContainerListEntry, supervisor: ContainerListEntry | None, odds: bool) -> None:
     assert pairs.at_odds(workload, supervisor) is odds
+
+
+
+@pytest.mark.parametrize(("reason", "status", "after"), [
+    ("SupervisorExited", "False", "ContainerStarting"),  # a leftover whose supervisor was cleared first
+    ("ContainerRuntimeRestart", "False", "ContainerStarting"),  # a leftover workload force-removed
+    ("ContainerStopping", "Unknown", "ContainerStarting"),
+    ("HealthCheckStarting", "False", "HealthCheckStarting"),  # transient already
+    ("ContainerRunning", "True", "ContainerRunning"),
+])
+def test_while_its_create_is_unfinished_no_leftover_says_the_sandbox_ended(reason: str, status: str,
+                                                                          after: str) -> None:
+    """A restarted podmand's resume clears what the killed one left and makes the pair again: a
+    read meanwhile says it is starting, never a terminal reason a gateway would act on."""
+    snap = pb.DriverSandbox(id="sb-1", status=pb.DriverSandboxStatus(
+        conditions=[pb.DriverCondition(type="Ready", status=status, reason=reason, message="m")]))
+    pairs.unfinished(snap, making=False)
+    assert snap.status.conditions[0].reason == reason  # a finished create's pair says what it is
+    pairs.unfinished(snap, making=True)
+    assert snap.status.conditions[0].reason == after
+    assert snap.status.conditions[0].reason.lower() in names.TRANSIENT_REASONS or status == "True"

@@ -24,9 +24,8 @@ def test_paths_never_leave_the_state_dir(tmp_path: Path, bad: str) -> None:
     with pytest.raises(ValueError):
         files.remove(bad)
     # reads of such ids answer "nothing recorded" instead of failing
-    assert (files.generation(bad), files.stopped_container(bad), files.failure(bad), files.launch(bad)) == (
-        "", "", None, None
-    )
+    assert (files.generation(bad), files.stopped_container(bad), files.failure(bad), files.launch(bad),
+            files.making(bad)) == ("", "", None, None, False)
     assert (tmp_path / "state" / "keep").read_text() == "x"
 
 
@@ -86,3 +85,13 @@ def test_a_failed_write_names_the_directory_the_reason_and_the_fix(
     assert files.sandbox_ids() == []
     files.write(sandbox, "driver.credential", b"c")  # writable again: works again
     assert (files.dir(sandbox) / "driver.credential").read_bytes() == b"c"
+
+
+def test_a_create_is_being_made_while_its_launch_bundle_is_kept(tmp_path: Path) -> None:
+    files = SandboxFiles(tmp_path)
+    files.setup()
+    assert files.making("sb-1") is False
+    files.write_launch("sb-1", b"{}")
+    assert files.making("sb-1") is True and files.making("sb-2") is False
+    files.drop_launch("sb-1")
+    assert files.making("sb-1") is False
