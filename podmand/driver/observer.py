@@ -33,7 +33,6 @@ from ..libpod import (
     ContainerInspect,
     ContainerListEntry,
     Event,
-    IDMappings,
     PodmanClient,
     PodmanError,
     PodmanUnavailable,
@@ -228,7 +227,7 @@ class Observer:
             health=info.state.health.status if info.state.health else "",
             oom=info.state.oom_killed,
             unwatched=ended_before(info.state.finished_at, self.watching_since),
-            fence=fence.evidence(fence_facts(info), self.files.generation(sandbox_id)),
+            fence=fence.evidence(fence.facts(info), self.files.generation(sandbox_id)),
         )
 
     def _snapshot(self, info: ContainerInspect, facts: Facts) -> pb.DriverSandbox:
@@ -362,38 +361,18 @@ class Observer:
         while True:
             try:
                 status = await self.podman.healthcheck(container_id)
-            except (PodmanError, PodmanUnavailable):
-                return  # stopped or gone: the hub reports that
+            except PodmanError as exc:  # 409: stopped (or no check); gone: the hub reports either
+                if exc.gone or exc.status == 409:
+                    return
+                status = "unknown"  # the check could not run this once (a 500 under load): probe again
+                log.debug("container %s: healthcheck failed: %s", container_id[:12], exc)
+            except PodmanUnavailable:
+                return  # the hub's resubscription looks again, and so probes again
             except PodmanUnreadable as exc:
                 log.warning("container %s: unreadable healthcheck answer; probing ends (%s)", container_id[:12], exc)
                 return
-            if status != last:
+            if status != last and status != "unknown":
                 last = status
                 self.sink.refresh(report or container_id, sandbox_id)
             await asyncio.sleep(self.settings.health_check_interval if status == "healthy" else 1.0)
 
-
-def fence_facts(info: ContainerInspect) -> dict[str, object]:
-    """What the created container really is, from inspect (observed, not requested)."""
-    hc = info.host_config
-    maps = hc.id_mappings or IDMappings()
-    return {
-        "container_id": info.id,
-        "image_id": info.image,
-        "effective_caps": sorted(info.effective_caps or []),
-        "cap_add": sorted(hc.cap_add or []),
-        "cap_drop": sorted(hc.cap_drop or []),
-        "uid_map": list(maps.uid_map or []),
-        "gid_map": list(maps.gid_map or []),
-        "userns_mode": hc.userns_mode,
-        "network_mode": hc.network_mode,
-        "networks": sorted((info.network_settings.networks or {}).keys()),
-        "mounts": [{"destination": m.destination, "type": m.type, "rw": m.rw} for m in info.mounts or []],
-        "seccomp": next((o.split("=", 1)[1] for o in hc.security_opt or [] if o.startswith("seccomp=")), "default"),
-        "no_new_privileges": "no-new-privileges" in (hc.security_opt or []),
-        "privileged": hc.privileged,
-        "memory_limit": hc.memory,
-        "cpu_quota": hc.cpu_quota,
-        "cpu_period": hc.cpu_period,
-        "pids_limit": hc.pids_limit,
-    }

@@ -29,6 +29,10 @@ class Tasks:
         task = self._keyed[key] = self.spawn(start())
         task.add_done_callback(lambda _t: self._keyed.pop(key, None))
 
+    def __contains__(self, key: Hashable) -> bool:
+        """Whether a task of ``key`` (:meth:`ensure`) still runs."""
+        return key in self._keyed
+
     def __len__(self) -> int:
         return len(self._running)
 

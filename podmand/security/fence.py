@@ -5,7 +5,7 @@ sits in. podmand reports the facts it observed (caps, user namespace, network,
 mounts, seccomp, limits) as a canonical JSON document bound to the generation
 by a SHA-256 digest, plus a few resource claims in readable form, as the proto
 ``DriverFenceEvidence``. Canonical means the digest does not change when
-podman lists set-like values in another order.
+podman lists set-like values in another order. :func:`facts` reads those facts from an inspect.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import json
 from collections.abc import Mapping
 
 from .._proto import compute_driver_pb2 as pb
+from ..libpod import ContainerInspect, IDMappings
 
-__all__ = ["SET_KEYS", "canonical", "digest", "evidence"]
+__all__ = ["SET_KEYS", "canonical", "digest", "evidence", "facts"]
 
 SET_KEYS = ("effective_caps", "cap_add", "cap_drop", "networks")
 """Fact keys whose lists are sets: sorted before hashing."""
@@ -86,3 +87,29 @@ def evidence(facts: dict[str, object], generation: str) -> pb.DriverFenceEvidenc
     return pb.DriverFenceEvidence(
         generation=generation, evidence_digest=digest(facts, generation), resource_claims=claims
     )
+
+
+def facts(info: ContainerInspect) -> dict[str, object]:
+    """What the created container really is, from inspect (observed, not requested)."""
+    hc = info.host_config
+    maps = hc.id_mappings or IDMappings()
+    return {
+        "container_id": info.id,
+        "image_id": info.image,
+        "effective_caps": sorted(info.effective_caps or []),
+        "cap_add": sorted(hc.cap_add or []),
+        "cap_drop": sorted(hc.cap_drop or []),
+        "uid_map": list(maps.uid_map or []),
+        "gid_map": list(maps.gid_map or []),
+        "userns_mode": hc.userns_mode,
+        "network_mode": hc.network_mode,
+        "networks": sorted((info.network_settings.networks or {}).keys()),
+        "mounts": [{"destination": m.destination, "type": m.type, "rw": m.rw} for m in info.mounts or []],
+        "seccomp": next((o.split("=", 1)[1] for o in hc.security_opt or [] if o.startswith("seccomp=")), "default"),
+        "no_new_privileges": "no-new-privileges" in (hc.security_opt or []),
+        "privileged": hc.privileged,
+        "memory_limit": hc.memory,
+        "cpu_quota": hc.cpu_quota,
+        "cpu_period": hc.cpu_period,
+        "pids_limit": hc.pids_limit,
+    }

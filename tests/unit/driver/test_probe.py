@@ -1,0 +1,66 @@
+"""podmand's own run of a supervisor's health check (observer._probe, for Podmans without
+systemd's timers), on the fake libpod: a check Podman could not run once (a 500 under load)
+is run again, not the end of probing; a stopped or removed container ends it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from podmand import names
+from podmand.config import Settings
+from tests.fakes.harness import Rig, driver_on, eventually
+from tests.fakes.libpod import Request
+
+CHECKED = lambda _tmp: Settings(health_check_interval=1)  # noqa: E731
+
+
+def probe(rig: Rig, answers: list[tuple[int, dict[str, str], object]]) -> tuple[str, str, list[str]]:
+    """A running pair whose supervisor has a check answered by ``answers`` in turn (the last
+    repeats): the workload, the supervisor and the checks Podman was asked for."""
+    workload = rig.boxes.add_pair("sb-1")
+    supervisor = rig.boxes.of("sb-1", names.ROLE_SUPERVISOR)
+    rig.boxes.boxes[supervisor]["Config"]["Healthcheck"] = {"Test": ["CMD", "/openshell-supervisor", "health"]}
+    rig.driver.files.set_generation("sb-1", "g0000000000000001")
+    asked: list[str] = []
+
+    def answer(req: Request) -> tuple[int, dict[str, str], object]:
+        asked.append(req.path)
+        return answers[min(len(asked), len(answers)) - 1]
+
+    rig.fake.route("GET", f"/containers/{supervisor}/healthcheck", answer)
+    return workload, supervisor, asked
+
+
+def test_a_check_podman_could_not_run_once_is_run_again() -> None:
+    async def body(rig: Rig) -> None:
+        failed = (500, {}, {"cause": "exec failed", "message": "exec session exited: timed out", "response": 500})
+        workload, _, asked = probe(rig, [failed, (200, {}, {"Status": "healthy", "FailingStreak": 0, "Log": []})])
+        await rig.driver.observe(workload)
+        await eventually(lambda: (workload, "sb-1") in rig.sink.refreshes, "a look after the check passed")
+        assert len(asked) >= 2
+
+    async def main() -> None:
+        async with driver_on(CHECKED) as rig:
+            await body(rig)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+@pytest.mark.parametrize("end", [
+    (409, {}, {"cause": "container is not running", "message": "container is stopped", "response": 409}),
+    (404, {}, {"cause": "no such container", "message": "no such container", "response": 404}),
+], ids=["stopped", "removed"])
+def test_a_stopped_or_removed_supervisor_ends_probing(end: tuple[int, dict[str, str], object]) -> None:
+    async def body(rig: Rig) -> None:
+        workload, supervisor, asked = probe(rig, [end])
+        await rig.driver.observe(workload)
+        await eventually(lambda: asked and ("probe", supervisor) not in rig.driver.tasks, "probing ended")
+        assert len(asked) == 1 and rig.sink.refreshes == []
+
+    async def main() -> None:
+        async with driver_on(CHECKED) as rig:
+            await body(rig)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
