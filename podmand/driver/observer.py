@@ -44,6 +44,7 @@ from ..sandbox.files import SandboxFiles, StateDirUnwritable
 from ..security import fence
 from . import exitfiles, pairs
 from .events import EventSink, platform_event
+from .exitmarker import ExitMarkers
 from .index import Index, known_from_inspect
 from .tasks import Tasks
 
@@ -134,6 +135,7 @@ class Observer:
         # Exits before this moment happened while no podmand was watching.
         self.watching_since = time.time()
         self._facts: dict[str, Facts] = {}  # per container ID
+        self.markers = ExitMarkers(podman)  # an exited workload's early-SIGTERM line (contract §4.6)
         self.exit_files: exitfiles.ExitWatch | None = None
         self._exit_dir_tries = 0
 
@@ -157,6 +159,7 @@ class Observer:
         workload, and stop a supervisor whose workload ended (no supervisor runs without it)."""
         if info.labels.get(names.ISOLATION_ROLE) != names.ROLE_WORKLOAD:
             return None
+        await self.markers.annotate(info, snap)
         supervisor = await pairs.supervisor_of(self.podman, info)
         folded = pairs.fold(info, supervisor)
         pairs.fold_into(snap, folded)
@@ -251,6 +254,7 @@ class Observer:
         info = await self.podman.inspect_container_or_none(container_id)
         if info is None:  # the index keeps it: forgetting the sandbox is the driver's call
             self._facts.pop(container_id, None)
+            self.markers.drop(container_id)
             return None
         sandbox_id = info.labels.get(names.SANDBOX_ID, "")
         known = known_from_inspect(info)
@@ -296,6 +300,7 @@ class Observer:
     def drop(self, container_id: str) -> None:
         """Forget a container that no longer exists."""
         self._facts.pop(container_id, None)
+        self.markers.drop(container_id)
         self.index.drop(container_id)
 
     def _watch_exit_files(self, info: ContainerInspect) -> None:

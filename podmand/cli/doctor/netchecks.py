@@ -1,6 +1,8 @@
 """The checks of ``podmand doctor`` for what sandboxes dial: the gateway, at the endpoint
-they are given (host/gatewayreach.py decides from the facts host/netfacts.py gathers,
-asking Podman what the endpoint's host is in a sandbox), and the corporate proxy (it
+their supervisors are given (host/gatewayreach.py decides from the facts host/netfacts.py
+gathers: supervisors run on this host's network, so the endpoint's host is what podmand
+writes into their /etc/hosts, or this host's resolver says; no probe container), and
+the corporate proxy (it
 accepts connections; for ``https://`` a TLS handshake verifies it as the supervisor
 would, against the system roots plus ``proxy_ca_bundle``).
 
