@@ -20,7 +20,7 @@ from functools import partial
 
 from .. import names
 from ..errors import DriverError, FailedPrecondition, NotFound
-from ..libpod import ContainerListEntry
+from ..libpod import ContainerListEntry, PodmanError
 from ..locks import LockTable
 from ..security import admission, tokens
 from . import lookup
@@ -123,7 +123,11 @@ class StartStop:
                 await self.ctx.podman.unpause_container(entry.id)
             if entry.state not in ("exited", "stopped", "created", "configured"):
                 stop = partial(self.ctx.podman.stop_container, entry.id, self.ctx.settings.stop_timeout)
-                await retried(sandbox_id, "stopping", stop)
+                try:
+                    await retried(sandbox_id, "stopping", stop)
+                except PodmanError as exc:
+                    if not exc.gone:
+                        raise
             await self._wait_stopped(entry.id)
         except BaseException:
             self.ctx.files.clear_stopped(sandbox_id)
@@ -132,9 +136,9 @@ class StartStop:
     async def _wait_stopped(self, container_id: str) -> None:
         deadline = time.monotonic() + self.ctx.settings.stop_timeout + 5
         while True:
-            info = await self.ctx.podman.inspect_container(container_id)
-            if info.state.status in ("exited", "stopped", "created", "configured"):
-                return
+            info = await self.ctx.podman.inspect_container_or_none(container_id)
+            if info is None or info.state.status in ("exited", "stopped", "created", "configured"):
+                return  # gone meanwhile (removed out of band): ended all the same; the hub reports it
             if time.monotonic() > deadline:
                 raise DriverError(f"container {container_id[:12]} did not stop in time (state {info.state.status})")
             await asyncio.sleep(0.05)

@@ -201,11 +201,15 @@ async def _halt(client: PodmanClient, name: str, timeout: int) -> ContainerInspe
     inspect = await _step(f"inspect {name}", client.inspect_container_or_none(name))
     if inspect is None or inspect.state.status not in _RUNNING:
         return inspect
-    await _step(f"stop {name}", client.stop_container(name, timeout))
     try:
+        await _step(f"stop {name}", client.stop_container(name, timeout))
         await asyncio.wait_for(client.wait_container(name), timeout + _WAIT_GRACE)
     except TimeoutError:
         raise PodmanUnavailable(f"stop {name}: it did not exit within {timeout + _WAIT_GRACE} s") from None
+    except PodmanError as exc:
+        if not exc.gone:
+            raise
+        # removed since the inspect (out of band, or its --rm): it has ended all the same
     return inspect
 
 

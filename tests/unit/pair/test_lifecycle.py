@@ -29,7 +29,8 @@ WORKSPACE = "openshell-sandbox-box-1-workspace"
 class Podman:
     """Answers every call the lifecycle makes; ``fail`` maps "METHOD path-regex" to a status."""
 
-    def __init__(self, fail: dict[str, int] | None = None, network: str = "none", status: str = "created") -> None:
+    def __init__(self, fail: dict[str, int | tuple[int, str]] | None = None, network: str = "none",
+                 status: str = "created") -> None:
         self.fail = fail or {}
         self.network = network
         self.status = status
@@ -39,13 +40,16 @@ class Podman:
         path = request.target.removeprefix("/v4.0.0/libpod").partition("?")[0]
         call = f"{request.method} {path}"
         self.seen.append(call)
-        for pattern, status in self.fail.items():
+        for pattern, answer in self.fail.items():
             if re.fullmatch(pattern, call):
-                return Response(status, {}, json.dumps({"message": f"injected {status}", "response": status}).encode())
+                status, message = answer if isinstance(answer, tuple) else (answer, f"injected {answer}")
+                return Response(status, {}, json.dumps({"message": message, "response": status}).encode())
         if call.endswith("/json") and request.method == "GET":
             name = path.split("/")[2]
             return self.answer({"Id": "9a" * 32, "Name": name, "State": {"Status": self.status},
                                 "HostConfig": {"NetworkMode": self.network}})
+        if call.endswith("/wait"):
+            return Response(200, {}, b"0\n")
         if call == "POST /containers/create":
             return self.answer({"Id": "9a" * 32, "Warnings": []}, 201)
         return Response(204 if request.method != "PUT" else 200, {}, b"")
@@ -122,6 +126,32 @@ def test_stop_is_supervisor_first_and_skips_what_does_not_run() -> None:
 
     assert asyncio.run(main()) is True
     assert podman.seen == [f"GET /containers/{SUPERVISOR}/json", f"GET /containers/{WORKLOAD}/json"]
+
+
+@pytest.mark.parametrize("at", [f"POST /containers/{SUPERVISOR}/stop", f"POST /containers/{SUPERVISOR}/wait"])
+@pytest.mark.parametrize("answer", [404, (500, "no such container")], ids=["404", "500-no-such"])
+def test_a_container_removed_while_it_is_stopped_has_ended_all_the_same(at: str, answer: int | tuple[int, str]) -> None:
+    """Running at the inspect, gone at the stop or its wait (removed out of band; 4.3.1 and 5.4.2
+    answer 500 "no such container"): the stop goes on to the workload, not an error (an RPC
+    answered INTERNAL on it once)."""
+    podman = Podman(fail={at: answer}, status="running")
+
+    async def main() -> bool:
+        return await lifecycle.stop(PodmanClient(transport=MockTransport(podman)), pair())
+
+    assert asyncio.run(main()) is True
+    assert podman.seen[-3:] == [f"GET /containers/{WORKLOAD}/json", f"POST /containers/{WORKLOAD}/stop",
+                                f"POST /containers/{WORKLOAD}/wait"]
+
+
+def test_a_stop_podman_fails_otherwise_is_still_an_error() -> None:
+    podman = Podman(fail={f"POST /containers/{SUPERVISOR}/stop": 500}, status="running")
+
+    async def main() -> bool:
+        return await lifecycle.stop(PodmanClient(transport=MockTransport(podman)), pair())
+
+    with pytest.raises(PodmanError, match="injected 500"):
+        asyncio.run(main())
 
 
 def restart_metadata() -> bytes:
