@@ -240,7 +240,7 @@ class Server:
         stack.callback(notifier.send, "STOPPING=1", "STATUS=shutting down")
         self.ready = True
         bytecode.write_deferred()  # a cold start of the pex left its .pyc files for now
-        self._meanwhile(stack, warn_unreached(settings, found))  # after SERVING: it may resolve a name
+        self._meanwhile(stack, warn_unreached(settings))  # after SERVING: it may resolve a name
 
     def _meanwhile(self, stack: contextlib.AsyncExitStack, probe: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """A probe running while the socket already accepts (or, the gateway-reach check,
@@ -323,12 +323,12 @@ class Server:
             log.warning("background work did not end within %ss; leaving it to the next start", SHUTDOWN_DEADLINE)
 
 
-async def warn_unreached(settings: Settings, found: Info) -> None:
+async def warn_unreached(settings: Settings) -> None:
     """serve's one warning when sandboxes may not reach the gateway (netfacts.startup_warning),
     checked once serving: it reads this host's listeners and may resolve the endpoint's name,
     which nothing served waits for. Its end is logged at debug level either way."""
     try:
-        unreached = await in_daemon_thread(functools.partial(netfacts.startup_warning, settings, found))
+        unreached = await in_daemon_thread(functools.partial(netfacts.startup_warning, settings))
     except Exception as exc:  # a bug in the check must not end serving: one line, no traceback
         log.warning("gateway reach check failed: %s: %s", type(exc).__name__, exc)
         return

@@ -1,33 +1,29 @@
 """The network facts that say whether sandboxes reach the gateway and the proxy: this
-host's addresses and default interface, its TCP listeners, what the endpoint's host is
-inside a sandbox, and a TLS handshake with an ``https://`` proxy.
+host's addresses, its TCP listeners, what the endpoint's host is where the supervisor
+dials from, and a TLS handshake with an ``https://`` proxy.
 
 The side effects live here and the decisions in gatewayreach.py (pure), so tests can
-give either one its facts. Addresses and listeners are read from ``/proc`` (podmand's
-network namespace: the host's, unless podmand runs in a container). What
-``host.containers.internal`` is where the supervisor dials from is podmand's own entry in
-the supervisor's ``/etc/hosts`` (pair.specs): nothing to ask Podman.
+give either one its facts. The supervisor runs on this host's network, so the facts are
+this network namespace's: addresses and listeners read from ``/proc`` (podmand's own: the
+host's, unless podmand runs in a container), and ``host.containers.internal`` /
+``host.openshell.internal`` are podmand's own entries in the supervisor's ``/etc/hosts``
+(pair.specs): nothing to ask Podman.
 """
 
 from __future__ import annotations
 
-import fcntl
 import ipaddress
 import socket
 import ssl
-import struct
 from pathlib import Path
 
 from .. import config
-from ..libpod import Info
-from ..libpod.versions import parse_version
 from ..pair import specs
 from ..sandbox import proxy
 from . import gatewayreach
 from .gatewayreach import Facts, Listener
 
 PROC_NET = Path("/proc/net")
-SIOCGIFADDR = 0x8915
 TCP_LISTEN = "0A"
 PROBE_TIMEOUT = 5.0
 
@@ -83,36 +79,9 @@ def parse_if_inet6(text: str) -> list[str]:
     return [str(ipaddress.IPv6Address(bytes.fromhex(line.split()[0]))) for line in text.splitlines() if line.strip()]
 
 
-def default_interface(route_table: str) -> str:
-    """The interface of the lowest-metric IPv4 default route in ``/proc/net/route``, or ""."""
-    best: tuple[int, str] | None = None
-    for line in route_table.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) > 6 and fields[1] == "00000000" and (best is None or int(fields[6]) < best[0]):
-            best = (int(fields[6]), fields[0])
-    return best[1] if best else ""
-
-
-def interface_ipv4(name: str) -> str:
-    """The primary IPv4 address of interface ``name`` (SIOCGIFADDR), or ""."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
-        except OSError:
-            return ""
-    return socket.inet_ntoa(packed[20:24])
-
-
-Addresses = tuple[list[str], list[str]]  # (every local address, the default interface's)
-
-
-def host_addresses() -> Addresses:
-    """(every local address, the default interface's) of this network namespace: read once
-    per decision and handed to both :func:`guess` and :func:`facts`."""
-    every = parse_fib_trie(_text(PROC_NET / "fib_trie")) + parse_if_inet6(_text(PROC_NET / "if_inet6"))
-    iface = default_interface(_text(PROC_NET / "route"))
-    primary = interface_ipv4(iface) if iface else ""
-    return every, [primary] if primary else []
+def host_addresses() -> list[str]:
+    """Every local address of this network namespace (IPv4 and IPv6)."""
+    return parse_fib_trie(_text(PROC_NET / "fib_trie")) + parse_if_inet6(_text(PROC_NET / "if_inet6"))
 
 
 def resolve(host: str) -> str:
@@ -121,27 +90,6 @@ def resolve(host: str) -> str:
         return str(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])
     except (OSError, IndexError, UnicodeError):
         return ""
-
-
-def hosts_entry(hosts: str, name: str) -> str:
-    """The address an ``/etc/hosts`` text gives ``name``, or ""."""
-    for line in hosts.splitlines():
-        fields = line.split("#", 1)[0].split()
-        if len(fields) > 1 and name in fields[1:]:
-            return fields[0]
-    return ""
-
-
-def network_cmd(info: Info) -> str:
-    """The rootless network command: /info says since 5.1; before, pasta is 5.0's default
-    and slirp4netns 4.x's (containers/common pkg/config/default.go, vendored at v4.9.3 and v5.0.0)."""
-    host = info.host
-    if not host.security.rootless:
-        return ""
-    if host.rootlessNetworkCmd:
-        return host.rootlessNetworkCmd
-    parsed = parse_version(info.version.version)
-    return "pasta" if parsed is not None and parsed >= (5, 0, 0) else "slirp4netns"
 
 
 def guess(settings: config.Settings, name: str) -> str:
@@ -153,23 +101,18 @@ def guess(settings: config.Settings, name: str) -> str:
     return settings.host_gateway_ip or specs.DEFAULT_HOST_GATEWAY_IP
 
 
-def facts(settings: config.Settings, info: Info, sandbox_address: str, asked: bool, addresses: Addresses) -> Facts:
-    every, primary = addresses
-    found = listeners()
-    return Facts(
-        endpoint=settings.endpoint, host_gateway_ip=settings.host_gateway_ip, network_cmd=network_cmd(info),
-        rootless=info.host.security.rootless, sandbox_address=sandbox_address, asked=asked,
-        host_addresses=tuple(every), default_addresses=tuple(primary),
-        listeners=tuple(found) if found is not None else None, host_network=True,
-    )
-
-
-def startup_warning(settings: config.Settings, info: Info) -> str:
-    """serve's one line when sandboxes may not reach the gateway (from podmand's guess of
-    what the endpoint's host is in a sandbox, and this host's listeners now), else ""."""
+def facts(settings: config.Settings) -> Facts:
+    """This host's facts for the supervisor's endpoint, read now."""
     host, _ = gatewayreach.host_port(settings.endpoint)
-    addresses = host_addresses()
-    found = gatewayreach.decide(facts(settings, info, guess(settings, host), False, addresses))
+    found = listeners()
+    return Facts(endpoint=settings.endpoint, address=guess(settings, host), host_addresses=tuple(host_addresses()),
+                 listeners=tuple(found) if found is not None else None)
+
+
+def startup_warning(settings: config.Settings) -> str:
+    """serve's one line when supervisors may not reach the gateway (this host's listeners
+    now), else ""."""
+    found = gatewayreach.decide(facts(settings))
     if found.status == "OK":
         return ""
     return f"sandboxes may not reach the gateway: {found.finding}; fix: {found.fix} ('podmand doctor' checks it again)"

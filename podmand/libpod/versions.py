@@ -37,7 +37,6 @@ HOST_GATEWAY: Version = (4, 7, 0)
 # (containers/podman#22881). 5.3.0 prefers pasta's --map-guest-addr 169.254.1.2
 # (vendor/github.com/containers/common/libnetwork/pasta/pasta_linux.go:38 at v5.3.0).
 ROOTLESS_HOST_GATEWAY_BAD: tuple[Version, Version] = ((5, 1, 0), (5, 3, 0))
-MAP_GUEST_ADDR: Version = (5, 3, 0)
 # Under podman machine (gvproxy) host.containers.internal has no address before 5.6.0
 # (containers/podman#21681): etchosts/ip.go returns "" for IsGvProxyBased (at v5.4.2); 5.6.0
 # looks the name up in the VM (vendor/go.podman.io/common/libnetwork/etchosts/ip.go at v5.6.0).

@@ -3,7 +3,7 @@ topology: the supervisor dials the gateway from this host's network (its default
 is http://127.0.0.1:<gateway_port>, and its host.containers.internal and
 host.openshell.internal are 127.0.0.1 unless host_gateway_ip says otherwise). doctor's
 'gateway reach' finding and fix for a real listener bound to 127.0.0.1, to 0.0.0.0, to
-this host's default-interface address only and to nothing; serve's start-up warning; and a
+another address of this host only and to nothing; serve's start-up warning; and a
 real supervisor container connecting out to prove the verdicts right from where the
 supervisor dials (its workload, with no network, reaches none of them).
 """
@@ -11,6 +11,7 @@ supervisor dials (its workload, with no network, reaches none of them).
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import socket
 import subprocess
@@ -76,14 +77,15 @@ def reach(daemon: Podmand, **env: str) -> dict[str, str]:
 
 
 def primary() -> str:
-    """This host's default-interface address (where a gateway bound to it alone listens)."""
-    _, found = netfacts.host_addresses()
-    assert found, "no default-interface address on this host"
+    """An IPv4 address of this host other than loopback (where a gateway bound to it alone
+    listens, which a supervisor dialling 127.0.0.1 does not reach)."""
+    found = [a for a in netfacts.host_addresses()
+             if ipaddress.ip_address(a).version == 4 and not ipaddress.ip_address(a).is_loopback]
+    assert found, "no IPv4 address on this host but loopback"
     return found[0]
 
 
-def test_doctor_finds_each_listener_and_says_the_fix(
-        make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient) -> None:
+def test_doctor_finds_each_listener_and_says_the_fix(make_podmand: Callable[..., Podmand]) -> None:
     daemon = make_podmand(start=False)
     host = primary()
 
@@ -111,7 +113,6 @@ def test_doctor_finds_each_listener_and_says_the_fix(
         assert none["status"] == "WARN", none
         assert none["finding"] == f"{seen(port)}nothing listens on port {port} of this host"
         assert none["fix"].startswith(f"start the gateway there with --port {port}, or set gateway_port")
-    assert podman_client.containers.list(all=True, filters={"name": "podmand-read-reach-"}) == []
 
 
 def reach_verdict(daemon: Podmand) -> str:
@@ -126,7 +127,7 @@ def reach_verdict(daemon: Podmand) -> str:
 def test_the_verdicts_hold_from_a_real_supervisor(
         make_podmand: Callable[..., Podmand], podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
     """The 0.0.0.0 and 127.0.0.1 listeners doctor calls reachable answer a supervisor container,
-    by address and by its host-gateway name; the one bound to the default-interface address
+    by address and by its host-gateway name; the one bound to another address of this host
     alone, which doctor warns about, refuses it at 127.0.0.1; the workload reaches none; serve
     warns at start-up for the last and not for the others."""
     host = primary()

@@ -1,8 +1,6 @@
 """The checks of ``podmand doctor`` for what sandboxes dial: the gateway, at the endpoint
-their supervisors are given (host/gatewayreach.py decides from the facts host/netfacts.py
-gathers: supervisors run on this host's network, so the endpoint's host is what podmand
-writes into their /etc/hosts, or this host's resolver says; no probe container), and
-the corporate proxy (it
+they are given (host/gatewayreach.py decides from the facts host/netfacts.py gathers on
+this host, whose network the supervisor shares), and the corporate proxy (it
 accepts connections; for ``https://`` a TLS handshake verifies it as the supervisor
 would, against the system roots plus ``proxy_ca_bundle``).
 
@@ -15,9 +13,8 @@ import asyncio
 
 from ... import config
 from ...host import gatewayreach, netfacts
-from ...libpod import Info
 from ...sandbox import proxy
-from .hostchecks import Check, fail, not_checked, ok, warn
+from .hostchecks import Check, fail, ok, warn
 
 REACH = "gateway reach"
 PROXY = "corporate proxy"
@@ -45,22 +42,14 @@ def check_proxy(url: str | None, ca_bundle: str | None, auth: bool, problem: str
     return ok(PROXY, f"{shown} accepts connections (plain TCP to the proxy){sent}")
 
 
-async def checks(info: Info | None, settings: config.Settings, why: str) -> list[Check]:
-    """The gateway's reach from a sandbox's supervisor, then the corporate proxy."""
-    found = [_reach(info, settings, why)]
+async def checks(settings: config.Settings) -> list[Check]:
+    """The gateway's reach from a sandbox's supervisor, then the corporate proxy. Neither
+    asks Podman: the supervisor dials from this host's network."""
+    reach = gatewayreach.decide(await asyncio.to_thread(netfacts.facts, settings))
+    found = [Check(REACH, reach.status, reach.finding, reach.fix)]
     problem = ""
     if settings.https_proxy is not None:
         problem = await asyncio.to_thread(netfacts.proxy_handshake, settings.https_proxy,
                                           settings.proxy_ca_bundle or "")
     found.append(check_proxy(settings.https_proxy, settings.proxy_ca_bundle, bool(settings.proxy_auth_file), problem))
     return found
-
-
-def _reach(info: Info | None, settings: config.Settings, why: str) -> Check:
-    if info is None:
-        return not_checked(REACH, why)
-    host, _ = gatewayreach.host_port(settings.endpoint)
-    addresses = netfacts.host_addresses()
-    address = netfacts.guess(settings, host)  # the supervisor's /etc/hosts is podmand's: nothing to ask
-    finding = gatewayreach.decide(netfacts.facts(settings, info, address, False, addresses))
-    return Check(REACH, finding.status, finding.finding, finding.fix)

@@ -282,7 +282,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
             probe_image = next((i.ref for i in images if i.present), "")
         else:
             checks.append(not_checked("images", why))
-        checks.extend(await netchecks.checks(info, settings, why))
+        checks.extend(await netchecks.checks(settings))
         usable = client if info is not None else None
         checks.append(check_state_dir(await state_dir_facts(usable, state_path, probe_image)))
         path = answering.path if answering else ""

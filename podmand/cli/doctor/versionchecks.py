@@ -13,7 +13,6 @@ import urllib.parse
 from dataclasses import dataclass
 
 from ... import config
-from ...host import netfacts
 from ...libpod import Info, versions
 from ...libpod.versions import Version, parse_version, shown, within
 from .hostchecks import Check, ok, warn
@@ -48,9 +47,21 @@ def podman_facts(info: Info, machine: str) -> PodmanFacts:
         event_logger=info.host.eventLogger,
         runtime=runtime.name if runtime else "",
         runtime_version=runtime.version.splitlines()[0] if runtime and runtime.version else "",
-        network_cmd=netfacts.network_cmd(info),
+        network_cmd=_network_cmd(info),
         machine=machine,
     )
+
+
+def _network_cmd(info: Info) -> str:
+    """The rootless network command: /info says since 5.1; before, pasta is 5.0's default
+    and slirp4netns 4.x's (containers/common pkg/config/default.go, vendored at v4.9.3 and v5.0.0)."""
+    host = info.host
+    if not host.security.rootless:
+        return ""
+    if host.rootlessNetworkCmd:
+        return host.rootlessNetworkCmd
+    parsed = parse_version(info.version.version)
+    return "pasta" if parsed is not None and parsed >= (5, 0, 0) else "slirp4netns"
 
 
 def _endpoint_host(endpoint: str) -> str:

@@ -1,8 +1,10 @@
-"""Unit tests for podmand.cli.doctor.netchecks' proxy check and netfacts.proxy_handshake,
-against a real TLS listener on loopback with the test CA (tests/data/proxytls)."""
+"""Unit tests for podmand.cli.doctor.netchecks: its gateway reach from this host's real
+listeners, without Podman; its proxy check and netfacts.proxy_handshake, against a real TLS
+listener on loopback with the test CA (tests/data/proxytls)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 import threading
@@ -11,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from podmand.cli.doctor.netchecks import check_proxy
+from podmand.cli.doctor.netchecks import check_proxy, checks
+from podmand.config import Settings
 from podmand.host import netfacts
 
 TLS = Path(__file__).resolve().parents[3] / "data" / "proxytls"
@@ -76,3 +79,18 @@ def test_proxy_that_refuses_connections_warns() -> None:
     c = check_proxy(f"http://127.0.0.1:{port}", None, False, problem)
     assert c.status == "WARN" and c.finding.endswith("(from this host)")
     assert check_proxy(None, None, False, "").status == "OK"
+
+
+def test_gateway_reach_reads_this_hosts_listeners_without_podman(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The supervisor dials from this host's network: doctor judges a real 127.0.0.1
+    listener from /proc/net, and nothing on the port once it is closed, asking no Podman.
+    (This host's addresses are given: a test run with no network has loopback only.)"""
+    monkeypatch.setattr(netfacts, "host_addresses", lambda: ["127.0.0.1", "192.0.2.2"])
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        reach, proxied = asyncio.run(checks(Settings(gateway_port=port)))
+    assert (reach.name, reach.status, proxied.name) == ("gateway reach", "OK", "corporate proxy"), reach
+    assert reach.finding == (f"supervisors dial http://127.0.0.1:{port} from this host's network; something "
+                             f"listens on 127.0.0.1:{port}: reachable")
+    reach, _ = asyncio.run(checks(Settings(gateway_port=port)))
+    assert reach.status == "WARN" and reach.finding.endswith(f"nothing listens on port {port} of this host"), reach

@@ -36,6 +36,15 @@ def releases(recorded: dict[str, Any], *, machine: str = "", host_gateway_ip: st
     return check_releases(facts(recorded, machine), host_gateway_ip, endpoint)
 
 
+@pytest.mark.parametrize(("recorded", "expected"), [
+    (infos.ARCH_ROOTLESS_5_1, "pasta"), (infos.FEDORA40_ROOTLESS_DELEGATED, "pasta"),
+    (infos.DEBIAN12_ROOTLESS_V1, "slirp4netns"), (infos.ROOTFUL_V1, ""),
+])
+def test_network_cmd_from_info_or_the_releases_default(recorded: dict[str, Any], expected: str) -> None:
+    """/info says since 5.1; 5.0 defaults to pasta, 4.x to slirp4netns; rootful has none."""
+    assert facts(recorded).network_cmd == expected
+
+
 # ---------------------------------------------------------------- known-bad releases
 
 
