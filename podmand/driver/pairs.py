@@ -21,7 +21,6 @@ import logging
 from .. import names
 from .._proto import compute_driver_pb2 as pb
 from ..errors import DriverError, FailedPrecondition
-from ..host import hostgateway
 from ..libpod import ContainerInspect, ContainerListEntry, PodmanClient, PodmanError, PodmanUnavailable
 from ..pair import documents, lifecycle, specs
 from ..sandbox import snapshots
@@ -155,8 +154,6 @@ class Pairs:
         except FailedPrecondition as exc:  # the fence did not hold
             raise ProvisionFailed("FenceRefused", exc.message) from exc
         except PodmanError as exc:
-            if hostgateway.unresolved(exc.message):
-                raise ProvisionFailed(hostgateway.REASON, hostgateway.explanation(exc.message)) from exc
             raise ProvisionFailed("ContainerCreateFailed", f"making the sandbox's pair failed: {exc.message}") from exc
         try:
             files.mark_created(plan.sandbox_id, workload_id)
@@ -201,8 +198,6 @@ class Pairs:
         try:
             await lifecycle.start(self.ctx.podman, pair, session(self.ctx, bundle, _userns(info)), generation)
         except PodmanError as exc:
-            if hostgateway.unresolved(exc.message):
-                raise FailedPrecondition(hostgateway.explanation(exc.message)) from exc
             raise DriverError(f"starting the sandbox's pair failed: {exc.message}") from exc
 
     async def stop_supervisor(self, sandbox_id: str) -> None:

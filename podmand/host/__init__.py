@@ -3,9 +3,9 @@
 - finding Podman: ``discovery``, ``autostart`` (the user's own service when none
   runs: ``podmanservice`` supervises it, ``storageguard`` picks overlay for a new
   store), ``eventproof`` (its event stream delivers), ``enforcement`` (it applies
-  limits), ``hostgateway`` (the address sandboxes reach the gateway by),
-  ``netfacts`` and ``gatewayreach`` (whether they reach the gateway there: the
-  host's addresses and listeners, and the decision with its fix),
+  limits), ``hostgateway`` (the host-gateway names' address under podman machine),
+  ``netfacts`` and ``gatewayreach`` (whether supervisors, on the host's network,
+  reach the gateway: the host's addresses and listeners, and the decision with its fix),
   ``sharedpaths`` (it sees podmand's state directory at the same path); where its
   connections are (``connections``, ``podmanconfig``: Podman's own configuration).
 - the host's kind: ``wsl`` (WSL2 shares its GPU as nvidia.com/gpu=all).

@@ -53,16 +53,6 @@ INFO = {  # rootless on cgroup v2 with cpu, io, memory and pids delegated (tests
 }
 
 
-def host_gateway_unresolved(entry: str = "host.openshell.internal:host-gateway") -> Reply:
-    """A container start as rootless Podman 5.1-5.2 answers on a host with one address
-    (containers/podman#22881): no address for host-gateway in /etc/hosts. The message is
-    the error completeNetworkSetup returns unwrapped up to Start (libpod/container_internal.go:1028,
-    vendor/github.com/containers/common/libnetwork/etchosts/hosts.go:56,103,251 at v5.1.0), the
-    body utils.Error's: cause the innermost error (pkg/api/handlers/utils/errors.go:25-34)."""
-    cause = f'unable to replace "host-gateway" of host entry "{entry}": host containers internal IP address is empty'
-    return 500, {}, {"cause": cause, "message": f"failed to create new hosts file: {cause}", "response": 500}
-
-
 @dataclass
 class Request:
     method: str

@@ -18,13 +18,13 @@ from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from podmand.config import Settings
 from podmand.driver import Driver
-from podmand.errors import AlreadyExists, FailedPrecondition, NotFound
+from podmand.errors import AlreadyExists, DriverError, FailedPrecondition, NotFound
 from podmand.sandbox import imagefiles
 from podmand.sandbox.files import LAUNCH, unwritable
 from podmand.sandbox.spec import encode_intent
 from tests.fakes import infos
 from tests.fakes.harness import Rig, Sink, driver_on, eventually, labels_for
-from tests.fakes.libpod import Request, host_gateway_unresolved
+from tests.fakes.libpod import Request
 from tests.jwt import make_launch
 
 DEADLINE = 30.0
@@ -252,37 +252,37 @@ def test_a_volume_subpath_reaches_podman_where_it_is_honoured() -> None:
     run(body, MOUNTS)
 
 
-SETTING = "host_gateway_ip (--host-gateway-ip / OPENSHELL_PODMAN_HOST_GATEWAY_IP)"
+def start_refused() -> tuple[int, dict[str, str], dict[str, object]]:
+    """Podman's 500 for a start its runtime refused (utils.Error's body)."""
+    cause = "crun: executable file `/openshell-supervisor` not found"
+    return 500, {}, {"cause": cause, "message": f"OCI runtime error: {cause}", "response": 500}
 
 
-def test_a_start_podman_fails_for_want_of_a_host_gateway_address_fails_the_sandbox_naming_the_setting() -> None:
-    """Rootless Podman 5.1-5.2 on a one-address host cannot resolve host-gateway: the first
-    start fails, and the sandbox fails for good with HostGatewayUnresolved, its message
-    naming host_gateway_ip and what to set it to (not a bare start error); the container is
-    removed, and a restart reports the failure again."""
+def test_a_start_podman_refuses_fails_the_sandbox_for_good_and_removes_the_pair() -> None:
+    """The pair's first start failing fails the sandbox with ContainerCreateFailed and
+    Podman's words; the pair is removed, and the failure is recorded (not provisioned again)."""
 
     async def body(rig: Rig) -> None:
-        rig.fake.route("POST", "/containers/[^/]+/start", host_gateway_unresolved())
+        rig.fake.route("POST", "/containers/[^/]+/start", start_refused())
         await rig.driver.create(box("sb-1"))
-        await eventually(lambda: "HostGatewayUnresolved" in rig.sink.reasons(), "the HostGatewayUnresolved event")
+        await eventually(lambda: "ContainerCreateFailed" in rig.sink.reasons(), "the ContainerCreateFailed event")
         snap = await rig.driver.get("sb-1")
         reason, message = ready(snap), snap.status.conditions[0].message
-        assert reason == "HostGatewayUnresolved" and "ContainerStartFailed" not in rig.sink.reasons()
-        assert f"Set {SETTING} to an IP address of this host that the gateway listens on" in message
-        assert "containers/podman#22881" in message and "host containers internal IP address is empty" in message
+        assert reason == "ContainerCreateFailed" and "executable file `/openshell-supervisor` not found" in message
         assert rig.boxes.boxes == {} and rig.fake.volumes.keys() == {names.volume_name("sb-1")}  # the pair removed
         assert rig.driver.files.failure("sb-1") == (reason, message)  # terminal: not provisioned again
 
     run(body)
 
 
-def test_start_sandbox_of_a_stopped_container_says_the_same() -> None:
+def test_start_sandbox_of_a_stopped_pair_podman_refuses_says_podmans_words() -> None:
     async def body(rig: Rig) -> None:
         rig.boxes.add_pair("sb-1", "exited")
-        rig.fake.route("POST", "/containers/[^/]+/start", host_gateway_unresolved())
-        with pytest.raises(FailedPrecondition) as exc:
+        rig.fake.route("POST", "/containers/[^/]+/start", start_refused())
+        with pytest.raises(DriverError) as exc:
             await rig.driver.start("sb-1", launch_authentication=make_launch("sb-1", GENERATION))
-        assert f"Set {SETTING} to an IP address" in exc.value.message
+        assert exc.value.message.startswith("starting the sandbox's pair failed: ")
+        assert "executable file `/openshell-supervisor` not found" in exc.value.message
 
     run(body)
 
