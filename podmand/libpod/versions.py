@@ -3,8 +3,8 @@ reports.
 
 Each behaviour that came, broke or was fixed with a Podman release is declared here
 once, beside the source that shows it (Podman's tree at the tag named), and read where
-it matters: the request checks (drivercfg.py's ``subpath``), and ``podmand doctor``
-(cli/doctorversions.py), which names the bad ones with their fix. The driver asks
+it matters: the request checks (sandbox/driverconfig.py's ``SUBPATH_SINCE``), and
+``podmand doctor`` (cli/doctor/versionchecks.py), which names the bad ones with their fix. The driver asks
 Podman once (:class:`Probe`), as it does for Podman's storage paths: a Podman's
 version does not change while it serves.
 """
@@ -27,20 +27,6 @@ VOLUME_SUBPATH: Version = (4, 5, 0)
 # An image volume's SubPath (JSON "subPath") since 5.1.0: pkg/specgen/volumes.go:56-58 and
 # pkg/specgen/generate/container_create.go:504 at v5.1.0, mounted the same safe way.
 IMAGE_SUBPATH: Version = (5, 1, 0)
-# host-gateway in hostadd is replaced by host.containers.internal's address since 4.7.0
-# (vendor/github.com/containers/common/libnetwork/etchosts/hosts.go:251 at v4.7.0); before,
-# it is written into /etc/hosts as it is, an entry nothing resolves.
-HOST_GATEWAY: Version = (4, 7, 0)
-# Rootless, 5.1.0 leaves out of host.containers.internal every address the rootless network
-# namespace has (containers/podman#22653; libpod/container_internal_common.go:2306 at v5.1.0):
-# pasta copies the host's, so a host with one address gets none and host-gateway fails
-# (containers/podman#22881). 5.3.0 prefers pasta's --map-guest-addr 169.254.1.2
-# (vendor/github.com/containers/common/libnetwork/pasta/pasta_linux.go:38 at v5.3.0).
-ROOTLESS_HOST_GATEWAY_BAD: tuple[Version, Version] = ((5, 1, 0), (5, 3, 0))
-# Under podman machine (gvproxy) host.containers.internal has no address before 5.6.0
-# (containers/podman#21681): etchosts/ip.go returns "" for IsGvProxyBased (at v5.4.2); 5.6.0
-# looks the name up in the VM (vendor/go.podman.io/common/libnetwork/etchosts/ip.go at v5.6.0).
-MACHINE_HOST_GATEWAY: Version = (5, 6, 0)
 # 5.1.0-5.2.x write a live event stream's response head only with its first event
 # (pkg/api/handlers/compat/events.go:71-76 at v5.1.0; at once again at v5.3.0, line 73).
 EVENTS_HEAD_WITHHELD: tuple[Version, Version] = ((5, 1, 0), (5, 3, 0))

@@ -53,7 +53,6 @@ from .servicechecks import check_new_store, check_quadlet, check_runtime_dir, ch
 from .versionchecks import version_checks
 
 CONTAINER_MARKERS = ("/run/.containerenv", "/.dockerenv")  # Podman's, Docker's
-MACHINE_MARKER = "/etc/containers/podman-machine"  # in a machine VM: its provider (containers/common pkg/machine)
 
 
 # ---------------------------------------------------------------- gathering facts
@@ -106,14 +105,6 @@ def cgroup_facts(info: Info | None, uid: int) -> tuple[str, list[str] | None, st
     if os.path.exists(path):
         return version, read_text(path).split(), path
     return version, None, ""
-
-
-def machine_facts() -> str:
-    """Under podman machine, its provider: in the VM from Podman's marker file, else from
-    podmand's own platform (macOS and Windows reach Podman only in a machine)."""
-    if os.path.exists(MACHINE_MARKER):
-        return read_text(MACHINE_MARKER).strip() or "machine"
-    return {"darwin": "macOS", "win32": "Windows"}.get(sys.platform, "")
 
 
 def in_sidecar() -> bool:
@@ -246,7 +237,7 @@ async def diagnose(settings: config.Settings) -> list[Check]:
         manager = info.host.cgroupManager if info is not None else ""
         checks.append(check_cgroups(cg_version, rootless, controllers, source, manager))
         if info is not None:
-            checks.extend(version_checks(info, settings, machine_facts()))
+            checks.extend(version_checks(info))
         checks.append(check_gpus(settings.cdi_spec_dirs, cdi.scan(settings.cdi_spec_dirs), wsl.wsl2()))
         if rootless:
             user = user_name(uid)

@@ -1,18 +1,16 @@
 """The decisions of ``podmand doctor`` that depend on which Podman it is: the releases
-known to misbehave for podmand, the event logger and the OCI runtime (whether
-sandboxes reach the gateway is host/gatewayreach.py's).
+known to misbehave for podmand, the event logger, the OCI runtime and what Podman 6 will
+require (whether supervisors reach the gateway is host/gatewayreach.py's).
 
-Pure, like doctorchecks.py: each check takes facts from Podman's ``/info`` (and the
-settings), and the version facts themselves are versions.py's, declared once with
-their sources. doctor.py calls :func:`version_checks`.
+Pure, like hostchecks.py: each check takes facts from Podman's ``/info``, and the version
+facts themselves are versions.py's, declared once with their sources. report.py calls
+:func:`version_checks`.
 """
 
 from __future__ import annotations
 
-import urllib.parse
 from dataclasses import dataclass
 
-from ... import config
 from ...libpod import Info, versions
 from ...libpod.versions import Version, parse_version, shown, within
 from .hostchecks import Check, ok, warn
@@ -28,18 +26,13 @@ class PodmanFacts:
     runtime: str  # crun, runc, ... ("" when not reported)
     runtime_version: str
     network_cmd: str  # pasta or slirp4netns for a rootless Podman's networks, "" rootful
-    machine: str  # "" unless Podman runs under podman machine: then its provider ("wsl" needs no gvproxy)
 
     @property
     def parsed(self) -> Version | None:
         return parse_version(self.version)
 
-    @property
-    def gvproxy(self) -> bool:
-        return bool(self.machine) and self.machine != "wsl"
 
-
-def podman_facts(info: Info, machine: str) -> PodmanFacts:
+def podman_facts(info: Info) -> PodmanFacts:
     runtime = info.host.ociRuntime
     return PodmanFacts(
         version=info.version.version,
@@ -48,7 +41,6 @@ def podman_facts(info: Info, machine: str) -> PodmanFacts:
         runtime=runtime.name if runtime else "",
         runtime_version=runtime.version.splitlines()[0] if runtime and runtime.version else "",
         network_cmd=_network_cmd(info),
-        machine=machine,
     )
 
 
@@ -64,59 +56,21 @@ def _network_cmd(info: Info) -> str:
     return "pasta" if parsed is not None and parsed >= (5, 0, 0) else "slirp4netns"
 
 
-def _endpoint_host(endpoint: str) -> str:
-    try:
-        return urllib.parse.urlsplit(endpoint).hostname or ""
-    except ValueError:
-        return ""
-
-
 # ---------------------------------------------------------------- releases
 
 
-def check_releases(facts: PodmanFacts, host_gateway_ip: str, endpoint: str) -> list[Check]:
+def check_releases(facts: PodmanFacts) -> list[Check]:
     """One WARN for each known Podman bug this Podman has that reaches podmand, with its fix;
     one OK naming what podmand works around itself when there is none."""
     name, v = "podman release", facts.parsed
     found: list[Check] = []
-    upgrade = "upgrade Podman"
-    gateway_fix = (
-        f"set {config.describe('host_gateway_ip')} to an IP address of this host that the gateway listens on "
-        "and sandboxes reach"
-    )
     if within(v, versions.EVENTS_HEAD_WITHHELD):
         found.append(warn(
             name,
             f"Podman {facts.version} sends a live event stream's response head only with its first event "
             "(5.1.0-5.2.x, containers/podman#23712): serve causes an event on each subscription to get it, "
             "and image lookups go uncached until an image event comes",
-            f"{upgrade} to {shown(versions.EVENTS_HEAD_WITHHELD[1])} or newer",
-        ))
-    if not host_gateway_ip and facts.rootless and within(v, versions.ROOTLESS_HOST_GATEWAY_BAD):
-        found.append(warn(
-            name,
-            f"rootless Podman {facts.version} (5.1-5.2) has no address for host.containers.internal, the "
-            "default endpoint's host, when this host has one IP address (containers/podman#22881): there "
-            "every sandbox fails with HostGatewayUnresolved",
-            f"on such a host {gateway_fix} (not its only address, which pasta gives the container too), or "
-            f"{upgrade} to {shown(versions.ROOTLESS_HOST_GATEWAY_BAD[1])} or newer",
-        ))
-    if not host_gateway_ip and facts.gvproxy and (v is None or v < versions.MACHINE_HOST_GATEWAY):
-        found.append(warn(
-            name,
-            f"Podman {facts.version} under podman machine ({facts.machine}) has no address for "
-            f"host.containers.internal before {shown(versions.MACHINE_HOST_GATEWAY)} "
-            "(containers/podman#21681): every sandbox fails with HostGatewayUnresolved",
-            f"{gateway_fix} (in the VM, 'getent hosts host.containers.internal' shows gvproxy's address for "
-            f"the host), or {upgrade} to {shown(versions.MACHINE_HOST_GATEWAY)} or newer",
-        ))
-    if (not host_gateway_ip and v is not None and v < versions.HOST_GATEWAY
-            and _endpoint_host(endpoint) == "host.openshell.internal"):
-        found.append(warn(
-            name,
-            f"Podman {facts.version} has no host-gateway (it came in {shown(versions.HOST_GATEWAY)}): "
-            "host.openshell.internal, the gateway endpoint's host, gets no address in sandboxes",
-            f"{gateway_fix}, or use host.containers.internal in grpc_endpoint (Podman sets that one itself)",
+            f"upgrade Podman to {shown(versions.EVENTS_HEAD_WITHHELD[1])} or newer",
         ))
     if found:
         return found
@@ -167,11 +121,11 @@ def check_runtime(runtime: str, version: str) -> Check:
     )
 
 
-def version_checks(info: Info, settings: config.Settings, machine: str) -> list[Check]:
+def version_checks(info: Info) -> list[Check]:
     """Every check of this module, in order, for the Podman whose ``/info`` this is."""
-    facts = podman_facts(info, machine)
+    facts = podman_facts(info)
     return [
-        *check_releases(facts, settings.host_gateway_ip, settings.endpoint),
+        *check_releases(facts),
         check_event_logger(facts.event_logger),
         check_runtime(facts.runtime, facts.runtime_version),
         check_podman6(facts, info.host.cgroupVersion, info.host.networkBackend),
