@@ -323,8 +323,10 @@ class _Network(_Sandboxes):
     )] = "openshell"
     host_gateway_ip: Annotated[str, S(
         "OPENSHELL_PODMAN_HOST_GATEWAY_IP", "--host-gateway-ip",
-        "IP address of host.containers.internal and host.openshell.internal in sandboxes",
-        default="Podman's host-gateway (under podman machine: gvproxy's 192.168.127.254)", see="deployment.md",
+        "IP address each supervisor (on this host's network) dials for host.containers.internal and "
+        "host.openshell.internal; set it only when the gateway listens on another address of this host, "
+        "or elsewhere",
+        default="127.0.0.1 (under podman machine: gvproxy's 192.168.127.254)", see="operations.md",
     )] = ""
     ssh_socket_path: Annotated[str, S(
         "OPENSHELL_SANDBOX_SSH_SOCKET_PATH", "--sandbox-ssh-socket-path",

@@ -287,6 +287,24 @@ def test_start_sandbox_of_a_stopped_pair_podman_refuses_says_podmans_words() -> 
     run(body)
 
 
+def test_a_host_gateway_ip_the_supervisor_cannot_dial_fails_the_sandbox_before_any_container() -> None:
+    """0.0.0.0 passes the setting's load-time check (an IP address) but is no address to dial:
+    the sandbox fails with HostGatewayInvalid naming the setting, and no container is made."""
+
+    async def body(rig: Rig) -> None:
+        await rig.driver.create(box("sb-1"))
+        await eventually(lambda: "HostGatewayInvalid" in rig.sink.reasons(), "the HostGatewayInvalid event")
+        snap = await rig.driver.get("sb-1")
+        assert ready(snap) == "HostGatewayInvalid"
+        assert snap.status.conditions[0].message == (
+            "host_gateway_ip (--host-gateway-ip / OPENSHELL_PODMAN_HOST_GATEWAY_IP): 0.0.0.0 cannot be the "
+            "supervisor's host-gateway address")
+        made = rig.fake.created()
+        assert made and all(name.startswith(imagefiles.READER_PREFIX) for name in made)  # image readers only
+
+    run(body, lambda _tmp: Settings(host_gateway_ip="0.0.0.0"))
+
+
 def failing_pulls(rig: Rig, message: str) -> None:
     """The sandbox image cannot be pulled; the supervisor image can."""
     default = (200, {"Transfer-Encoding": "chunked"}, b'{"stream":"pulling"}\n')
