@@ -183,6 +183,11 @@ class FakeLibpod:
         self.silent = Feed(self)
         self._helpers: dict[str, dict[str, Any]] = {}  # announced helper containers, by name and by id
         self.pull_gate: asyncio.Event | None = None  # set => pulls wait for it
+        # Podman 6.0 and later: a pull's answer (head and lines) is held until the first blob
+        # moves or 5 s have passed (pkg/api/handlers/libpod/images_pull.go:27,181-241 at
+        # v6.0.0-rc1). The fake moves no blob, so it holds this many seconds (its own timer,
+        # as Podman's), then answers as 6.x does, every line with a ``status``.
+        self.pull_head_hold = 0.0
         # Sent on every response, as Podman does; clear it to play a Docker socket.
         self.common_headers: dict[str, str] = {"Api-Version": "1.41", "Libpod-Api-Version": "4.3.1"}
         self._install_defaults()
@@ -260,6 +265,15 @@ class FakeLibpod:
     async def _pull(self, req: Request) -> Reply:
         if self.pull_gate is not None:
             await self.pull_gate.wait()
+        if self.pull_head_hold:
+            await asyncio.sleep(self.pull_head_hold)
+            reference = req.query.get("reference", "")
+            lines = [{"status": "pulling", "stream": text} for text in (
+                f"Trying to pull {reference}...\n", "Getting image source signatures\n",
+                f"Copying blob sha256:{'ab' * 32}\n", f"Copying config sha256:{'cd' * 32}\n",
+                "Writing manifest to image destination\n")]
+            lines.append({"status": "success", "images": ["sha256:abc"], "id": "sha256:abc"})
+            return 200, {"Transfer-Encoding": "chunked"}, b"".join(json.dumps(line).encode() + b"\n" for line in lines)
         return 200, {"Transfer-Encoding": "chunked"}, b'{"stream":"pulling"}\n{"id":"sha256:abc"}\n'
 
     def _create_volume(self, req: Request) -> Reply:
