@@ -180,7 +180,11 @@ class Containers:
                 state = box["State"]
                 exited_at = max(0, int(times.epoch(state["FinishedAt"]) or 0))  # whole seconds, as Podman
                 started_at = max(0, int(times.epoch(state["StartedAt"]) or 0))
+                # ``Status``: the health check's status, for a container that has one (pkg/ps/ps.go)
+                checked = bool((box["Config"].get("Healthcheck") or {}).get("Test"))
+                health = (state.get("Health") or {}).get("Status", "") if checked else ""
                 out.append({"Id": box["Id"], "Names": [box["Name"]], "State": state["Status"], "Labels": labels,
+                            "Status": health,
                             "ExitCode": state["ExitCode"], "ExitedAt": exited_at, "StartedAt": started_at,
                             "Created": box["Created"]})
         return 200, {}, out
