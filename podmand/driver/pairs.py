@@ -282,8 +282,10 @@ def _fold(running: bool, supervisor: tuple[str, str, int] | None) -> tuple[str, 
             return "True", "HealthCheckPassed", "Supervisor health check passed"
         if health == "unhealthy":
             return "False", "HealthCheckFailed", "Supervisor health check failed"
-        if health == "starting":
+        if health in ("starting", "reset"):  # reset: no result since an init or unpause (5.3 on)
             return "False", "HealthCheckStarting", "Waiting for the supervisor health check"
+        if health == "stopped":  # 5.5 on: the last check cut short by a stop (snapshots.CHECK_STOPPED)
+            return snapshots.CHECK_STOPPED.status, snapshots.CHECK_STOPPED.reason, snapshots.CHECK_STOPPED.message
         return None
     if status in ("created", "configured", "initialized"):
         return "False", "HealthCheckStarting", "The sandbox's supervisor container is starting"

@@ -11,9 +11,9 @@ from typing import Any
 from ..config import Settings
 from ..libpod import ImageInspect, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 from ..sandbox import registryauth
+from ..sandbox.pullprogress import HEAD_HOLD, Inactivity, PullProgress, PullStalled
 from ..sandbox.pullprogress import HEARTBEAT as PULL_HEARTBEAT
 from ..sandbox.pullprogress import REASON as PULLING
-from ..sandbox.pullprogress import Inactivity, PullProgress, PullStalled
 from .events import EventSink, platform_event
 from .pending import ProvisionFailed
 
@@ -28,6 +28,8 @@ def supervisor_pull_policy(image: str) -> str:
 
 
 class Puller:
+    head_hold = HEAD_HOLD  # the least silence allowed before a pull's first line (pullprogress)
+
     def __init__(self, podman: PodmanClient, settings: Settings, sink: EventSink) -> None:
         self.podman = podman
         self.settings = settings
@@ -69,9 +71,10 @@ class Puller:
         """Consume the pull stream, publishing rate-limited ``Pulling`` events (and a
         heartbeat while Podman is silent) for ``sandbox_id``; see pullprogress. Raises
         PullStalled (the stream closed, which stops Podman's pull) after
-        ``pull_inactivity_timeout`` seconds without a line."""
+        ``pull_inactivity_timeout`` seconds without a line (``head_hold`` at least before
+        the first: Podman 6 holds it)."""
         progress = PullProgress(ref, clock())
-        quiet = Inactivity(self.settings.pull_inactivity_timeout, clock())
+        quiet = Inactivity(self.settings.pull_inactivity_timeout, clock(), first=self.head_hold)
 
         def report(meta: dict[str, str] | None) -> None:
             if meta is not None and sandbox_id:

@@ -13,6 +13,13 @@ silent, so a client waiting on the stream can tell a slow pull from a stuck one.
 A pull silent for ``pull_inactivity_timeout`` seconds is abandoned (:class:`Inactivity`):
 a registry that accepts and never answers must not hang a create forever. Closing
 the stream is what stops it: libpod cancels a pull whose client went away.
+
+Podman 6 holds a pull's answer, head and lines alike, until the first blob moves or
+``maximalStreamingDelay`` (5 s) has passed, so that a pull failing early can still be
+answered with an error status (pkg/api/handlers/libpod/images_pull.go:27,181-241 at
+v6.0.0-rc1; 5.8 answers 200 at once). Those seconds are Podman's silence, not the
+registry's: before the first line the allowance is at least :data:`HEAD_HOLD`, whatever
+a shorter ``pull_inactivity_timeout`` says; after it the setting alone counts.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from .. import names
 
 REASON = "Pulling"
 HEARTBEAT = 10.0  # seconds without a line before "still pulling" is published again
+HEAD_HOLD = 6.0  # Podman 6's 5 s hold of a pull's first line, and a second for the way there and back
 KEY_IMAGE = "io.podmand.pull.image"
 KEY_BLOBS_DONE = "io.podmand.pull.blobs_done"
 KEY_BLOBS_SEEN = "io.podmand.pull.blobs_seen"
@@ -44,25 +52,33 @@ class PullStalled(Exception):
 
 
 class Inactivity:
-    """When a pull has been silent too long; pure (time is passed in). A timeout of 0 never fires."""
+    """When a pull has been silent too long; pure (time is passed in). A timeout of 0 never
+    fires. ``first``: the least silence allowed before the first line (:data:`HEAD_HOLD`)."""
 
-    def __init__(self, timeout: float, now: float) -> None:
+    def __init__(self, timeout: float, now: float, first: float = 0.0) -> None:
         self.timeout = timeout
+        self.first = first
         self.last = now
+        self.heard = False
 
     def touch(self, now: float) -> None:
         self.last = now
+        self.heard = True
+
+    def allowed(self) -> float:
+        """The silence allowed from the last line (or the start) on."""
+        return self.timeout if self.heard else max(self.timeout, self.first)
 
     def remaining(self, now: float) -> float | None:
         """Seconds left before the pull is abandoned (None: never)."""
-        return None if self.timeout <= 0 else self.last + self.timeout - now
+        return None if self.timeout <= 0 else self.last + self.allowed() - now
 
     def expired(self, now: float) -> bool:
         left = self.remaining(now)
         return left is not None and left <= 0
 
     def message(self, image: str) -> str:
-        return f"no progress from Podman for {self.timeout:g} s pulling {image!r} ({SETTING})"
+        return f"no progress from Podman for {self.allowed():g} s pulling {image!r} ({SETTING})"
 
 
 def _bytes(number: str, unit: str) -> int:

@@ -54,6 +54,13 @@ def _condition(type_: str, c: Condition) -> pb.DriverCondition:
 
 RUNTIME_RESTART_CODES = (137, 143)
 
+# Podman 5.5 and later: a health check cut short because its container was being stopped
+# leaves the status "stopped" (libpod/define/healthchecks.go:23-25, healthcheck.go:160-161,
+# 387-388 at v6.0.0-rc1). No verdict, so neither passed nor starting: a passing state, as a
+# stopping container is (Unknown). Podman sets "starting" again at the next start.
+CHECK_STOPPED = Condition("Unknown", "HealthCheckStopped",
+                          "Supervisor health check was cut short: its container was being stopped")
+
 
 def exited_condition(exit_code: int, oom: bool, time: Timestamp | None, *, unwatched: bool = False) -> Condition:
     """As the upstream V2 driver: a SIGKILL/SIGTERM end that StopSandbox did not ask
@@ -100,6 +107,8 @@ def ready_from_state(
             return Condition("True", "HealthCheckPassed", "Supervisor health check passed", started)
         if health == "unhealthy":
             return Condition("False", "HealthCheckFailed", "Supervisor health check failed", started)
+        if health == "stopped":
+            return Condition(CHECK_STOPPED.status, CHECK_STOPPED.reason, CHECK_STOPPED.message, started)
         return Condition("False", "HealthCheckStarting", "Waiting for the supervisor health check", started)
     if status in ("exited", "stopped"):
         if stopped:
@@ -203,8 +212,10 @@ def from_inspect(
     )
 
 
-# Health statuses libpod's list reports in ``Status`` (anything else is not one).
-LISTED_HEALTH = ("healthy", "unhealthy", "starting")
+# Health statuses libpod's list reports in ``Status`` (anything else is not one): the
+# healthcheck log's (pkg/ps/ps.go:230,305; libpod/healthcheck.go:466-481 at v6.0.0-rc1),
+# "reset" since 5.3 (the results cleared: at init, at unpause), "stopped" since 5.5.
+LISTED_HEALTH = ("healthy", "unhealthy", "starting", "reset", "stopped")
 
 
 def listed_health(status: str) -> str:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import json
-import re
 import tarfile
 import tempfile
 import time
@@ -34,6 +32,7 @@ from podmand.libpod import PodmanClient, times
 from podmand.pair import documents
 from podmand.watch.hub import Hub
 from podmand.watch.inbox import Inbox, Lost
+from tests.fakes import filters
 from tests.fakes.libpod import FakeLibpod, Feed, Reply, Request, Stream, tar_with
 
 
@@ -173,18 +172,19 @@ class Containers:
         return req.path.rsplit("/", 2)[-2] if tail else req.path.rsplit("/", 1)[-1]
 
     def _list(self, req: Request) -> Reply:
-        filters = json.loads(req.query.get("filters", "{}"))
-        wanted, named = filters.get("label", []), filters.get("name", [])
+        wanted = filters.requested(req.query)
         out = []
         for box in self.boxes.values():
             labels = box["Config"]["Labels"]
-            if named and not any(re.search(rx, box["Name"]) for rx in named):  # Podman: any regex matches
-                continue
-            if all(labels.get(k) == v for k, _, v in (w.partition("=") for w in wanted)):
+            if filters.container_kept(wanted, box["Name"], labels, podman6=self.fake.podman6_filters):
                 state = box["State"]
                 exited_at = max(0, int(times.epoch(state["FinishedAt"]) or 0))  # whole seconds, as Podman
                 started_at = max(0, int(times.epoch(state["StartedAt"]) or 0))
+                # ``Status``: the health check's status, for a container that has one (pkg/ps/ps.go)
+                checked = bool((box["Config"].get("Healthcheck") or {}).get("Test"))
+                health = (state.get("Health") or {}).get("Status", "") if checked else ""
                 out.append({"Id": box["Id"], "Names": [box["Name"]], "State": state["Status"], "Labels": labels,
+                            "Status": health,
                             "ExitCode": state["ExitCode"], "ExitedAt": exited_at, "StartedAt": started_at,
                             "Created": box["Created"]})
         return 200, {}, out

@@ -19,7 +19,8 @@ As Podman's event log does, the fake announces ``create`` and ``remove`` of
 podmand's own helper containers (image readers, probes: no sandbox id, so no hub
 acts on them) on the container event feed; a sandbox container's events are the
 test's to send.  Two switches play Podman versions and hosts whose event streams
-say nothing: :attr:`FakeLibpod.late_event_head` and :attr:`FakeLibpod.silent_events`.
+say nothing: :attr:`FakeLibpod.late_event_head` and :attr:`FakeLibpod.silent_events`;
+two more play Podman 6: :attr:`FakeLibpod.pull_head_hold` and :attr:`FakeLibpod.podman6_filters`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from podmand import names
 from podmand.host import eventproof
 from podmand.libpod import MockTransport, Response, Streamed
 from podmand.libpod import Request as LibpodRequest
+from tests.fakes import filters
 from tests.wait import wait_until
 
 PREFIX = r"/v[\d.]+/libpod"
@@ -183,6 +185,14 @@ class FakeLibpod:
         self.silent = Feed(self)
         self._helpers: dict[str, dict[str, Any]] = {}  # announced helper containers, by name and by id
         self.pull_gate: asyncio.Event | None = None  # set => pulls wait for it
+        # Podman 6.0 and later: a pull's answer (head and lines) is held until the first blob
+        # moves or 5 s have passed (pkg/api/handlers/libpod/images_pull.go:27,181-241 at
+        # v6.0.0-rc1). The fake moves no blob, so it holds this many seconds (its own timer,
+        # as Podman's), then answers as 6.x does, every line with a ``status``.
+        self.pull_head_hold = 0.0
+        # Podman 6.0's list filters (tests/fakes/filters.py): /volumes/json ANDs its filter
+        # keys (5.8 ORs them) and ``label!`` drops what matches any of its values (5.8: all).
+        self.podman6_filters = False
         # Sent on every response, as Podman does; clear it to play a Docker socket.
         self.common_headers: dict[str, str] = {"Api-Version": "1.41", "Libpod-Api-Version": "4.3.1"}
         self._install_defaults()
@@ -214,7 +224,7 @@ class FakeLibpod:
         # No local images: podmand skips its start-up state-dir visibility probe.
         self.route("GET", "/images/json", (200, {}, []))
         self.route("GET", "/events", self._events)
-        self.route("GET", "/volumes/json", lambda _req: (200, {}, list(self.volumes.values())))
+        self.route("GET", "/volumes/json", self._list_volumes)
         self.route("POST", "/volumes/create", self._create_volume)
         self.route("GET", "/volumes/(?P<n>[^/]+)/json", self._inspect_volume)
         self.route("DELETE", "/volumes/(?P<n>[^/]+)", self._remove_volume)
@@ -260,7 +270,20 @@ class FakeLibpod:
     async def _pull(self, req: Request) -> Reply:
         if self.pull_gate is not None:
             await self.pull_gate.wait()
+        if self.pull_head_hold:
+            await asyncio.sleep(self.pull_head_hold)
+            reference = req.query.get("reference", "")
+            lines = [{"status": "pulling", "stream": text} for text in (
+                f"Trying to pull {reference}...\n", "Getting image source signatures\n",
+                f"Copying blob sha256:{'ab' * 32}\n", f"Copying config sha256:{'cd' * 32}\n",
+                "Writing manifest to image destination\n")]
+            lines.append({"status": "success", "images": ["sha256:abc"], "id": "sha256:abc"})
+            return 200, {"Transfer-Encoding": "chunked"}, b"".join(json.dumps(line).encode() + b"\n" for line in lines)
         return 200, {"Transfer-Encoding": "chunked"}, b'{"stream":"pulling"}\n{"id":"sha256:abc"}\n'
+
+    def _list_volumes(self, req: Request) -> Reply:
+        wanted, podman6 = filters.requested(req.query), self.podman6_filters
+        return 200, {}, [v for v in self.volumes.values() if filters.volume_kept(wanted, v, podman6=podman6)]
 
     def _create_volume(self, req: Request) -> Reply:
         body = req.json()

@@ -41,10 +41,14 @@ def entry(state: str, *, status: str = "", code: int = 0, instance: str = "i1") 
      ("False", "HealthCheckFailed")),
     (inspect("running", health="starting", checked=True), entry("running", status="starting"),
      ("False", "HealthCheckStarting")),
+    (inspect("running", health="reset", checked=True), entry("running", status="reset"),
+     ("False", "HealthCheckStarting")),
+    (inspect("running", health="stopped", checked=True), entry("running", status="stopped"),
+     ("Unknown", "HealthCheckStopped")),
     (inspect("created"), entry("created"), ("False", "HealthCheckStarting")),
     (inspect("exited", code=137), entry("exited", code=137), ("False", GONE)),
     (None, None, ("False", GONE)),
-], ids=["running", "healthy", "unhealthy", "starting", "created", "exited", "missing"])
+], ids=["running", "healthy", "unhealthy", "starting", "reset", "check-stopped", "created", "exited", "missing"])
 def test_a_running_workload_takes_its_supervisors_state(
         supervisor: ContainerInspect | None, listed: ContainerListEntry | None, expected: tuple[str, str] | None
 ) -> None:

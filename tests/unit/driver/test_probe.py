@@ -64,3 +64,32 @@ def test_a_stopped_or_removed_supervisor_ends_probing(end: tuple[int, dict[str, 
             await body(rig)
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_check_cut_short_by_a_stop_is_neither_passed_nor_starting() -> None:
+    """Podman 5.5 and later answer a check its container's stop cut short with 200 and the
+    status "stopped" (libpod/healthcheck.go:160-161, 387-388 at v6.0.0-rc1), which the
+    container's inspect and list then read too until its next start. The probe's answer asks
+    for a look and the next check (409: stopped) ends probing; a supervisor still read as
+    running with that status makes the sandbox HealthCheckStopped, Ready Unknown (it was
+    ContainerRunning, Ready True: a status podmand did not know left the workload's own),
+    and podmand does not stop the workload for it."""
+    async def body(rig: Rig) -> None:
+        stopped = (409, {}, {"cause": "container is not running", "message": "container is stopped", "response": 409})
+        workload, supervisor, asked = probe(rig, [(200, {}, {"Status": "stopped"}), stopped])
+        rig.boxes.boxes[supervisor]["State"]["Health"] = {"Status": "stopped", "FailingStreak": 0, "Log": []}
+        await rig.driver.observe(workload)
+        await eventually(lambda: len(asked) == 2 and ("probe", supervisor) not in rig.driver.tasks, "probing ended")
+        assert rig.sink.refreshes == [(workload, "sb-1")]  # the one change the probe saw
+        ready = (await rig.driver.get("sb-1")).status.conditions[0]
+        assert (ready.status, ready.reason) == ("Unknown", "HealthCheckStopped")
+        [listed] = [s.status.conditions[0] for s in await rig.driver.list_sandboxes() if s.id == "sb-1"]
+        assert (listed.status, listed.reason) == ("Unknown", "HealthCheckStopped")  # the list's Status says it too
+        assert not any(r.endswith(f"/containers/{workload}/stop") for r in rig.fake.calls())
+        assert "SupervisorExited" not in rig.sink.reasons()
+
+    async def main() -> None:
+        async with driver_on(CHECKED) as rig:
+            await body(rig)
+
+    asyncio.run(asyncio.wait_for(main(), 30))

@@ -120,6 +120,11 @@ def test_timestamp_range(seconds: int, ok: bool) -> None:
         ("running", {"health": "healthy"}, ("True", "HealthCheckPassed")),
         ("running", {"health": "starting"}, ("False", "HealthCheckStarting")),
         ("running", {"health": "unhealthy"}, ("False", "HealthCheckFailed")),
+        # Podman 5.3+: "reset", no result since an init or unpause; 5.5+: "stopped", the last
+        # check cut short by a stop: neither passed, and "stopped" not starting either
+        ("running", {"health": "reset"}, ("False", "HealthCheckStarting")),
+        ("running", {"health": "stopped"}, ("Unknown", "HealthCheckStopped")),
+        ("exited", {"health": "stopped", "exit_code": 143}, ("False", "ContainerRuntimeRestart")),
         ("exited", {"exit_code": 3}, ("False", "ContainerExited")),
         ("exited", {"exit_code": 137, "oom": True}, ("False", "OOMKilled")),
         ("exited", {"exit_code": 78}, ("False", "WorkspaceValidationFailed")),
@@ -305,3 +310,11 @@ def test_list_entry_says_when_an_exit_was_unwatched() -> None:
     assert watched.status.conditions[0].reason == told.status.conditions[0].reason == "ContainerRuntimeRestart"
     assert "podmand was not running" not in watched.status.conditions[0].message
     assert "podmand was not running" in told.status.conditions[0].message
+
+
+@pytest.mark.parametrize("status", ["healthy", "unhealthy", "starting", "reset", "stopped"])
+def test_every_health_status_podman_lists_is_read_from_the_list(status: str) -> None:
+    """libpod's list ``Status`` is the health check log's status (pkg/ps/ps.go:230,305 at
+    v6.0.0-rc1): a list-built snapshot reads what an inspect-built one does."""
+    assert snapshots.listed_health(status) == status
+    assert snapshots.listed_health("Up 5 minutes") == ""
