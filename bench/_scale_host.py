@@ -129,7 +129,7 @@ class HostLimits:
             self.subids_added = True
             seen = renew_userns(self.user, self.uid, self.socket)
             self.notes.append(f"subordinate ids of {self.user}: {have} + {self.user}:{start}:{size}; Podman: {seen}")
-        keys = 4 * n + 400  # runc's session keyring (and its key) per container, with room
+        keys = 8 * n + 400  # runc's session keyring (and its key) per container, two a sandbox (a pair), with room
         self._raise(MAXKEYS, keys)
         self._raise(MAXBYTES, 100 * keys)
         self._raise(INOTIFY, 1024)

@@ -4,8 +4,9 @@ dir under /tmp, stopped by its recorded PID; its warm start timed.
 Its settings make the pair of podmand/pair/ from the stand-in images of tests/images
 (the runtime image, whose binary podmand extracts and binds into each workload, and the
 supervisor image); the sandbox image sandbox:1 is the Python rootfs the runtime stand-in
-runs in. podmand refuses a create without ``launch_authentication`` (FAILED_PRECONDITION):
-a bench creating sandboxes through it sends :func:`bundle`'s.
+runs in (bench/_pair.py names them). podmand refuses a create without
+``launch_authentication`` (FAILED_PRECONDITION): a bench creating sandboxes through it
+sends bench/_pair.py's requests, which carry one.
 
 ``setpriv`` execs podmand in place (no runuser parent), so the PID Popen records is
 podmand's own, and SIGTERM reaches it directly.
@@ -27,19 +28,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench._pair import RUNTIME_IMAGE, SANDBOX_IMAGE, STOP_TIMEOUT, SUPERVISOR_IMAGE
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand._proto import extension_pb2 as ext
-from tests.standin.launch import Launch
-
-SANDBOX_IMAGE = "localhost/podmand-test/sandbox:1"
-RUNTIME_IMAGE = "localhost/podmand-test/runtime:1"
-SUPERVISOR_IMAGE = "localhost/podmand-test/supervisor2:1"
-
-
-def bundle(sandbox_id: str) -> bytes:
-    """A real Ed25519-signed launch bundle for ``sandbox_id``, as a gateway sends one."""
-    return Launch(sandbox_id=sandbox_id).bundle()
 
 
 def gateway() -> ext.PeerMetadata:
@@ -88,7 +80,7 @@ class Podmand:
             "OPENSHELL_SANDBOX_IMAGE": SANDBOX_IMAGE,
             "OPENSHELL_SANDBOX_RUNTIME_IMAGE": RUNTIME_IMAGE,
             "OPENSHELL_SUPERVISOR_IMAGE": SUPERVISOR_IMAGE,
-            "OPENSHELL_STOP_TIMEOUT": "5",
+            "OPENSHELL_STOP_TIMEOUT": str(STOP_TIMEOUT),
             "PODMAND_STATE_DIR": str(self.work / "state"),
         }
         env.update(self.env)

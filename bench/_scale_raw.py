@@ -1,10 +1,11 @@
-"""The raw side of bench/scale.py: the same work done by podmand's own libpod client,
-with nothing of podmand in between, and the clean-up of everything either side made.
+"""The raw side of bench/scale.py and bench/create_cpu.py: the same pairs made by podmand's
+own libpod client, with nothing of podmand in between, and the clean-up of everything
+either side made.
 
-A raw sandbox is what podmand's container spec (podmand/sandbox/spec.py) boils down to for
-Podman: a named volume at /sandbox, the same image, ``userns=auto`` with 1024 ids, a
-bridge network of the same shape as a workspace network, stop signal 15 with a 5 s
-timeout.  Its PID 1 is a shell that exits on SIGTERM (as the supervisor does).
+A raw sandbox is the pair's skeleton of bench/_pair.py (a workspace and a channel volume,
+a workload and a supervisor container, each a shell that exits on SIGTERM), made in the
+pair's order and stopped and removed supervisor first, as podmand does. Each object carries
+:data:`RAW_LABEL`, not podmand's owner label: the podmand under test never sees them.
 """
 
 from __future__ import annotations
@@ -12,63 +13,61 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from bench import _pair
 from podmand import names
 from podmand.libpod import PodmanClient, PodmanError
 
 RAW_LABEL = "io.podmand.bench"
 RAW_VALUE = "scale-raw"
-COMMAND = ["/bin/sh", "-c", 'trap "exit 0" TERM; sleep 3600 & wait']
-STOP_TIMEOUT = 5
+LABELS = {RAW_LABEL: RAW_VALUE}
 
 
-def network_body(name: str) -> dict[str, Any]:
-    """A workspace network as podmand's driver/networks.py makes it (its labels aside)."""
-    return {
-        "name": name,
-        "driver": "bridge",
-        "dns_enabled": True,
-        "options": {"isolate": "true"},
-        "labels": {RAW_LABEL: RAW_VALUE},
-    }
+@dataclass(frozen=True)
+class Images:
+    """The image IDs a raw pair is made of (podmand pins its images by ID too)."""
+
+    sandbox: str
+    supervisor: str
+
+    @classmethod
+    async def of(cls, podman: PodmanClient) -> Images:
+        return cls((await podman.inspect_image(_pair.SANDBOX_IMAGE)).id,
+                   (await podman.inspect_image(_pair.SUPERVISOR_IMAGE)).id)
 
 
-def container_spec(name: str, image_id: str, network: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "image": image_id,
-        "labels": {RAW_LABEL: RAW_VALUE},
-        "command": COMMAND,
-        "user": "0:0",
-        "volumes": [{"Name": name, "Dest": names.WORKSPACE_PATH, "Options": ["rw"]}],
-        "netns": {"nsmode": "bridge"},
-        "Networks": {network: {}},
-        "stop_signal": 15,
-        "stop_timeout": STOP_TIMEOUT,
-        "userns": {"nsmode": "auto"},
-        "idmappings": {
-            "HostUIDMapping": False,
-            "HostGIDMapping": False,
-            "AutoUserNs": True,
-            "AutoUserNsOpts": {"Size": 1024},
-        },
-    }
-
-
-async def create(podman: PodmanClient, name: str, image_id: str, network: str) -> float:
-    """Volume create + container create + start; seconds taken."""
+async def create(podman: PodmanClient, sid: str, images: Images) -> float:
+    """Both volumes, the workload, the supervisor, then their starts; seconds taken."""
     begin = time.perf_counter()
-    await podman.create_volume(name, {RAW_LABEL: RAW_VALUE})
-    await podman.create_container(container_spec(name, image_id, network))
-    await podman.start_container(name)
+    for volume in _pair.volumes(sid):
+        await podman.create_volume(volume, LABELS)
+    await podman.create_container(_pair.workload(sid, images.sandbox, LABELS))
+    await podman.create_container(_pair.supervisor(sid, images.supervisor, LABELS))
+    await start(podman, sid)
     return time.perf_counter() - begin
 
 
-async def delete(podman: PodmanClient, name: str) -> None:
-    """Force-remove the container (SIGTERM first, as podmand's delete) and its volume."""
-    await podman.remove_container(name, STOP_TIMEOUT)
-    await podman.remove_volume(name)
+async def start(podman: PodmanClient, sid: str) -> None:
+    """The workload, then the supervisor."""
+    for name in _pair.containers(sid):
+        await podman.start_container(name)
+
+
+async def stop(podman: PodmanClient, sid: str) -> None:
+    """The supervisor, then the workload (SIGTERM, then SIGKILL after the stop timeout)."""
+    for name in reversed(_pair.containers(sid)):
+        await podman.stop_container(name, _pair.STOP_TIMEOUT)
+
+
+async def delete(podman: PodmanClient, sid: str) -> None:
+    """Force-remove the supervisor, then the workload (SIGTERM first, as podmand's delete),
+    then both volumes."""
+    for name in reversed(_pair.containers(sid)):
+        await podman.remove_container(name, _pair.STOP_TIMEOUT)
+    for volume in _pair.volumes(sid):
+        await podman.remove_volume(volume)
 
 
 async def timed(coro: Any) -> float:
@@ -88,23 +87,34 @@ async def bounded(jobs: list[Any], width: int) -> None:
     await asyncio.gather(*(one(j) for j in jobs))
 
 
-async def sweep(podman: PodmanClient, sandbox_prefix: str, networks: list[str]) -> int:
-    """Remove every container and volume this run made (raw label, or a podmand sandbox id
-    with this run's prefix) and its networks; how many items were removed."""
+async def workloads(podman: PodmanClient, prefix: str) -> dict[str, str]:
+    """The workload container ID of each podmand sandbox whose id starts with ``prefix``."""
+    entries = await podman.list_containers([names.SANDBOX_ID, f"{names.ISOLATION_ROLE}={names.ROLE_WORKLOAD}"])
+    return {
+        sid: e.id for e in entries if (sid := (e.labels or {}).get(names.SANDBOX_ID, "")).startswith(prefix)
+    }
+
+
+async def sweep(podman: PodmanClient, sandbox_prefix: str) -> int:
+    """Remove every container and volume this run made (the raw label, or a podmand sandbox
+    id with this run's prefix: both containers and both volumes of a pair carry it); how
+    many were removed."""
     removed = 0
-    mine = [f"{RAW_LABEL}={RAW_VALUE}"]
-    entries = [*await podman.list_containers(mine), *await podman.list_containers([names.SANDBOX_ID])]
-    for entry in entries:
+    entries = [*await podman.list_containers([f"{RAW_LABEL}={RAW_VALUE}"]),
+               *await podman.list_containers([names.SANDBOX_ID])]
+    for entry in sorted(entries, key=_supervisor_first):
         labels = entry.labels or {}
         if labels.get(RAW_LABEL) == RAW_VALUE or labels.get(names.SANDBOX_ID, "").startswith(sandbox_prefix):
             with contextlib.suppress(PodmanError):
                 removed += await podman.remove_container(entry.id, 0)
-    for volume in [*await podman.list_volumes(mine), *await podman.list_volumes([names.SANDBOX_ID])]:
+    for volume in [*await podman.list_volumes([f"{RAW_LABEL}={RAW_VALUE}"]),
+                   *await podman.list_volumes([names.SANDBOX_ID])]:
         labels = volume.labels or {}
         if labels.get(RAW_LABEL) == RAW_VALUE or labels.get(names.SANDBOX_ID, "").startswith(sandbox_prefix):
             with contextlib.suppress(PodmanError):
                 removed += await podman.remove_volume(volume.name)
-    for network in networks:
-        with contextlib.suppress(PodmanError):
-            removed += await podman.remove_network(network)
     return removed
+
+
+def _supervisor_first(entry: Any) -> bool:
+    return (entry.labels or {}).get(names.ISOLATION_ROLE) != names.ROLE_SUPERVISOR

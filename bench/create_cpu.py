@@ -10,13 +10,18 @@ tests/images/build.sh.  podmand (bench/_scale_procs.py: the rootless user, state
 on a socket of its own: every request's route (routes.template) is counted, nothing
 else of it kept.  Phases, one after the other:
 
-- raw: N sequential raw sandboxes (bench/_scale_raw.py: volume, container, start);
+- raw: N sequential raw sandboxes (bench/_scale_raw.py: the pair's skeleton of
+  bench/_pair.py, two volumes, two containers, two starts);
 - raw with one more event subscription open (podmand's container filter, then its
   image filter), to price what serving a subscriber costs per sandbox;
-- unit costs: the service CPU of one container inspect, image inspect, network inspect;
-- podmand: 2 creates to warm it (images pinned, network made), then N one at a time
-  (CreateSandbox until the watch says Ready, then until the proxy has been quiet for
-  0.5 s so the looks after the start are counted).
+- unit costs: the service CPU of one container inspect, image inspect, volume inspect,
+  and of one archive upload (a one-file tar into the raw workload's channel volume, the
+  pair stopped first: podmand uploads its three into containers not running), the call
+  a podmand pair makes and the raw skeleton does not;
+- podmand: 2 creates to warm it (images pinned, the runtime binary extracted), then N
+  one at a time (CreateSandbox of a pair, with its launch bundle, until the watch says
+  Ready, then until the proxy has been quiet for 0.5 s so the looks after the start are
+  counted).
 
 Service CPU is bench/_scale_host.py's (every process of the service, and the children
 it reaped).  Everything made is removed at the end (bench/_scale_raw.py's sweep).
@@ -27,10 +32,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import os
 import pwd
 import re
 import sys
+import tarfile
 import time
 import uuid
 from collections import Counter
@@ -40,9 +47,10 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import _pair
 from bench import _scale_raw as raw
 from bench._scale_host import cpu_seconds, rootless_target, service_pids
-from bench._scale_procs import SANDBOX_IMAGE, Podmand
+from bench._scale_procs import Podmand
 from bench._scale_watch import Watch
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
@@ -54,6 +62,7 @@ from podmand.libpod.timeouts import Timeouts
 PREFIX = f"ccpu-{uuid.uuid4().hex[:6]}-"
 REQUEST = re.compile(rb"(GET|POST|PUT|DELETE|HEAD) (/\S*) HTTP/1\.[01]\r\n")
 UNIT = 40  # repetitions of each call priced alone
+ARCHIVES = 10  # ... of the archive upload, a costlier call
 
 
 class Proxy:
@@ -105,11 +114,14 @@ class Proxy:
             await asyncio.sleep(0.05)
 
 
-def box(sid: str, workspace: str) -> pb.DriverSandbox:
-    return pb.DriverSandbox(
-        id=sid, name=sid[-12:], workspace=workspace,
-        spec=pb.DriverSandboxSpec(command=["sleep", "3600"], template=pb.DriverSandboxTemplate(image=SANDBOX_IMAGE)),
-    )
+def one_file_tar() -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        data = b"x" * 64
+        info = tarfile.TarInfo("probe")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
 
 
 class Bench:
@@ -122,29 +134,28 @@ class Bench:
         self.daemon = Podmand(args.user, args.podman, pex=args.pex if not args.source else "", source=args.source)
         self.proxy = Proxy(args.podman, str(self.daemon.work / "podman-proxy.sock"))
         self.daemon.podman_socket = self.proxy.path
-        self.raw_network = f"{PREFIX}rawnet"
         self.workspace = f"{PREFIX}w"
         self.count = 0
 
     def cpu(self) -> float:
         return cpu_seconds(service_pids(self.args.podman, self.uid))
 
-    async def raw_creates(self, image_id: str, n: int) -> float:
+    async def raw_creates(self, images: raw.Images, n: int) -> float:
         """Service CPU per raw sandbox over ``n`` sequential creates (removed afterwards, uncounted)."""
         made = [f"{PREFIX}raw-{self.count + i}" for i in range(n)]
         self.count += n
         cpu0 = self.cpu()
         for name in made:
-            await raw.create(self.podman, name, image_id, self.raw_network)
+            await raw.create(self.podman, name, images)
         cpu = (self.cpu() - cpu0) / n
         await raw.bounded([raw.delete(self.podman, x) for x in made], 4)
         return cpu
 
-    async def raw_with(self, image_id: str, subscribe: object) -> float:
+    async def raw_with(self, images: raw.Images, subscribe: object) -> float:
         async with subscribe as events:  # type: ignore[attr-defined]
             drain = asyncio.create_task(self._drain(events))
             try:
-                return await self.raw_creates(image_id, self.n)
+                return await self.raw_creates(images, self.n)
             finally:
                 drain.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -155,21 +166,25 @@ class Bench:
         async for _ in events:  # type: ignore[attr-defined]
             pass
 
-    async def unit(self, image_id: str) -> dict[str, float]:
+    async def unit(self, images: raw.Images) -> dict[str, float]:
         name = f"{PREFIX}unit"
-        await raw.create(self.podman, name, image_id, self.raw_network)
+        await raw.create(self.podman, name, images)
         out = {}
         calls = {
             "GET /libpod/containers/{name}/json": lambda: self.podman.inspect_container(name),
-            "GET /libpod/images/{name}/json": lambda: self.podman.inspect_image(SANDBOX_IMAGE),
-            "GET /libpod/networks/{name}/json": lambda: self.podman.inspect_network(self.raw_network),
-            "GET /libpod/volumes/{name}/json": lambda: self.podman.inspect_volume(name),
+            "GET /libpod/images/{name}/json": lambda: self.podman.inspect_image(_pair.SANDBOX_IMAGE),
+            "GET /libpod/volumes/{name}/json": lambda: self.podman.inspect_volume(_pair.volumes(name)[0]),
         }
         for route, call in calls.items():
             cpu0 = self.cpu()
             for _ in range(UNIT):
                 await call()
             out[route] = (self.cpu() - cpu0) / UNIT
+        await raw.stop(self.podman, name)
+        cpu0 = self.cpu()
+        for _ in range(ARCHIVES):
+            await self.podman.put_archive(name, names.CHANNEL_DIR, one_file_tar())
+        out["PUT /libpod/containers/{name}/archive"] = (self.cpu() - cpu0) / ARCHIVES
         await raw.delete(self.podman, name)
         return out
 
@@ -182,7 +197,8 @@ class Bench:
             watch = Watch(stub).start()
 
             async def one(sid: str) -> None:
-                await stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box(sid, self.workspace)))
+                box = _pair.sandbox(sid, ["sleep", "3600"], self.workspace)
+                await stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
                 await watch.until(lambda: sid in watch.ready, 120, f"{sid} Ready")
                 await self.proxy.quiet(0.5, 10)
 
@@ -201,23 +217,22 @@ class Bench:
         return cpu, routes
 
     async def run(self) -> None:
-        image_id = (await self.podman.inspect_image(SANDBOX_IMAGE)).id
-        await self.podman.create_network(raw.network_body(self.raw_network))
-        await self.raw_creates(image_id, 2)  # warm
-        r0 = await self.raw_creates(image_id, self.n)
-        sub_c = await self.raw_with(image_id, self.podman.events([f"{names.OWNER}={names.OWNER_VALUE}"]))
-        sub_i = await self.raw_with(image_id, self.podman.image_events())
-        r1 = await self.raw_creates(image_id, self.n)
-        units = await self.unit(image_id)
+        images = await raw.Images.of(self.podman)
+        await self.raw_creates(images, 2)  # warm
+        r0 = await self.raw_creates(images, self.n)
+        sub_c = await self.raw_with(images, self.podman.events([f"{names.OWNER}={names.OWNER_VALUE}"]))
+        sub_i = await self.raw_with(images, self.podman.image_events())
+        r1 = await self.raw_creates(images, self.n)
+        units = await self.unit(images)
         p, routes = await self.podmand_creates()
         r = (r0 + r1) / 2
         ms = 1000.0
         print(f"\nN = {self.n}, Podman service CPU per sandbox (ms):")
-        print(f"  raw (volume + create + start): {r0 * ms:.1f}, again {r1 * ms:.1f}")
+        print(f"  raw pair (2 volumes, 2 creates, 2 starts): {r0 * ms:.1f}, again {r1 * ms:.1f}")
         print(f"  raw + a container-event subscriber (podmand's filter): {sub_c * ms:.1f} (+{(sub_c - r) * ms:.1f})")
         print(f"  raw + an image-event subscriber: {sub_i * ms:.1f} (+{(sub_i - r) * ms:.1f})")
         print(f"  podmand: {p * ms:.1f}  ratio {p / r:.2f}x  (+{(p - r) * ms:.1f})")
-        print(f"unit costs (ms of service CPU per call, mean of {UNIT}):")
+        print(f"unit costs (ms of service CPU per call, mean of {UNIT}; the archive's of {ARCHIVES}):")
         for route, c in units.items():
             print(f"  {route}: {c * ms:.2f}")
         print(f"libpod calls per create through podmand (over {self.n}):")
@@ -225,9 +240,8 @@ class Bench:
             print(f"  {c / self.n:5.2f}  {route}")
 
     async def sweep(self) -> None:
-        nets = [self.raw_network, names.network_name("openshell", self.workspace)]
-        removed = await raw.sweep(self.podman, PREFIX, nets)
-        print(f"clean-up: removed {removed} containers, volumes and networks", flush=True)
+        removed = await raw.sweep(self.podman, PREFIX)
+        print(f"clean-up: removed {removed} containers and volumes", flush=True)
         await self.podman.close()
 
 

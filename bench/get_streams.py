@@ -1,8 +1,10 @@
-"""GetSandbox against one raw inspect, and the RSS an extra WatchSandboxes stream costs.
+"""GetSandbox against the raw inspects of its pair, and the RSS an extra WatchSandboxes stream costs.
 
-N sandboxes (``sleep 3600``) are created through a podmand this bench starts as the
-rootless user (bench/_scale_procs.py); then GetSandbox and a raw inspect of the same
-container on the same Podman socket, interleaved (medians of --samples), and where the
+N sandboxes (``sleep 3600``; each a pair, podmand/pair/, created with a real signed launch
+bundle: bench/_pair.py) are created through a podmand this bench starts as the rootless
+user (bench/_scale_procs.py); then GetSandbox and the raw inspects it stands for, of the
+same sandbox's workload and supervisor containers on the same Podman socket (GetSandbox
+reads both), interleaved (medians of --samples), and where the
 time above the inspect goes (the same call past the peer gate, and GetCapabilities, which
 calls no Podman, both ways); then podmand's
 RSS before and after --streams new streams that each read their whole snapshot and stay
@@ -29,9 +31,10 @@ from statistics import median as med
 
 import grpc
 
+from bench import _pair
 from bench import _scale_raw as raw
 from bench._scale_host import rss_mb
-from bench._scale_procs import SANDBOX_IMAGE, Podmand, gateway
+from bench._scale_procs import Podmand, gateway
 from bench._scale_watch import is_ready
 from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
@@ -41,15 +44,6 @@ from podmand.libpod.timeouts import Timeouts
 
 PREFIX = f"getstreams-{uuid.uuid4().hex[:6]}-"
 WORKSPACE = f"{PREFIX}w"
-
-
-def box(sid: str) -> pb.DriverSandbox:
-    return pb.DriverSandbox(
-        id=sid,
-        name=sid[-12:],
-        workspace=WORKSPACE,
-        spec=pb.DriverSandboxSpec(command=["sleep", "3600"], template=pb.DriverSandboxTemplate(image=SANDBOX_IMAGE)),
-    )
 
 
 async def read_snapshot(call: grpc.aio.UnaryStreamCall, n: int, sids: set[str] | None = None) -> set[str]:
@@ -108,24 +102,24 @@ async def run(args: argparse.Namespace) -> None:
         begin = time.perf_counter()
         for lo in range(0, args.n, 8):
             batch = sids[lo : lo + 8]
-            await asyncio.gather(*(stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box(s))) for s in batch))
+            boxes = [_pair.sandbox(s, ["sleep", "3600"], WORKSPACE) for s in batch]
+            await asyncio.gather(*(stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=b)) for b in boxes))
         await asyncio.wait_for(read_snapshot(watch, args.n, set(sids)), 600)
         watch.cancel()
         print(f"built {args.n} in {time.perf_counter() - begin:.1f} s", flush=True)
-        ids = {
-            (e.labels or {}).get(names.SANDBOX_ID, ""): e.id
-            for e in await podman.list_containers(names.MANAGED_FILTER)
-        }
+        ids = await raw.workloads(podman, PREFIX)
         gets, inspects = [], []
         for i in range(args.samples + 5):
             sid = sids[i % args.n]
             g = await raw.timed(stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=sid)))
             r = await raw.timed(podman.inspect_container(ids[sid]))
+            r += await raw.timed(podman.inspect_container(names.supervisor_name(sid)))
             if i >= 5:  # the first few warm both paths
                 gets.append(g)
                 inspects.append(r)
         get, ins = med(gets) * 1000, med(inspects) * 1000
-        print(f"GetSandbox at N={args.n}: {get:.2f} ms; raw inspect {ins:.2f} ms; ratio {get / ins:.2f}", flush=True)
+        print(f"GetSandbox at N={args.n}: {get:.2f} ms; raw inspects of the pair (workload, supervisor) {ins:.2f} ms; "
+              f"ratio {get / ins:.2f}", flush=True)
         await breakdown(stub, daemon, sids, args.samples)
         if args.spy:
             await spied(stub, daemon.pid, sids, args)
@@ -140,7 +134,7 @@ async def run(args: argparse.Namespace) -> None:
         if channel is not None:
             await channel.close()
         daemon.cleanup()
-        removed = await raw.sweep(podman, PREFIX, [names.network_name("openshell", WORKSPACE)])
+        removed = await raw.sweep(podman, PREFIX)
         print(f"clean-up: removed {removed} leftovers", flush=True)
         await podman.close()
 

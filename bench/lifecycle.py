@@ -9,23 +9,25 @@ containers and volumes with nothing else.
 
 podmand: CreateSandbox (the sandbox image sandbox:1, with a real Ed25519-signed launch
 bundle from tests/standin/launch.py, as the gateway sends one) until the watch stream says
-Ready=True, then DeleteSandbox. Ready there means the runtime stand-in and the supervisor
-stand-in have completed their TLS handshake and the main process runs.
+Ready=True, then DeleteSandbox. Ready there means both containers run: a podmand with no
+supervisor health check (OPENSHELL_HEALTH_CHECK_INTERVAL_SECS unset) does not wait for the
+stand-ins' handshake. So the delete right after it can find the supervisor stand-in's
+interpreter still starting, as PID 1 with no SIGTERM handler yet: the stop's SIGTERM is
+then ignored and the supervisor killed after podmand's stop timeout (OPENSHELL_STOP_TIMEOUT).
 
-Raw, what this compares with: the pair's skeleton only, with podman-py. A workspace and a
-channel volume; the workload (sandbox:1, ``userns=auto``, network ``none``, no capability,
-both volumes, no_new_privileges) and the supervisor (supervisor2:1, host network, host user namespace, no
-capability, the channel volume read-only, as uid:gid 1000), each running a shell that exits
-on SIGTERM in place of the stand-ins; created and started in the pair's order (workload
-first), then stopped supervisor first and removed with the volumes. It makes none of the
-pair's archive uploads, TLS authority, documents or handshake, so the ratio overstates
-what podmand adds to the pair's own calls; bench/pair_lifecycle.py writes those out in
-full (with podmand's own client) for issue 31's comparison.
+Raw, what this compares with: the pair's skeleton only (bench/_pair.py: two volumes, the
+workload and the supervisor, each a shell that exits on SIGTERM), its SpecGenerators posted
+with podman-py's API client; created and started in the pair's order (workload first),
+then stopped supervisor first and removed with the volumes. It makes none of the pair's
+archive uploads, TLS authority, documents or handshake, so the ratio overstates what
+podmand adds to the pair's own calls; bench/pair_lifecycle.py writes those out in full
+(with podmand's own client) for issue 31's comparison.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import threading
@@ -39,15 +41,11 @@ import podman
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from podmand import names
+from bench import _pair
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
-from tests.standin.launch import Launch
 
-IMAGE = "localhost/podmand-test/sandbox:1"
-SUPERVISOR_IMAGE = "localhost/podmand-test/supervisor2:1"
-IDENTITY = "1000:1000"  # sandbox:1's USER sandbox
-COMMAND = ["/bin/sh", "-c", 'trap "exit 0" TERM; sleep 600 & wait']  # a PID 1 that exits on SIGTERM
+LABELS = {"io.podmand.bench": "lifecycle-raw"}  # not podmand's owner label
 
 
 def ms(samples: list[float]) -> str:
@@ -73,13 +71,7 @@ def via_podmand(stub: pb_grpc.ComputeDriverStub, n: int) -> tuple[list[float], l
     for _ in range(n):
         sid = f"bench-{uuid.uuid4().hex[:10]}"
         event = ready.setdefault(sid, threading.Event())
-        box = pb.DriverSandbox(
-            id=sid,
-            name="bench",
-            workspace="bench",
-            spec=pb.DriverSandboxSpec(command=COMMAND, template=pb.DriverSandboxTemplate(image=IMAGE),
-                                      launch_authentication=Launch(sandbox_id=sid).bundle()),
-        )
+        box = _pair.sandbox(sid, _pair.COMMAND, "bench", "bench")
         start = time.perf_counter()
         stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
         if not event.wait(60):
@@ -92,37 +84,29 @@ def via_podmand(stub: pb_grpc.ComputeDriverStub, n: int) -> tuple[list[float], l
     return create, delete
 
 
-def raw_pair(client: podman.PodmanClient, sid: str) -> tuple[list[Any], list[Any]]:
-    """The pair's volumes and containers, created and started in its order: (containers, volumes)."""
-    workspace, channel = f"{sid}-ws", names.channel_volume_name(sid)
-    volumes = [client.volumes.create(workspace), client.volumes.create(channel)]
-    workload = client.containers.create(
-        IMAGE, COMMAND, name=sid, userns_mode="auto",
-        idmappings={"HostUIDMapping": False, "HostGIDMapping": False, "AutoUserNs": True},
-        network_mode="none", cap_drop=["ALL"], no_new_privileges=True,
-        volumes={workspace: {"bind": "/sandbox", "mode": "rw"}, channel: {"bind": names.CHANNEL_DIR, "mode": "rw"}},
-    )
-    supervisor = client.containers.create(
-        SUPERVISOR_IMAGE, COMMAND[1:], entrypoint=[COMMAND[0]], name=names.supervisor_name(sid),
-        user=IDENTITY, userns_mode="host", network_mode="host", cap_drop=["ALL"],
-        no_new_privileges=True, volumes={channel: {"bind": names.CHANNEL_DIR, "mode": "ro"}},
-    )
-    workload.start()
-    supervisor.start()
-    return [supervisor, workload], volumes
+def raw_pair(client: podman.PodmanClient, sid: str, images: tuple[str, str]) -> list[Any]:
+    """The pair's volumes and containers, created and started in its order: the volumes."""
+    volumes = [client.volumes.create(name, labels=LABELS) for name in _pair.volumes(sid)]
+    for spec in (_pair.workload(sid, images[0], LABELS), _pair.supervisor(sid, images[1], LABELS)):
+        client.api.post("/containers/create", headers={"content-type": "application/json"},
+                        data=json.dumps(spec)).raise_for_status()
+    for name in _pair.containers(sid):
+        client.api.post(f"/containers/{name}/start").raise_for_status()
+    return volumes
 
 
 def via_podman(client: podman.PodmanClient, n: int) -> tuple[list[float], list[float]]:
     create, delete = [], []
+    images = (client.images.get(_pair.SANDBOX_IMAGE).id, client.images.get(_pair.SUPERVISOR_IMAGE).id)
     for _ in range(n):
         sid = f"bench-raw-{uuid.uuid4().hex[:10]}"
         start = time.perf_counter()
-        containers, volumes = raw_pair(client, sid)
+        volumes = raw_pair(client, sid, images)
         create.append(time.perf_counter() - start)
         start = time.perf_counter()
-        for container in containers:  # supervisor first, as podmand stops the pair
-            container.stop()
-            container.remove(force=True)
+        for name in reversed(_pair.containers(sid)):  # supervisor first, as podmand stops the pair
+            client.api.post(f"/containers/{name}/stop", params={"timeout": _pair.STOP_TIMEOUT}).raise_for_status()
+            client.api.delete(f"/containers/{name}", params={"force": True}).raise_for_status()
         for volume in volumes:
             volume.remove(force=True)
         delete.append(time.perf_counter() - start)

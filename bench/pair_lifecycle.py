@@ -74,7 +74,7 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _scale_raw
+from bench import _pair
 from bench._scale_host import rootless_target
 from bench._scale_procs import Podmand
 from bench.create_cpu import Proxy
@@ -95,7 +95,7 @@ SUPERVISOR2_IMAGE = "localhost/podmand-test/supervisor2:1"
 WORKLOAD_IMAGE = "localhost/podmand-test/workload:1"
 RUNTIME_PATH = "/openshell-sandbox"  # in runtime:1
 IDENTITY = 1000  # workload:1's USER sandbox
-COMMAND = _scale_raw.COMMAND  # a shell that exits on SIGTERM
+COMMAND = _pair.COMMAND  # a shell that exits on SIGTERM
 RUN = uuid.uuid4().hex[:6]
 WORKSPACE = f"bench{RUN}"  # this run's own
 RAW_LABEL = "io.podmand.bench"  # the raw objects' own label: not podmand's owner, which e2e wipes

@@ -6,8 +6,9 @@ repeated, with the restarted process's own account of where the time went.
 
 Run as root against the rootless Podman of tests/setup-podman.sh (or, as bench/scale.py
 says, inside the Debian 13 tree for Podman 5.4.2).  Builds N sleeping sandboxes through
-podmand, waits until a stream has each Ready, then restarts podmand K times (SIGTERM,
-then a new process): for each, the seconds from exec to the first answered
+podmand (each a pair, with its launch bundle: bench/scale.py's creates), waits until a
+stream has each Ready, then restarts podmand K times (SIGTERM, then a new process): for
+each, the seconds from exec to the first answered
 GetCapabilities ("accepting") and to health SERVING, next to the anchor a restart
 cannot beat, Podman's ``/info`` with one list alongside, made raw while podmand is
 stopped.  Each restart runs at debug level; the last one's log lines up to its ready

@@ -21,11 +21,17 @@ added, with the same script, inside), the socket /run/user/UID/podman/podman.soc
 the kernel's key quota and inotify limit are shared with the host; both are restored
 exactly.
 
+Every sandbox is a pair (podmand/pair/: a workload and a supervisor container and a
+channel volume), on both sides: podmand's creates and starts carry a real signed launch
+bundle, and a raw sandbox is the pair's skeleton (bench/_pair.py, bench/_scale_raw.py).
+
 Phases: podmand's warm start (no sandboxes); raw (podmand stopped): build N, time
-inspect/stop/start, delete N; podmand: build N (at --idle sandboxes: Podman's CPU over
+stop/start, delete N; podmand: build N (at --idle sandboxes: Podman's CPU over
 --window seconds with podmand running, then stopped), time Get/Stop/Start, snapshots,
 live events during snapshots, exits, then delete N.  "raw" is podmand's own libpod
-client (podmand/libpod) on the same socket; see _scale_raw.py for what a raw sandbox is.
+client (podmand/libpod) on the same socket.  Below 10 sandboxes, as many exit rounds
+as sandboxes (and live exits at most 3, at most N): the smallest run that proves the
+bench works is ``-n 3 --window 2``.
 """
 
 from __future__ import annotations
@@ -51,9 +57,10 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import _pair
 from bench import _scale_raw as raw
 from bench._scale_host import HostLimits, cpu_seconds, rootless_target, rss_mb, service_pids
-from bench._scale_procs import SANDBOX_IMAGE, Podmand
+from bench._scale_procs import Podmand
 from bench._scale_report import Measured, ms, table
 from bench._scale_watch import Watch, snapshot_time
 from podmand import names
@@ -68,24 +75,15 @@ ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 PREFIX = f"scale-{uuid.uuid4().hex[:6]}-"  # this run's sandbox ids
 TEARDOWN_RETRY = "Podman's network teardown (netavark) failed"  # podmand/driver/teardown.py's warning
-PER_NETWORK = 200  # a workspace network is a /24 on main: stay well below 254
+WORKSPACE = f"{PREFIX}w"  # every sandbox's (a workspace makes no network: a workload has none)
 SEQUENTIAL = 15  # one-at-a-time creates timed, per side
 BATCH = 32
 SAMPLES = 30  # Get / inspect calls
 STOPS = 10  # Stop + Start pairs
-EXITS = 10  # exit -> event rounds
-LIVE = 3  # exits during new streams' snapshots
+EXITS = 10  # exit -> event rounds (at most N)
+LIVE = 3  # exits during new streams' snapshots (at most N)
 NEW_STREAMS = 4
 WIDTH = 8  # deletes in flight at once, both sides
-
-
-def box(sid: str, workspace: str, command: list[str]) -> pb.DriverSandbox:
-    return pb.DriverSandbox(
-        id=sid,
-        name=sid[-12:],
-        workspace=workspace,
-        spec=pb.DriverSandboxSpec(command=command, template=pb.DriverSandboxTemplate(image=SANDBOX_IMAGE)),
-    )
 
 
 class Bench:
@@ -100,8 +98,6 @@ class Bench:
         self.channel: grpc.aio.Channel | None = None
         self.sids: list[str] = []
         self.version = "unknown"
-        self.raw_networks = [f"podmand-scale-raw-{i}" for i in range(-(-self.n // PER_NETWORK))]
-        self.workspaces = [f"{PREFIX}w{i}" for i in range(-(-(self.n + 1) // PER_NETWORK))]
 
     # ------------------------------------------------------------ helpers
 
@@ -126,22 +122,16 @@ class Bench:
 
     # ------------------------------------------------------------ raw
 
-    async def raw_phase(self, image_id: str) -> dict[str, float]:
+    async def raw_phase(self, images: raw.Images) -> dict[str, float]:
         print(f"raw: building {self.n} (podmand stopped)", flush=True)
-        for network in self.raw_networks:
-            await self.podman.create_network(raw.network_body(network))
         names_ = [f"{PREFIX}raw-{i}" for i in range(self.n)]
-
-        def net(i: int) -> str:
-            return self.raw_networks[i // PER_NETWORK]
-
         cpu0 = self.service_cpu()
-        single = [await raw.create(self.podman, names_[i], image_id, net(i)) for i in range(min(SEQUENTIAL, self.n))]
+        single = [await raw.create(self.podman, names_[i], images) for i in range(min(SEQUENTIAL, self.n))]
         rates = []
         for lo in range(len(single), self.n, BATCH):
             hi = min(lo + BATCH, self.n)
             begin = time.perf_counter()
-            await asyncio.gather(*(raw.create(self.podman, names_[i], image_id, net(i)) for i in range(lo, hi)))
+            await asyncio.gather(*(raw.create(self.podman, names_[i], images) for i in range(lo, hi)))
             if hi - lo == BATCH:
                 rates.append(BATCH / (time.perf_counter() - begin))
         cpu = (self.service_cpu() - cpu0) / self.n
@@ -149,13 +139,11 @@ class Bench:
         picks = random.sample(names_, min(SAMPLES, self.n))
         stops, starts = [], []
         for name in picks[:STOPS]:
-            stops.append(await raw.timed(self.podman.stop_container(name, raw.STOP_TIMEOUT)))
-            starts.append(await raw.timed(self.podman.start_container(name)))
+            stops.append(await raw.timed(raw.stop(self.podman, name)))
+            starts.append(await raw.timed(raw.start(self.podman, name)))
         begin = time.perf_counter()
         await raw.bounded([raw.delete(self.podman, x) for x in names_], WIDTH)
         deleted = time.perf_counter() - begin
-        for network in self.raw_networks:
-            await self.podman.remove_network(network)
         return {
             "create": med(single),
             "rate": med(rates) if rates else 0.0,
@@ -167,11 +155,12 @@ class Bench:
 
     # ------------------------------------------------------------ podmand: building
 
-    async def create_one(self, watch: Watch, sid: str, workspace: str, command: list[str]) -> float:
+    async def create_one(self, watch: Watch, box: pb.DriverSandbox) -> float:
+        """``box`` (bench/_pair.py's, its bundle signed before the clock starts) until Ready."""
         assert self.stub is not None
         begin = time.perf_counter()
-        await self.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box(sid, workspace, command)))
-        await watch.until(lambda: sid in watch.ready, 120, f"{sid} Ready")
+        await self.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+        await watch.until(lambda: box.id in watch.ready, 120, f"{box.id} Ready")
         return time.perf_counter() - begin
 
     async def build(self, watch: Watch) -> tuple[list[float], list[float], float]:
@@ -187,11 +176,10 @@ class Bench:
             width = 1 if i < SEQUENTIAL else min(BATCH, self.n - i, (self.args.idle - i) if not idle_done else BATCH)
             ids = [f"{PREFIX}{j}" for j in range(i, i + width)]
             self.sids += ids
+            boxes = [_pair.sandbox(s, sleep, WORKSPACE) for s in ids]
             cpu0 = self.service_cpu()
             begin = time.perf_counter()
-            await asyncio.gather(
-                *(self.create_one(watch, s, self.workspaces[(i + k) // PER_NETWORK], sleep) for k, s in enumerate(ids))
-            )
+            await asyncio.gather(*(self.create_one(watch, b) for b in boxes))
             took = time.perf_counter() - begin
             cpu += self.service_cpu() - cpu0
             if width == 1:
@@ -239,29 +227,25 @@ class Bench:
 
     # ------------------------------------------------------------ podmand: at N
 
-    async def container_ids(self) -> dict[str, str]:
-        entries = await self.podman.list_containers([names.SANDBOX_ID])
-        return {
-            (e.labels or {}).get(names.SANDBOX_ID, ""): e.id
-            for e in entries
-            if (e.labels or {}).get(names.SANDBOX_ID, "").startswith(PREFIX)
-        }
-
     async def at_n(self) -> None:
         assert self.stub is not None
         stub, n = self.stub, len(self.sids)
-        ids = await self.container_ids()
+        ids = await raw.workloads(self.podman, PREFIX)
         picks = random.sample(self.sids, min(SAMPLES, n))
-        gets, inspects = [], []
-        for sid in picks:
+        gets, inspects, ones = [], [], []
+        for sid in picks:  # GetSandbox reads the workload and its supervisor: one inspect each
             gets.append(await raw.timed(stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=sid))))
-            inspects.append(await raw.timed(self.podman.inspect_container(ids[sid])))
+            one = await raw.timed(self.podman.inspect_container(ids[sid]))
+            inspects.append(one + await raw.timed(self.podman.inspect_container(names.supervisor_name(sid))))
+            ones.append(one)
         self.get = (med(gets), med(inspects))
+        self.inspect = med(ones)
         stops, starts = [], []
         for sid in picks[:STOPS]:
             stops.append(await raw.timed(stub.StopSandbox(pb.StopSandboxRequest(sandbox_id=sid))))
             await self.watch.until(lambda s=sid: s in self.watch.down, 60, f"{sid} stopped")  # type: ignore[misc]
-            starts.append(await raw.timed(stub.StartSandbox(pb.StartSandboxRequest(sandbox_id=sid))))
+            request = _pair.start(sid)  # a fresh bundle, made untimed
+            starts.append(await raw.timed(stub.StartSandbox(request)))
             await self.watch.until(lambda s=sid: s in self.watch.ready, 60, f"{sid} Ready again")  # type: ignore[misc]
         self.stopstart = (med(stops), med(starts))
         snaps = [await snapshot_time(stub, n) for _ in range(3)]
@@ -291,10 +275,10 @@ class Bench:
         listener = asyncio.create_task(listen())
         await asyncio.wait_for(opened.wait(), 30)
         natural = []
-        for k in range(EXITS):
+        for k in range(min(EXITS, self.n)):
             sid = f"{PREFIX}exit-{k}"
-            await self.create_one(self.watch, sid, self.workspaces[-1], ["sh", "-c", "sleep 2; exit 3"])
-            cid = (await self.podman.list_containers([f"{names.SANDBOX_ID}={sid}"]))[0].id
+            await self.create_one(self.watch, _pair.sandbox(sid, ["sh", "-c", "sleep 2; exit 3"], WORKSPACE))
+            cid = (await raw.workloads(self.podman, sid))[sid]  # the workload exits with its main process
             waited = asyncio.create_task(self.wait_time(cid))
             await self.watch.until(lambda s=sid: s in self.watch.down, 60, f"{sid} exit")  # type: ignore[misc]
             wait_at = await waited
@@ -305,9 +289,9 @@ class Bench:
             await self.watch.until(lambda s=sid: s in self.watch.deleted, 60, f"{sid} deleted")  # type: ignore[misc]
         self.natural = natural
         live = []
-        ids = await self.container_ids()
+        ids = await raw.workloads(self.podman, PREFIX)
         n = len(self.sids)
-        for sid in random.sample(self.sids, LIVE):
+        for sid in random.sample(self.sids, min(LIVE, n)):  # the workload killed: the sandbox is down
             cid = ids[sid]
             first = asyncio.Event()
             streams = [asyncio.create_task(snapshot_time(self.stub, n, first=first)) for _ in range(NEW_STREAMS)]
@@ -391,8 +375,7 @@ class Bench:
         self.version = await self.podman_version()
         print(f"Podman {self.version} on {self.args.podman}", flush=True)
         self.startup()
-        image_id = (await self.podman.inspect_image(SANDBOX_IMAGE)).id
-        r = await self.raw_phase(image_id)
+        r = await self.raw_phase(await raw.Images.of(self.podman))
         p = await self.podmand_phase()
         return Measured(
             n=self.n,
@@ -410,12 +393,12 @@ class Bench:
             started=(med([a for a, _ in self.startup_runs]), med([b for _, b in self.startup_runs])),
             rss=(self.rss_0, self.rss_n),
             restarted=self.restarted,
+            inspect=self.inspect,
         )
 
     async def sweep(self) -> None:
-        nets = self.raw_networks + [names.network_name("openshell", w) for w in self.workspaces]
-        removed = await raw.sweep(self.podman, PREFIX, nets)
-        print(f"clean-up: removed {removed} leftover containers, volumes and networks", flush=True)
+        removed = await raw.sweep(self.podman, PREFIX)
+        print(f"clean-up: removed {removed} leftover containers and volumes", flush=True)
         await self.podman.close()
 
 
