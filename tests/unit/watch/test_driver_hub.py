@@ -75,13 +75,19 @@ async def take(stream: Stream, n: int) -> list[tuple[str, ...]]:
     return [describe(await stream.get()) for _ in range(n)]
 
 
+async def watching_one(rig: Rig, hub: Hub, inbox: Inbox, sandbox_id: str) -> tuple[str, Stream]:
+    """A running sandbox's container and a stream that has had its first snapshot."""
+    cid = rig.boxes.add(sandbox_id)
+    await connect(hub, inbox)
+    stream = await hub.subscribe()
+    await drain(hub, inbox)
+    assert await take(stream, 1) == [("sandbox", sandbox_id, "ContainerRunning")]
+    return cid, stream
+
+
 def test_a_died_event_gives_the_snapshot_and_one_platform_event() -> None:
     async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
-        cid = rig.boxes.add("sb-1")
-        await connect(hub, inbox)
-        stream = await hub.subscribe()
-        await drain(hub, inbox)
-        assert await take(stream, 1) == [("sandbox", "sb-1", "ContainerRunning")]
+        cid, stream = await watching_one(rig, hub, inbox, "sb-1")
         rig.boxes.end(cid, 137)
         for action in ("died", "cleanup"):  # Podman sends both; the second changes nothing
             inbox.put(PodmanEvent(podman_event(action, cid, labels_for("sb-1"))))

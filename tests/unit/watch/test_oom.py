@@ -20,17 +20,13 @@ from podmand import names
 from podmand.watch.hub import Hub
 from podmand.watch.inbox import Inbox, PodmanEvent
 from tests.fakes.harness import Rig, labels_for
-from tests.unit.watch.test_driver_hub import connect, drain, podman_event, run, take
+from tests.unit.watch.test_driver_hub import drain, podman_event, run, take, watching_one
 
 
 @pytest.mark.parametrize("version", ["5.x", "6.x"])
 def test_an_oom_kill_says_oomkilled_whichever_event_podman_sends(version: str) -> None:
     async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
-        cid = rig.boxes.add("sb-1")
-        await connect(hub, inbox)
-        stream = await hub.subscribe()
-        await drain(hub, inbox)
-        assert await take(stream, 1) == [("sandbox", "sb-1", "ContainerRunning")]
+        cid, stream = await watching_one(rig, hub, inbox, "sb-1")
         rig.boxes.end(cid, 137, oom=True)
         attributes = {**labels_for("sb-1"), "containerExitCode": "137"}
         if version == "6.x":
@@ -48,12 +44,8 @@ def test_an_oomkilled_label_is_not_an_oom_kill() -> None:
     """An image's label ``oomKilled=true`` is copied onto the container and into every event's
     attributes: an exit Podman did not call an OOM kill stays the exit it was."""
     async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
-        cid = rig.boxes.add("sb-1")
-        rig.boxes.boxes[cid]["Config"]["Labels"]["oomKilled"] = "true"
-        await connect(hub, inbox)
-        stream = await hub.subscribe()
-        await drain(hub, inbox)
-        assert await take(stream, 1) == [("sandbox", "sb-1", "ContainerRunning")]
+        cid, stream = await watching_one(rig, hub, inbox, "sb-1")
+        rig.boxes.boxes[cid]["Config"]["Labels"]["oomKilled"] = "true"  # as an image's label would be
         rig.boxes.end(cid, 1)
         labels = rig.boxes.boxes[cid]["Config"]["Labels"]
         assert labels[names.SANDBOX_ID] == "sb-1"
