@@ -213,9 +213,12 @@ def from_inspect(
 
 
 # Health statuses libpod's list reports in ``Status`` (anything else is not one): the
-# healthcheck log's (pkg/ps/ps.go:230,305; libpod/healthcheck.go:466-481 at v6.0.0-rc1),
-# "reset" since 5.3 (the results cleared: at init, at unpause), "stopped" since 5.5.
-LISTED_HEALTH = ("healthy", "unhealthy", "starting", "reset", "stopped")
+# healthcheck log's (pkg/ps/ps.go:230,305; libpod/healthcheck.go:466-481 at v6.0.0-rc1). Not
+# "reset" (5.3 on) nor "stopped" (5.5 on): a list entry does not say whether the container
+# has a check at all, and Podman 5.4.2 lists "reset" for one whose check is NONE (measured:
+# a running supervisor without a check read HealthCheckStarting). An inspect, which has the
+# check, reads both (pairs.fold, ready_from_state).
+LISTED_HEALTH = ("healthy", "unhealthy", "starting")
 
 
 def listed_health(status: str) -> str:

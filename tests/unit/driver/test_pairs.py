@@ -41,14 +41,10 @@ def entry(state: str, *, status: str = "", code: int = 0, instance: str = "i1") 
      ("False", "HealthCheckFailed")),
     (inspect("running", health="starting", checked=True), entry("running", status="starting"),
      ("False", "HealthCheckStarting")),
-    (inspect("running", health="reset", checked=True), entry("running", status="reset"),
-     ("False", "HealthCheckStarting")),
-    (inspect("running", health="stopped", checked=True), entry("running", status="stopped"),
-     ("Unknown", "HealthCheckStopped")),
     (inspect("created"), entry("created"), ("False", "HealthCheckStarting")),
     (inspect("exited", code=137), entry("exited", code=137), ("False", GONE)),
     (None, None, ("False", GONE)),
-], ids=["running", "healthy", "unhealthy", "starting", "reset", "check-stopped", "created", "exited", "missing"])
+], ids=["running", "healthy", "unhealthy", "starting", "created", "exited", "missing"])
 def test_a_running_workload_takes_its_supervisors_state(
         supervisor: ContainerInspect | None, listed: ContainerListEntry | None, expected: tuple[str, str] | None
 ) -> None:
@@ -58,6 +54,24 @@ def test_a_running_workload_takes_its_supervisors_state(
     assert (from_list[:2] if from_list else None) == expected
     if expected is not None and expected[1] == GONE and supervisor is not None:
         assert inspected is not None and "has exited (exit code 137)" in inspected[2]
+
+
+@pytest.mark.parametrize(("health", "expected"), [("reset", ("False", "HealthCheckStarting")),
+                                                ("stopped", ("Unknown", "HealthCheckStopped"))])
+def test_reset_and_stopped_are_read_from_an_inspect_never_from_a_list(health: str, expected: tuple[str, str]) -> None:
+    """An inspect shows the check (5.3's reset, 5.5's stopped mean no verdict); a list entry does
+    not, and Podman 5.4.2 lists "reset" for a container whose check is NONE: from a list, a
+    running supervisor stays ContainerRunning (the look's inspect refines it)."""
+    folded = pairs.fold(inspect("running"), inspect("running", health=health, checked=True))
+    assert folded is not None and folded[:2] == expected
+    assert pairs.fold_listed(entry("running"), entry("running", status=health)) is None
+
+
+def test_a_check_of_none_is_no_check() -> None:
+    unchecked = inspect("running", health="reset")
+    unchecked.config.healthcheck = msgspec.convert({"Test": ["NONE"]}, type(inspect("running", checked=True)
+                                                                               .config.healthcheck))
+    assert pairs.fold(inspect("running"), unchecked) is None
 
 
 def test_an_ended_workload_is_its_own_and_another_instances_supervisor_is_none() -> None:
