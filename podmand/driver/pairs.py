@@ -232,11 +232,19 @@ def fold(workload: ContainerInspect, supervisor: ContainerInspect | None) -> tup
 
 def fold_listed(workload: ContainerListEntry, supervisor: ContainerListEntry | None) -> tuple[str, str, str] | None:
     """:func:`fold` from list entries (a list's health is its ``Status``'s, its check unseen)."""
-    instance = (workload.labels or {}).get(names.INSTANCE)
-    if supervisor is None or (supervisor.labels or {}).get(names.INSTANCE) != instance:
+    supervisor = _same_instance(workload, supervisor)
+    if supervisor is None:
         return _fold(workload.state == "running", None)
     return _fold(workload.state == "running",
                  (supervisor.state, snapshots.listed_health(supervisor.status), supervisor.exit_code))
+
+
+def _same_instance(workload: ContainerListEntry, supervisor: ContainerListEntry | None) -> ContainerListEntry | None:
+    """The listed supervisor if it is this workload's (the same create's instance), else None."""
+    instance = (workload.labels or {}).get(names.INSTANCE)
+    if supervisor is None or (supervisor.labels or {}).get(names.INSTANCE) != instance:
+        return None
+    return supervisor
 
 
 def at_odds(workload: ContainerListEntry, supervisor: ContainerListEntry | None) -> bool:
@@ -246,12 +254,11 @@ def at_odds(workload: ContainerListEntry, supervisor: ContainerListEntry | None)
     whose workload ended (it is stopped). The observer's look at the workload mends each; a
     resync asks for it, since the event of the change can be missed (a supervisor removed
     while its look was in flight, a podmand killed between the pair's two starts)."""
-    instance = (workload.labels or {}).get(names.INSTANCE)
-    ours = supervisor is not None and (supervisor.labels or {}).get(names.INSTANCE) == instance
-    supervising = ours and supervisor is not None and supervisor.state == "running"
+    ours = _same_instance(workload, supervisor)
+    supervising = ours is not None and ours.state == "running"
     if workload.state == "running":
         return not supervising
-    return supervising and workload.state not in ("created", "configured", "initialized", "stopping")
+    return supervising and workload.state not in (*snapshots.NOT_STARTED, "stopping")
 
 
 def unfinished(snap: pb.DriverSandbox, making: bool) -> None:
@@ -288,7 +295,7 @@ def _fold(running: bool, supervisor: tuple[str, str, int] | None) -> tuple[str, 
         if health == "stopped":  # 5.5 on: the last check cut short by a stop (snapshots.CHECK_STOPPED)
             return snapshots.CHECK_STOPPED.status, snapshots.CHECK_STOPPED.reason, snapshots.CHECK_STOPPED.message
         return None
-    if status in ("created", "configured", "initialized"):
+    if status in snapshots.NOT_STARTED:
         return "False", "HealthCheckStarting", "The sandbox's supervisor container is starting"
     state = "has exited" if status in ("exited", "stopped") else f"is {status}"  # 4.3.1 and 6.1 also say stopped
     return "False", SUPERVISOR_GONE, f"The sandbox's supervisor container {state} (exit code {code})"

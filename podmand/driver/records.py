@@ -209,7 +209,7 @@ def _never_started(prov: Provisioner, sandbox_id: str, entry: ContainerListEntry
         return False
     if prov.ctx.files.stopped_container(sandbox_id):
         return False
-    return entry.state in ("created", "configured", "initialized") or prov.ctx.files.launch(sandbox_id) is not None
+    return entry.state in snapshots.NOT_STARTED or prov.ctx.files.making(sandbox_id)
 
 
 async def _resume_one(

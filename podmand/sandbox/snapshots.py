@@ -53,6 +53,7 @@ def _condition(type_: str, c: Condition) -> pb.DriverCondition:
 
 
 RUNTIME_RESTART_CODES = (137, 143)
+NOT_STARTED = ("created", "configured", "initialized")  # Podman's states of a container made, never run
 
 # Podman 5.5 and later: a health check cut short because its container was being stopped
 # leaves the status "stopped" (libpod/define/healthchecks.go:23-25, healthcheck.go:160-161,
@@ -114,7 +115,7 @@ def ready_from_state(
         if stopped:
             return Condition("False", "ContainerStopped", "Sandbox was stopped", finished)
         return exited_condition(exit_code, oom, finished, unwatched=unwatched)
-    if status in ("created", "configured", "initialized"):
+    if status in NOT_STARTED:
         return Condition("False", "ContainerCreated", "Container created; starting", created)
     # Paused and stopping are passing states, not failures: status Unknown keeps
     # the gateway in Provisioning instead of a sticky Error.
