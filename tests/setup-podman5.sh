@@ -415,15 +415,7 @@ ensure_user_inside() {
 images_inside() { inside env PODMAND_IMAGES_CACHED=1 bash tests/images/build.sh rootful rootless; }
 
 # ------------------------------------------------------------------ the suite's virtualenv
-requirements() {  # podmand's dependencies and its test extra, from pyproject.toml
-    python3 - "$CHECKOUT/pyproject.toml" <<'PY'
-import sys, tomllib
-project = tomllib.load(open(sys.argv[1], "rb"))
-for req in ["setuptools>=68", *project["build-system"]["requires"], *project["project"]["dependencies"],
-            *project["project"]["optional-dependencies"]["test"]]:
-    print(req)
-PY
-}
+requirements() { python3 "$HERE/requirements.py" "$CHECKOUT/pyproject.toml"; }  # build, runtime, test extra
 
 ensure_venv() {
     local py want pip

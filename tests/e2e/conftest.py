@@ -30,7 +30,7 @@ from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand._proto import extension_pb2 as ext
 from tests.jwt import make_token
 from tests.standin.launch import Launch
-from tests.wait import wait_until
+from tests.wait import SCALE, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PEX = Path(os.environ.get("PODMAND_PEX", ROOT / "dist" / "podmand.pex"))
@@ -222,7 +222,7 @@ class Podmand:
         for pid in self.pids() or [self.proc.pid]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        return self.proc.wait(timeout)
+        return self.proc.wait(timeout * SCALE)
 
     def pids(self) -> list[int]:
         """Processes of this podmand (found by the state dir in their environment)."""
@@ -376,6 +376,20 @@ def _inspected(client: podman.PodmanClient, found: list[Any]) -> list[Any]:
 
 def volumes_of(client: podman.PodmanClient, sandbox_id: str) -> list[Any]:
     return list(client.volumes.list(filters={"label": f"openshell.ai/sandbox-id={sandbox_id}"}))
+
+
+def restart_rootless_podman() -> None:
+    """Restart the test user's Podman service under whatever podmand has open: on a systemd
+    host (the VM lane) the user's socket-activated podman.service, through the user's manager
+    (the socket stays and activates it again); elsewhere tests/setup-podman.sh's recorded one."""
+    if Path("/run/systemd/system").is_dir():
+        entry = pwd.getpwnam(USER)
+        runtime = f"/run/user/{entry.pw_uid}"
+        cmd = ["runuser", "-u", USER, "--", "env", "-i", f"XDG_RUNTIME_DIR={runtime}", "PATH=/usr/bin:/bin",
+               f"DBUS_SESSION_BUS_ADDRESS=unix:path={runtime}/bus", "systemctl", "--user", "restart", "podman.service"]
+    else:
+        cmd = ["bash", str(ROOT / "tests" / "setup-podman.sh"), "restart-rootless"]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=60 * SCALE, cwd="/")
 
 
 def podman_version(client: podman.PodmanClient) -> tuple[int, ...]:

@@ -14,7 +14,6 @@ import subprocess
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -25,9 +24,18 @@ from podmand import names
 from podmand._proto import compute_driver_pb2 as pb
 from tests.standin.launch import Launch
 
-from .conftest import Podmand, Watch, containers_of, pair_of, ready, sandbox, volumes_of, wait_until
+from .conftest import (
+    Podmand,
+    Watch,
+    containers_of,
+    pair_of,
+    ready,
+    restart_rootless_podman,
+    sandbox,
+    volumes_of,
+    wait_until,
+)
 
-SETUP = Path(__file__).resolve().parents[1] / "setup-podman.sh"
 OWNED = {"label": "io.podmand.owner=podmand"}
 
 
@@ -169,7 +177,7 @@ def test_podman_restart_mid_create(make_podmand: Callable[..., Podmand], podman_
     for box in boxes:
         driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box), timeout=30)
     watch.wait_reason(boxes[0].id, "ContainerStarting")
-    subprocess.run(["bash", str(SETUP), "restart-rootless"], check=True, capture_output=True, timeout=60)
+    restart_rootless_podman()
     assert watch.done.wait(30), "stream still open after Podman restarted"
     assert watch.error is not None and watch.error.code() == grpc.StatusCode.UNAVAILABLE
     outcomes = {b.id: wait_until(lambda i=b.id: settled(driver, i), 90, f"{b.id} to settle") for b in boxes}

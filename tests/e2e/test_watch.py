@@ -4,9 +4,7 @@ many watchers, Podman restarting underneath, exits nobody watched."""
 from __future__ import annotations
 
 import signal
-import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
 import grpc
 import podman
@@ -14,10 +12,9 @@ import podman
 from podmand._proto import compute_driver_pb2 as pb
 from tests.standin.launch import Launch
 
-from .conftest import Podmand, Watch, containers_of, pair_of, ready, sandbox, wait_until
+from .conftest import Podmand, Watch, containers_of, pair_of, ready, restart_rootless_podman, sandbox, wait_until
 
 READY = 120.0  # a pair's first start, on a shared machine
-SETUP = Path(__file__).resolve().parents[1] / "setup-podman.sh"
 
 
 def reasons(watch: Watch, sandbox_id: str) -> list[str]:
@@ -64,7 +61,7 @@ def test_podman_restart_ends_streams_then_snapshot_is_exact(driver: Podmand, pod
         cleanup.append(box.id)
         driver.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
         watch.wait_reason(box.id, "ContainerRunning", READY)
-    subprocess.run(["bash", str(SETUP), "restart-rootless"], check=True, capture_output=True, timeout=60)
+    restart_rootless_podman()
     assert watch.done.wait(30), "stream still open after Podman restarted"
     assert watch.error is not None and watch.error.code() == grpc.StatusCode.UNAVAILABLE
     # while no stream is open. SIGKILL, not a stop: the runtime stand-in ends 0 on a SIGTERM
