@@ -55,7 +55,7 @@ from .host.statedir import StateDirError, lock_state_dir, unlock_state_dir, unus
 from .libpod import Info, PodmanClient, PodmanError, PodmanUnavailable, PodmanUnreadable
 from .negotiation import capabilities
 from .sandbox import rootfs
-from .security.peers import PeerGate, deny_server, private_dir, remove_private_dir
+from .security.peers import PeerGate, deny_server, private_dir, remove_private_dir, unmapped_uid
 from .servicer import ComputeDriverServicer, Readiness
 from .watch.hub import Hub
 from .watch.inbox import Inbox
@@ -276,7 +276,7 @@ class Server:
             server.add_insecure_port(self.settings.listen_tcp)
         log.debug("driver socket %s is spliced to %s (refused peers: %s)", self.socket_path, allowed_path, denied_path)
         gate = PeerGate(self.socket_path, allowed_path, denied_path, own_uid=os.geteuid(),
-                        allowed_uids=self.settings.allowed_peer_uids)
+                        allowed_uids=self.settings.allowed_peer_uids, unmapped=unmapped_uid())
         return gate, deny
 
     def _run_hub(self, stack: contextlib.AsyncExitStack, hub: Hub, driver: Driver) -> None:

@@ -59,6 +59,22 @@ def is_allowed(uid: int, own_uid: int, allowed_uids: Collection[int]) -> bool:
     return uid == own_uid or uid == 0 or uid in allowed_uids
 
 
+FULL_MAP = ["0", "0", "4294967295"]  # /proc/self/uid_map of the host's own user namespace
+
+
+def unmapped_uid(proc: Path = Path("/proc")) -> int | None:
+    """The uid this process's user namespace shows for a uid it does not map (the kernel's
+    overflowuid, 65534), when podmand runs in one that maps only some uids: a rootless
+    container such as the sidecar or the Quadlet form, where the host's root connecting to
+    the socket shows as that uid. None in the host's own namespace, or when unreadable."""
+    try:
+        if (proc / "self" / "uid_map").read_text().split() == FULL_MAP:
+            return None
+        return int((proc / "sys" / "kernel" / "overflowuid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def private_dir(public_socket: str) -> Path:
     """A fresh 0700 directory of this process for the internal sockets: next to the
     public one when the paths fit (``.<name>.XXXXXXXX``), else in the temporary
@@ -282,8 +298,10 @@ class PeerGate:
 
     def __init__(self, path: str, allowed: str, denied: str, *, own_uid: int, allowed_uids: Collection[int],
                  max_connections: int = MAX_CONNECTIONS, max_refused: int = MAX_REFUSED_CONNECTIONS,
-                 idle_timeout: float = IDLE_TIMEOUT, warn_every: float = WARN_EVERY) -> None:
+                 idle_timeout: float = IDLE_TIMEOUT, warn_every: float = WARN_EVERY,
+                 unmapped: int | None = None) -> None:
         self.path, self.allowed, self.denied = path, allowed, denied
+        self.unmapped = unmapped  # unmapped_uid(): a peer of this uid is outside podmand's user namespace
         self.own_uid, self.allowed_uids = own_uid, frozenset(allowed_uids)
         self.max_connections, self.max_refused, self.idle_timeout = max_connections, max_refused, idle_timeout
         self.halves: set[_Half] = set()
@@ -321,12 +339,15 @@ class PeerGate:
     def route(self, peer: Peer) -> str:
         if is_allowed(peer.uid, self.own_uid, self.allowed_uids):
             return self.allowed
+        outside = ("; that uid is how podmand's user namespace shows a process outside it (the host's root "
+                   "too): connect as the user whose Podman runs podmand") if peer.uid == self.unmapped else ""
         self.refusals.warn(
             "driver socket: refused a connection from uid %d (pid %d): not podmand's uid %d, root, "
-            "or in allowed_peer_uids (PODMAND_ALLOWED_PEER_UIDS)",
+            "or in allowed_peer_uids (PODMAND_ALLOWED_PEER_UIDS)%s",
             peer.uid,
             peer.pid,
             self.own_uid,
+            outside,
         )
         return self.denied
 

@@ -15,10 +15,13 @@ sidecar's check.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +46,7 @@ from tests.e2e.conftest import (
     run_in,
     sandbox,
 )
-from tests.wait import wait_until
+from tests.wait import SCALE, wait_until
 
 SYSTEMD = Path("/run/systemd/system").is_dir()  # sd_booted(): what Podman and systemctl check
 IN_LANE = bool(os.environ.get("PODMAND_VM_LANE"))
@@ -61,9 +64,10 @@ class UserSession:
         self.user, self.uid, self.home = user, entry.pw_uid, Path(entry.pw_dir)
         self.runtime = Path(f"/run/user/{self.uid}")
 
-    def run(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, check: bool = True, timeout: float = 300,
+            **extra: str) -> subprocess.CompletedProcess[str]:
         env = [f"HOME={self.home}", "PATH=/usr/bin:/bin", f"XDG_RUNTIME_DIR={self.runtime}",
-               f"DBUS_SESSION_BUS_ADDRESS=unix:path={self.runtime}/bus"]
+               f"DBUS_SESSION_BUS_ADDRESS=unix:path={self.runtime}/bus", *(f"{k}={v}" for k, v in extra.items())]
         done = subprocess.run(["runuser", "-u", self.user, "--", "env", "-i", *env, *args],
                               capture_output=True, text=True, timeout=timeout, cwd="/")
         if check and done.returncode:
@@ -104,6 +108,23 @@ def capabilities(socket: Path) -> pb.GetCapabilitiesResponse:
     with grpc.insecure_channel(f"unix://{socket}") as channel:
         stub = pb_grpc.ComputeDriverStub(channel)
         return stub.GetCapabilities(pb.GetCapabilitiesRequest(gateway=gateway_metadata()), timeout=60)
+
+
+CALL_AS_USER = """
+import sys, grpc
+from podmand._proto import compute_driver_pb2 as pb, compute_driver_pb2_grpc as pb_grpc
+from tests.e2e.conftest import gateway_metadata
+with grpc.insecure_channel("unix://" + sys.argv[1]) as channel:
+    caps = pb_grpc.ComputeDriverStub(channel).GetCapabilities(
+        pb.GetCapabilitiesRequest(gateway=gateway_metadata()), timeout=60)
+print(caps.driver_name)
+"""
+
+
+def capabilities_as_user(session: UserSession, socket: Path) -> str:
+    """GetCapabilities from the user's own uid: a sidecar in the user's namespace (the Quadlet
+    form) sees the host's root as the overflow uid, which it refuses like any stranger."""
+    return session.run(sys.executable, "-c", CALL_AS_USER, str(socket), PYTHONPATH=str(ROOT)).stdout.strip()
 
 
 def cgroup_file(container: Any, name: str) -> str:
@@ -246,7 +267,10 @@ def test_the_quadlet_form(session: UserSession, podman_client: podman.PodmanClie
         session.systemctl("start", "podmand.service")
         state = session.show("podmand.service", "ActiveState", "SubState", "Type")
         assert (state["ActiveState"], state["Type"]) == ("active", "notify"), state
-        assert capabilities(socket).driver_name
+        assert capabilities_as_user(session, socket)
+        with pytest.raises(grpc.RpcError) as refused:  # root, from outside the user's namespace
+            capabilities(socket)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
         container = podman_client.containers.get("podmand")
 
         def healthy() -> bool:
@@ -259,4 +283,33 @@ def test_the_quadlet_form(session: UserSession, podman_client: podman.PodmanClie
         assert container.id in timers, timers
         session.systemctl("restart", "podmand.service")
         assert session.show("podmand.service", "ActiveState")["ActiveState"] == "active"
-        assert capabilities(socket).driver_name
+        assert capabilities_as_user(session, socket)
+
+
+def doctor(daemon: Podmand) -> dict[str, dict[str, str]]:
+    proc = subprocess.run(daemon.command("doctor", "--json"), capture_output=True, text=True, timeout=120 * SCALE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {c["name"]: c for c in json.loads(proc.stdout)}
+
+
+def test_doctor_on_a_systemd_host(make_podmand: Callable[..., Podmand], session: UserSession) -> None:
+    """doctor reads this host as it is: limits enforced, journald events that arrive, and, when
+    podmand probes health itself, Podman's own timers on the socket-activated podman.service,
+    with a fix that, run as written, turns them off (the next doctor says so)."""
+    daemon = make_podmand({"OPENSHELL_HEALTH_CHECK_INTERVAL_SECS": "2"}, start=False)
+    checks = doctor(daemon)
+    assert [c for c in checks.values() if c["status"] == "FAIL"] == [], checks
+    assert checks["events"]["status"] == "OK" and "journald" in checks["events"]["finding"], checks["events"]
+    timers = checks["health timers"]
+    assert timers["status"] == "WARN" and "podman.service" in timers["finding"], timers
+    fix = re.search(r"as the Podman user: (.*?) \(sandboxes started", timers["fix"])
+    assert fix, timers
+    dropin = session.home / ".config/systemd/user/podman.service.d"
+    try:
+        session.run("sh", "-c", fix.group(1))  # as doctor wrote it
+        timers = doctor(daemon)["health timers"]
+        assert timers["status"] == "OK" and "DISABLE_HC_SYSTEMD=true" in timers["finding"], timers
+    finally:
+        shutil.rmtree(dropin, ignore_errors=True)
+        session.systemctl("daemon-reload")
+        session.systemctl("restart", "podman.service")

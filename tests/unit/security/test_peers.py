@@ -324,3 +324,32 @@ def test_the_count_is_logged_when_the_quiet_period_ends(caplog: pytest.LogCaptur
     with caplog.at_level(logging.WARNING, "podmand.security.peers"):
         asyncio.run(main())
     assert [r.getMessage() for r in caplog.records] == ["refused 0", "2 more in 0.05 s", "refused 3"]
+
+
+def test_a_refused_uid_outside_podmands_user_namespace_is_named_so(caplog: pytest.LogCaptureFixture) -> None:
+    """In a rootless container (the sidecar, the Quadlet form) the host's root connects as the
+    overflow uid: the refusal says so and what to do; another refused uid gets no such hint."""
+    gate = PeerGate("/x/public", "/x/grpc", "/x/deny", own_uid=0, allowed_uids=[], unmapped=65534, warn_every=0)
+    with caplog.at_level(logging.WARNING, "podmand.security.peers"):
+        assert gate.route(Peer(pid=7, uid=65534, gid=65534)) == "/x/deny"
+        assert gate.route(Peer(pid=8, uid=1002, gid=1002)) == "/x/deny"
+    outside, other = [r.getMessage() for r in caplog.records if r.name == "podmand.security.peers"]
+    assert "outside it (the host's root too): connect as the user whose Podman runs podmand" in outside
+    assert "outside" not in other
+
+
+@pytest.mark.parametrize(
+    ("uid_map", "expected"),
+    [
+        ("         0          0 4294967295\n", None),  # the host's own namespace
+        ("         0       1000          1\n         1     100000      65536\n", 65534),  # rootless container
+        (None, None),  # unreadable
+    ],
+)
+def test_unmapped_uid(tmp_path: Path, uid_map: str | None, expected: int | None) -> None:
+    (tmp_path / "self").mkdir()
+    (tmp_path / "sys" / "kernel").mkdir(parents=True)
+    (tmp_path / "sys" / "kernel" / "overflowuid").write_text("65534\n")
+    if uid_map is not None:
+        (tmp_path / "self" / "uid_map").write_text(uid_map)
+    assert peers.unmapped_uid(tmp_path) == expected
