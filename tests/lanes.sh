@@ -8,13 +8,16 @@
 #   Podman 5.8.6 (`--podman 5.8`): EVERY_LANE and the ship tests.
 #   Podman 6.1.1 (`--podman 6.1`): EVERY_LANE + every e2e file in no list here (what Podman 6
 #       changed most: pulls and registries, cgroup v2 limits, doctor, user namespaces, volumes,
-#       the event stream's faults), so a new file runs there until it is placed; and the ship tests.
+#       the event stream's faults) but VM_ONLY's, so a new file runs there until it is placed;
+#       and the ship tests.
 #   The systemd VM (`--host vm`, Podman 5.4.2 as Debian 13 ships it, with systemd, cgroup v2,
 #       crun and journald): VM_LANE.
 # Every e2e file runs on at least one Podman; EVERY_LANE's on all four.
 EVERY_LANE=(test_lifecycle test_watch test_credentials test_pair_driver test_pair_lifecycle test_teardown)
 LANE_5X=(test_readme test_hardening_input test_ctl test_tenants test_supervisor_binary test_sidecar
          test_proxy test_mounts test_logsize test_traces)
+# Files that need a systemd host: only the VM lane runs them (elsewhere they would only skip).
+VM_ONLY=(test_systemd_host)
 # The VM runs about eight times slower than the host: what only a systemd host can show, and the
 # lifecycle and watch tests there (journald events, the socket-activated service restarting).
 VM_LANE=(tests/e2e/test_systemd_host.py tests/e2e/test_watch.py
@@ -30,7 +33,7 @@ e2e_files() {  # LANE (core, 5x or 6x): the e2e files that lane runs, as pytest 
         5x) for name in "${LANE_5X[@]}"; do echo "tests/e2e/$name.py"; done ;;
         6x) for f in tests/e2e/test_*.py; do
                 name=$(basename "$f" .py)
-                printf '%s\n' "${EVERY_LANE[@]}" "${LANE_5X[@]}" | grep -qx "$name" || echo "$f"
+                printf '%s\n' "${EVERY_LANE[@]}" "${LANE_5X[@]}" "${VM_ONLY[@]}" | grep -qx "$name" || echo "$f"
             done ;;
     esac
 }
@@ -46,7 +49,7 @@ host_set() {  # the host's default: every test outside tests/e2e, and EVERY_LANE
 
 check_lanes() {  # a name in the lists with no such file would silently run nothing
     local name
-    for name in "${EVERY_LANE[@]}" "${LANE_5X[@]}"; do
+    for name in "${EVERY_LANE[@]}" "${LANE_5X[@]}" "${VM_ONLY[@]}"; do
         [ -f "tests/e2e/$name.py" ] || { echo "tests/lanes.sh: tests/e2e/$name.py does not exist" >&2; return 2; }
     done
     for name in "${VM_LANE[@]}"; do
