@@ -18,12 +18,15 @@ LANE_5X=(test_readme test_hardening_input test_ctl test_tenants test_supervisor_
          test_proxy test_mounts test_logsize test_traces)
 # Files that need a systemd host: only the VM lane runs them (elsewhere they would only skip).
 VM_ONLY=(test_systemd_host)
-# The VM runs about eight times slower than the host: what only a systemd host can show, and the
-# lifecycle and watch tests there (journald events, the socket-activated service restarting).
-VM_LANE=(tests/e2e/test_systemd_host.py tests/e2e/test_watch.py
+# The VM runs about eight times slower than the host (a sandbox's create about a minute): what
+# only a systemd host can show, the pair's lifecycle, the watch tests that meet journald's events
+# and the socket-activated service's restart, and the supervisor's health check under Podman's
+# own timers. About 12 minutes of tests there.
+VM_LANE=(tests/e2e/test_systemd_host.py
+         tests/e2e/test_watch.py::test_out_of_band_kill_reaches_every_watcher
+         tests/e2e/test_watch.py::test_podman_restart_ends_streams_then_snapshot_is_exact
          tests/e2e/test_pair_lifecycle.py::test_pair_create_stop_start_delete
-         tests/e2e/test_health.py::test_the_supervisors_health_check_is_the_sandboxs_ready
-         tests/e2e/test_doctor.py::test_healthy_setup_has_no_fail)
+         tests/e2e/test_health.py::test_the_supervisors_health_check_is_the_sandboxs_ready)
 
 e2e_files() {  # LANE (core, 5x or 6x): the e2e files that lane runs, as pytest paths
     local name f

@@ -130,9 +130,13 @@ configure_guest() {
     mkdir -p "$r/host"
     chroot_in "$r" passwd -d root >/dev/null
     chroot_in "$r" getent passwd "$GUEST_USER" >/dev/null || chroot_in "$r" useradd -m -u 1000 -s /bin/bash "$GUEST_USER"
-    # The sandboxes' --userns=auto takes a slice of these per container.
-    grep -q "^$GUEST_USER:" "$r/etc/subuid" || echo "$GUEST_USER:100000:262144" >>"$r/etc/subuid"
-    grep -q "^$GUEST_USER:" "$r/etc/subgid" || echo "$GUEST_USER:100000:262144" >>"$r/etc/subgid"
+    # The sandboxes' --userns=auto takes a slice of these per container: 256 sandboxes' worth, as
+    # on the host (useradd's own 65536 would hold 64).
+    local f
+    for f in subuid subgid; do
+        sed -i "/^$GUEST_USER:/d" "$r/etc/$f"
+        echo "$GUEST_USER:100000:262144" >>"$r/etc/$f"
+    done
     mkdir -p "$r/var/lib/systemd/linger"; touch "$r/var/lib/systemd/linger/$GUEST_USER"
     printf '[Match]\nName=en*\n[Network]\nDHCP=yes\n' >"$r/etc/systemd/network/20-wired.network"
     chroot_in "$r" systemctl enable systemd-networkd.service >/dev/null 2>&1
