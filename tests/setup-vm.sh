@@ -180,7 +180,7 @@ make_share() {
     rm -rf "$share"; mkdir -p "$share/out" "$share/cache"
     chmod 0777 "$share/out"
     (cd "$CHECKOUT" && git ls-files -co --exclude-standard -z 2>/dev/null || find . -path ./.git -prune -o -type f -print0) \
-        | (cd "$CHECKOUT" && tar --exclude='__pycache__' --null -T - -cf "$share/checkout.tar")
+        | (cd "$CHECKOUT" && tar --exclude='__pycache__' --ignore-failed-read --null -T - -cf "$share/checkout.tar")
     [ -s "$CHECKOUT/dist/podmand.pex" ] || fail "dist/podmand.pex missing: run ./build_pex.sh first"
     cp "$CHECKOUT/dist/podmand.pex" "$share/podmand.pex"
     timed images guest_images "$share/cache/images.tar"

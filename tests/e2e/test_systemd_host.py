@@ -205,7 +205,7 @@ def test_the_pex_as_a_user_service(session: UserSession, pex_file: Path, podman_
     """containers/systemd/podmand.service as its header says to install it: systemd starts it
     (Type=notify: the start returns once podmand's READY=1 arrived), it serves on its socket
     through the socket-activated Podman without starting a Podman of its own, a sandbox it made
-    survives a restart of the unit, and a stop ends it cleanly."""
+    survives a restart of the unit and a crash (Restart=on-failure), and a stop ends it cleanly."""
     unit = session.install((UNITS / "podmand.service").read_text(), ".config/systemd/user/podmand.service")
     dropin = session.install("[Service]\n" + images_env("Environment="),
                              ".config/systemd/user/podmand.service.d/images.conf")
@@ -239,6 +239,17 @@ def test_the_pex_as_a_user_service(session: UserSession, pex_file: Path, podman_
         session.systemctl("restart", "podmand.service")
         state = session.show("podmand.service", "ActiveState", "MainPID")
         assert state["ActiveState"] == "active" and state["MainPID"] != first, state
+        # A crash: Restart=on-failure brings it back, and it reaches READY=1 again.
+        count = str(int(session.show("podmand.service", "NRestarts")["NRestarts"]) + 1)
+        session.systemctl("kill", "--signal=SIGKILL", "podmand.service")
+
+        def restarted() -> dict[str, str] | None:
+            now = session.show("podmand.service", "ActiveState", "SubState", "NRestarts", "MainPID")
+            back = (now["NRestarts"], now["ActiveState"], now["SubState"]) == (count, "active", "running")
+            return now if back else None
+
+        wait_until(restarted, 60, "systemd to restart podmand after a crash",
+                   lambda: session.show("podmand.service", "ActiveState", "SubState", "NRestarts"))
         with grpc.insecure_channel(f"unix://{socket}") as channel:
             stub = pb_grpc.ComputeDriverStub(channel)
             snap = stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=box.id), timeout=60).sandbox
