@@ -55,13 +55,9 @@ PACKAGES=(podman runc netavark aardvark-dns uidmap slirp4netns catatonit
           busybox-static curl iptables gcc libc6-dev python3.11 debootstrap zsh
           docker-registry apache2-utils openssl)
 
-say()  { printf 'setup-podman: %s\n' "$*" >&2; }
-fail() { say "FAILED: $*"; exit 1; }
-timed() {  # timed LABEL CMD...: run CMD, report how long it took
-    local label=$1 start end; shift
-    start=$(date +%s%N); "$@"; end=$(date +%s%N)
-    say "$(printf '%-9s %6d ms' "$label" $(( (end - start) / 1000000 )))"
-}
+SETUP_NAME=setup-podman
+# shellcheck source=tests/setup-lib.sh
+source "$HERE/setup-lib.sh"  # say, fail, timed
 
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
 

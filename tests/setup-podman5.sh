@@ -124,24 +124,12 @@ if [ "$BASE_SUITE" != trixie ]; then EXTRA_PACKAGES+=(python3.13 python3.13-venv
 ENV_INSIDE=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
             PODMAN_IGNORE_CGROUPSV1_WARNING=1 PODMAND_TEST_USER="$TEST_USER")
 
-say()  { printf 'setup-podman5: %s\n' "$*" >&2; }
-fail() { say "FAILED: $*"; exit 1; }
-timed() {  # timed LABEL CMD...: run CMD, report how long it took
-    local label=$1 start end; shift
-    start=$(date +%s%N); "$@"; end=$(date +%s%N)
-    say "$(printf '%-9s %6d ms' "$label" $(( (end - start) / 1000000 )))"
-}
+SETUP_NAME=setup-podman5 CHROOT_ENV=("${ENV_INSIDE[@]}")
+# shellcheck source=tests/setup-lib.sh
+source "$HERE/setup-lib.sh"  # say, fail, timed, chroot_in
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
 
 # ------------------------------------------------------------------ tree
-# chroot_in ROOT CMD...: CMD chrooted into ROOT, with a /proc (sid's maintainer scripts fail
-# without one) mounted in a private mount namespace that ends with CMD: nothing on the host.
-chroot_in() {
-    local root=$1; shift
-    # shellcheck disable=SC2016
-    unshare --mount --propagation private sh -c 'mount -t proc proc "$1/proc" && exec chroot "$@"' \
-        sh "$root" env -i "${ENV_INSIDE[@]}" DEBIAN_FRONTEND=noninteractive "$@"
-}
 in_chroot() { chroot_in "$TREE" "$@"; }
 tree_has() { in_chroot dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null | grep -qx installed; }
 

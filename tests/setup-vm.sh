@@ -50,25 +50,11 @@ GUEST_PACKAGES=(systemd systemd-sysv udev dbus dbus-user-session libpam-systemd
                 nftables iptables busybox-static openssl)
 QEMU_PACKAGES=(qemu-system-x86 qemu-utils)
 
-say()  { printf 'setup-vm: %s\n' "$*" >&2; }
-fail() { say "FAILED: $*"; exit 1; }
-timed() {  # timed LABEL CMD...: run CMD, report how long it took
-    local label=$1 start end; shift
-    start=$(date +%s%N); "$@"; end=$(date +%s%N)
-    say "$(printf '%-9s %6d ms' "$label" $(( (end - start) / 1000000 )))"
-}
+SETUP_NAME=setup-vm CHROOT_ENV=(PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8)
+# shellcheck source=tests/setup-lib.sh
+source "$HERE/setup-lib.sh"  # say, fail, timed, chroot_in
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
 [ "$(uname -m)" = x86_64 ] || fail "the VM lane is made for x86_64 hosts (this is $(uname -m))"
-
-# chroot_in ROOT CMD...: CMD chrooted into ROOT with a /proc, in a private mount namespace that
-# ends with CMD: nothing is mounted on the host.
-chroot_in() {
-    local root=$1; shift
-    # shellcheck disable=SC2016
-    unshare --mount --propagation private sh -c 'mount -t proc proc "$1/proc" && exec chroot "$@"' \
-        sh "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-        DEBIAN_FRONTEND=noninteractive "$@"
-}
 
 # debootstrap_into DIR PACKAGES...: a Debian 13 minbase tree, made beside DIR and moved into place
 # when complete (a half-made tree is never used).
