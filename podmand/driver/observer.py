@@ -171,7 +171,7 @@ class Observer:
                               lambda: pairs.finish_start(self.podman, self.sink, supervisor.id, sandbox_id, info.id))
         if not observing or supervisor is None or not supervisor.state.running:
             return folded
-        if self.settings.health_check_interval and supervisor.config.healthcheck:
+        if self.settings.health_check_interval and supervisor.config.checked:
             self.tasks.ensure(("probe", supervisor.id), lambda: self._probe(supervisor.id, sandbox_id, report=info.id))
         if not info.state.running and info.state.status != "created" and not self.busy(sandbox_id):
             why = f"its workload is {info.state.status}"
@@ -270,7 +270,7 @@ class Observer:
             self._watch_exit_files(info)
             if self.settings.exit_watch == "wait":
                 self.tasks.ensure(("exit", info.id), lambda: self._wait_exit(info.id, sandbox_id))
-            if self.settings.health_check_interval and info.config.healthcheck:
+            if self.settings.health_check_interval and info.config.checked:
                 self.tasks.ensure(("probe", info.id), lambda: self._probe(info.id, sandbox_id))
         snap = self._snapshot(info, facts)
         folded = await self._fold(info, snap, observing=True)

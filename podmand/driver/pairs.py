@@ -224,9 +224,7 @@ def fold(workload: ContainerInspect, supervisor: ContainerInspect | None) -> tup
     exited one is gone (the driver then stops the workload)."""
     if supervisor is None:
         return _fold(workload.state.running, None)
-    test = supervisor.config.healthcheck.test if supervisor.config.healthcheck else None
-    checked = bool(test) and test != ["NONE"]  # NONE: made without a check (4.x/5.x keep a Health)
-    health = supervisor.state.health.status if supervisor.state.health and checked else ""
+    health = supervisor.state.health.status if supervisor.state.health and supervisor.config.checked else ""
     return _fold(workload.state.running, (supervisor.state.status, health, supervisor.state.exit_code))
 
 

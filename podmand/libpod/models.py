@@ -83,6 +83,14 @@ class ContainerConfig(msgspec.Struct, rename="pascal"):
     healthcheck: HealthConfig | None = None
     user: str = ""
 
+    @property
+    def checked(self) -> bool:
+        """A health check is defined. A container made with its image's check turned off keeps
+        ``{"Test": ["NONE"]}`` (Podman 5.x shows it; 4.3.1 shows none), and its healthcheck
+        run answers 409 "has no defined healthcheck"."""
+        test = self.healthcheck.test if self.healthcheck else None
+        return bool(test) and test != ["NONE"]
+
 
 class IDMappings(msgspec.Struct, rename="pascal"):
     """A container's user namespace, as ``/proc/<pid>/uid_map`` lines."""

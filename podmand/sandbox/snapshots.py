@@ -195,7 +195,7 @@ def from_inspect(
         state.status,
         exit_code=state.exit_code,
         oom=state.oom_killed,
-        health=health if info.config.healthcheck and info.config.healthcheck.test else "",
+        health=health if info.config.checked else "",
         stopped=stopped,
         unwatched=unwatched,
         started=time_of(state.started_at),

@@ -94,3 +94,32 @@ def test_a_check_cut_short_by_a_stop_is_neither_passed_nor_starting() -> None:
             await body(rig)
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_container_whose_check_is_none_is_never_probed() -> None:
+    """Podman 5.x keeps ``{"Test": ["NONE"]}`` for a container made with its image's check
+    turned off (podmand's workload), and answers a run of it 409 "has no defined healthcheck".
+    Each look at such a workload started a probe that asked once and ended (seen in the VM
+    lane's journal: a 409 for every event of the pair); it is not probed at all."""
+    async def body(rig: Rig) -> None:
+        healthy = (200, {}, {"Status": "healthy", "FailingStreak": 0, "Log": []})
+        workload, _, asked = probe(rig, [healthy])
+        rig.boxes.boxes[workload]["Config"]["Healthcheck"] = {"Test": ["NONE"]}
+        workload_asked: list[str] = []
+
+        def no_check(req: Request) -> tuple[int, dict[str, str], object]:
+            workload_asked.append(req.path)
+            return 409, {}, {"cause": "no healthcheck", "message": "has no defined healthcheck", "response": 409}
+
+        rig.fake.route("GET", f"/containers/{workload}/healthcheck", no_check)
+        for _ in range(3):
+            await rig.driver.observe(workload)
+        # The workload's probe would be made before its supervisor's, in the same look.
+        await eventually(lambda: asked, "the supervisor's check")
+        assert workload_asked == [] and ("probe", workload) not in rig.driver.tasks
+
+    async def main() -> None:
+        async with driver_on(CHECKED) as rig:
+            await body(rig)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
