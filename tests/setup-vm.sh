@@ -125,8 +125,10 @@ configure_guest() {
     done
     mkdir -p "$r/var/lib/systemd/linger"; touch "$r/var/lib/systemd/linger/$GUEST_USER"
     printf '[Match]\nName=en*\n[Network]\nDHCP=yes\n' >"$r/etc/systemd/network/20-wired.network"
-    chroot_in "$r" systemctl enable systemd-networkd.service >/dev/null 2>&1
-    chroot_in "$r" systemctl mask systemd-networkd-wait-online.service >/dev/null 2>&1
+    # network-online.target is reached, as on users' hosts: Quadlet's rootless units wait for it
+    # (podman-user-wait-network-online.service, 90 s when it never comes).
+    chroot_in "$r" systemctl unmask systemd-networkd-wait-online.service >/dev/null 2>&1
+    chroot_in "$r" systemctl enable systemd-networkd.service systemd-networkd-wait-online.service >/dev/null 2>&1
     chroot_in "$r" systemctl disable apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer \
         fstrim.timer e2scrub_all.timer getty@tty1.service >/dev/null 2>&1 || true
     install -m 0755 "$HERE/vm/image/podmand-vm-lane" "$r/usr/local/sbin/podmand-vm-lane"
