@@ -167,19 +167,24 @@ class Pairs:
     async def _clear_leftovers(self, pair: lifecycle.Pair, instance: str) -> None:
         """Remove what an interrupted attempt of this very create left (its instance label):
         a pair is made whole or not at all. Another's container or volume under these names
-        is a conflict, left alone."""
+        is a conflict, left alone. A channel volume without the label is this attempt's too
+        when a container it left mounts it: a create podmand stopped waiting for (a slow
+        Podman) removed its labelled volume, and Podman, carrying the container's create
+        out later, made the named volume again, bare."""
         podman = self.ctx.podman
+        mounted = False
         for name in (pair.supervisor_name, pair.workload_name):
             info = await podman.inspect_container_or_none(name)
             if info is None:
                 continue
             if info.labels.get(names.INSTANCE) != instance or info.labels.get(names.SANDBOX_ID) != pair.sandbox_id:
                 raise ProvisionFailed("ContainerNameConflict", f"a container named {name!r} already exists")
+            mounted = mounted or any(m.type == "volume" and m.name == pair.channel_volume for m in info.mounts or ())
             log.info("sandbox %s: removing %s, left by an interrupted create", pair.sandbox_id, name)
             await podman.remove_container(name, 0)
         volume = await podman.inspect_volume(pair.channel_volume)
         if volume is not None:
-            if (volume.labels or {}).get(names.INSTANCE) != instance:
+            if (volume.labels or {}).get(names.INSTANCE) != instance and not mounted:
                 raise ProvisionFailed("VolumeNameConflict", f"a volume named {pair.channel_volume!r} already exists")
             await podman.remove_volume(pair.channel_volume)
 

@@ -192,11 +192,11 @@ class PodmanClient:
         return await self._inspect_or_none(f"/containers/{quote(name)}/json", ContainerInspect, "a container inspect")
 
     async def create_container(self, spec: Mapping[str, Any]) -> tuple[str, list[str]]:
-        """The new container's ID and Podman's warnings. Unless ``spec`` says otherwise it logs to
-        a file (k8s-file), not journald: that hides the output from a user who cannot read the journal
-        (containers/podman#26910), and Podman 4 refuses it where no journal runs. The file is bounded
-        by the client's ``log_size_max``."""
-        resp = await self.call("POST", "/containers/create", json={"log_configuration": self.log_configuration, **spec})
+        """The new container's ID and Podman's warnings. Unless ``spec`` says otherwise it logs to a file
+        (k8s-file) bounded by ``log_size_max``, not journald: that hides the output from a user who cannot
+        read the journal (containers/podman#26910), and Podman 4 refuses it where no journal runs."""
+        resp = await self.call("POST", "/containers/create", json={"log_configuration": self.log_configuration, **spec},
+                               timeout=self.timeouts.create)
         created = _decode(resp.body, ContainerCreated, "POST /containers/create")
         return created.id, list(created.warnings or [])
 

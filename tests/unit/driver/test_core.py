@@ -680,6 +680,36 @@ def test_what_an_interrupted_attempt_of_a_create_left_is_removed_and_anothers_is
     run(body)
 
 
+def test_a_bare_channel_volume_its_own_late_create_mounts_is_removed_anothers_is_a_conflict() -> None:
+    """Seen in the VM lane (a create slower than the client's deadline): the attempt removed
+    its labelled channel volume, then Podman carried out the workload's create and made the
+    named volume again, without labels. The next attempt removes that volume with the
+    container of its own instance that mounts it, and makes the pair; a bare volume that no
+    leftover of this create mounts is still a conflict, left alone."""
+
+    async def body(rig: Rig) -> None:
+        rig.fake.block_pulls()
+        await rig.driver.create(box("sb-1"))
+        await rig.driver.create(box("sb-2"))
+        pending = rig.driver.provisioning.get("sb-1")
+        assert pending is not None
+        channel = names.channel_volume_name("sb-1")
+        left = rig.boxes.add("sb-1", "created", role=names.ROLE_WORKLOAD)
+        rig.boxes.boxes[left]["Name"] = names.container_name("ws", "demo", "sb-1")
+        rig.boxes.boxes[left]["Config"]["Labels"][names.INSTANCE] = pending.instance
+        rig.boxes.boxes[left]["Mounts"] = [{"Type": "volume", "Name": channel, "Destination": names.CHANNEL_DIR}]
+        rig.fake.volumes[channel] = {"Name": channel, "Labels": {}}
+        bare = names.channel_volume_name("sb-2")
+        rig.fake.volumes[bare] = {"Name": bare, "Labels": {}}
+        rig.fake.release_pulls()
+        await eventually(lambda: "VolumeNameConflict" in rig.sink.reasons(), "sb-2's conflict")
+        await eventually(lambda: ("sb-1-cid".ljust(64, "0"), "sb-1") in rig.sink.refreshes, "sb-1 started")
+        assert rig.fake.count(f"DELETE .*/volumes/{channel}") == 1
+        assert rig.fake.count(f"DELETE .*/volumes/{bare}") == 0 and bare in rig.fake.volumes
+
+    run(body)
+
+
 def test_a_garbage_collection_pass_lists_containers_once() -> None:
     """On Podman 4.3.1 every container list queries the runtime for each running
     container: a pass makes one, for sandboxes and image readers alike, and a stale

@@ -26,7 +26,7 @@ from tests.fakes.harness import Sink, eventually
 from tests.fakes.libpod import FakeLibpod, Hang
 
 IMAGE = "registry.example/app:1"
-TINY = Timeouts(connect=0.05, request=0.05, ping=0.05, start=0.05, stop_grace=0.05, remove_grace=0.05,
+TINY = Timeouts(connect=0.05, request=0.05, ping=0.05, create=0.05, start=0.05, stop_grace=0.05, remove_grace=0.05,
                 healthcheck=0.05, past_events=0.05)
 
 

@@ -460,6 +460,7 @@ def test_a_stream_left_early_is_closed() -> None:
 @pytest.mark.parametrize(("call", "deadline", "what"), [
     (lambda c: c.info(), "request", "GET /info"),
     (lambda c: c.ping(), "ping", "GET /_ping"),
+    (lambda c: c.create_container({"name": "x"}), "create", "POST /containers/create"),
     (lambda c: c.start_container("x"), "start", "POST /containers/x/start"),
     (lambda c: c.stop_container("x", 0), "stop_grace", "POST /containers/x/stop"),
     (lambda c: c.remove_container("x", 0), "remove_grace", "DELETE /containers/x"),
@@ -470,8 +471,8 @@ def test_each_call_gives_up_at_its_own_deadline(call: Callable[[PodmanClient], A
                                                 what: str) -> None:
     """Only the deadline under test is short; were another one applied, the call would
     outlast the test's bound instead of ending in PodmanUnavailable."""
-    long = {name: 3600.0 for name in ("request", "ping", "start", "stop_grace", "remove_grace", "healthcheck",
-                                      "past_events")}
+    long = {name: 3600.0 for name in ("request", "ping", "create", "start", "stop_grace", "remove_grace",
+                                      "healthcheck", "past_events")}
     client = client_with(hang, **{**long, deadline: SHORT})
     with pytest.raises(PodmanUnavailable, match=f"did not answer {what} in time"):
         run(call(client))
