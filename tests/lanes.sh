@@ -19,13 +19,14 @@ LANE_5X=(test_readme test_hardening_input test_ctl test_tenants test_supervisor_
 # Files that need a systemd host: only the VM lane runs them (elsewhere they would only skip).
 VM_ONLY=(test_systemd_host)
 # The VM runs about eight times slower than the host (a sandbox's create about a minute): what
-# only a systemd host can show, the pair's lifecycle, the watch tests that meet journald's events
-# and the socket-activated service's restart, and the supervisor's health check under Podman's
-# own timers. About 12 minutes of tests there.
+# only a systemd host can show, the pair's lifecycle (the launcher's form; every other lane runs
+# both), the watch tests that meet journald's events and the socket-activated service's restart,
+# and the supervisor's health check under Podman's own timers. About 10 minutes of tests there,
+# 15 for the lane with its image made afresh.
 VM_LANE=(tests/e2e/test_systemd_host.py
          tests/e2e/test_watch.py::test_out_of_band_kill_reaches_every_watcher
          tests/e2e/test_watch.py::test_podman_restart_ends_streams_then_snapshot_is_exact
-         tests/e2e/test_pair_lifecycle.py::test_pair_create_stop_start_delete
+         "tests/e2e/test_pair_lifecycle.py::test_pair_create_stop_start_delete[launcher-form]"
          tests/e2e/test_health.py::test_the_supervisors_health_check_is_the_sandboxs_ready)
 
 e2e_files() {  # LANE (core, 5x or 6x): the e2e files that lane runs, as pytest paths
