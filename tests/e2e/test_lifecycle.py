@@ -67,12 +67,15 @@ def test_lifecycle_userns_auto(driver: Podmand, podman_client: podman.PodmanClie
     assert (snap.name, snap.workspace) == (box.name, box.workspace)
     assert ready(snap).status == "True"
     assert ready(snap).transition_time.seconds > 0
-    steps = [
-        e.metadata["openshell.progress.complete_step"]
-        for e in watch.platform_events(box.id)
-        if "openshell.progress.complete_step" in e.metadata
-    ]
-    assert steps == ["requesting_sandbox", "pulling_image", "starting_sandbox"]
+
+    def steps() -> list[str]:
+        return [e.metadata["openshell.progress.complete_step"] for e in watch.platform_events(box.id)
+                if "openshell.progress.complete_step" in e.metadata]
+
+    # The last step is published once the create returns; a look at the started pair (an event
+    # of its start) may come first.
+    wait_until(lambda: len(steps()) >= 3, 10, "the three progress steps", steps)
+    assert steps() == ["requesting_sandbox", "pulling_image", "starting_sandbox"]
 
     [container] = containers_of(podman_client, box.id)
     [supervisor] = containers_of(podman_client, box.id, "supervisor")
