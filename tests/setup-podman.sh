@@ -142,6 +142,9 @@ runtime = "runc"
 # No systemd / journald as PID 1.
 cgroup_manager = "cgroupfs"
 events_logger = "file"
+# Past the default 1 MB Podman empties the file it rotates: a test reading past events (its
+# record of what was made) found none when that happened mid-test (CI, 5.4.2, test_tenants).
+events_logfile_max_size = "64m"
 # Every exec session (podman exec, healthcheck runs) keeps its conmon alive
 # this long after the command ends (default 300 s, Docker-compatible). With
 # frequent probes that piles up hundreds of idle conmon processes.
