@@ -649,6 +649,25 @@ def test_a_record_found_by_creating_its_volume_is_an_identical_retry_or_already_
     run(body)
 
 
+async def two_held_creates(rig: Rig) -> str:
+    """sb-1 and sb-2 created, both held at their pulls (released by the caller): the instance
+    of sb-1's create, which its leftovers bear."""
+    rig.fake.block_pulls()
+    await rig.driver.create(box("sb-1"))
+    await rig.driver.create(box("sb-2"))
+    pending = rig.driver.provisioning.get("sb-1")
+    assert pending is not None
+    return pending.instance
+
+
+def leftover_workload(rig: Rig, sandbox_id: str, instance: str) -> str:
+    """A created workload under the sandbox's name bearing ``instance``, as a create left it."""
+    left = rig.boxes.add(sandbox_id, "created", role=names.ROLE_WORKLOAD)
+    rig.boxes.boxes[left]["Name"] = names.container_name("ws", "demo", sandbox_id)
+    rig.boxes.boxes[left]["Config"]["Labels"][names.INSTANCE] = instance
+    return left
+
+
 def test_what_an_interrupted_attempt_of_a_create_left_is_removed_and_anothers_is_a_conflict() -> None:
     """Podman carried out a create podmand stopped waiting for: the next attempt finds the
     container and channel volume bearing its own instance, removes them and makes the pair
@@ -656,17 +675,11 @@ def test_what_an_interrupted_attempt_of_a_create_left_is_removed_and_anothers_is
     sandbox fails, that container is left alone."""
 
     async def body(rig: Rig) -> None:
-        rig.fake.block_pulls()
-        await rig.driver.create(box("sb-1"))
-        await rig.driver.create(box("sb-2"))
-        pending = rig.driver.provisioning.get("sb-1")
-        assert pending is not None
-        for sandbox_id, instance in (("sb-1", pending.instance), ("sb-2", "another")):
-            left = rig.boxes.add(sandbox_id, "created", role=names.ROLE_WORKLOAD)
-            rig.boxes.boxes[left]["Name"] = names.container_name("ws", "demo", sandbox_id)
-            rig.boxes.boxes[left]["Config"]["Labels"][names.INSTANCE] = instance
+        instance = await two_held_creates(rig)
+        leftover_workload(rig, "sb-1", instance)
+        leftover_workload(rig, "sb-2", "another")
         channel = names.channel_volume_name("sb-1")
-        rig.fake.volumes[channel] = {"Name": channel, "Labels": {names.INSTANCE: pending.instance}}
+        rig.fake.volumes[channel] = {"Name": channel, "Labels": {names.INSTANCE: instance}}
         rig.fake.release_pulls()
         await eventually(lambda: "ContainerNameConflict" in rig.sink.reasons(), "sb-2's conflict")
         await eventually(lambda: ("sb-1-cid".ljust(64, "0"), "sb-1") in rig.sink.refreshes, "sb-1 started")
@@ -688,15 +701,8 @@ def test_a_bare_channel_volume_its_own_late_create_mounts_is_removed_anothers_is
     leftover of this create mounts is still a conflict, left alone."""
 
     async def body(rig: Rig) -> None:
-        rig.fake.block_pulls()
-        await rig.driver.create(box("sb-1"))
-        await rig.driver.create(box("sb-2"))
-        pending = rig.driver.provisioning.get("sb-1")
-        assert pending is not None
         channel = names.channel_volume_name("sb-1")
-        left = rig.boxes.add("sb-1", "created", role=names.ROLE_WORKLOAD)
-        rig.boxes.boxes[left]["Name"] = names.container_name("ws", "demo", "sb-1")
-        rig.boxes.boxes[left]["Config"]["Labels"][names.INSTANCE] = pending.instance
+        left = leftover_workload(rig, "sb-1", await two_held_creates(rig))
         rig.boxes.boxes[left]["Mounts"] = [{"Type": "volume", "Name": channel, "Destination": names.CHANNEL_DIR}]
         rig.fake.volumes[channel] = {"Name": channel, "Labels": {}}
         bare = names.channel_volume_name("sb-2")
