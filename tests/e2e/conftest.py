@@ -28,6 +28,7 @@ import pytest
 from podmand._proto import compute_driver_pb2 as pb
 from podmand._proto import compute_driver_pb2_grpc as pb_grpc
 from podmand._proto import extension_pb2 as ext
+from tests.e2e.usersession import UserSession
 from tests.jwt import make_token
 from tests.standin.launch import Launch
 from tests.wait import SCALE, wait_until
@@ -383,13 +384,10 @@ def restart_rootless_podman() -> None:
     host (the VM lane) the user's socket-activated podman.service, through the user's manager
     (the socket stays and activates it again); elsewhere tests/setup-podman.sh's recorded one."""
     if Path("/run/systemd/system").is_dir():
-        entry = pwd.getpwnam(USER)
-        runtime = f"/run/user/{entry.pw_uid}"
-        cmd = ["runuser", "-u", USER, "--", "env", "-i", f"XDG_RUNTIME_DIR={runtime}", "PATH=/usr/bin:/bin",
-               f"DBUS_SESSION_BUS_ADDRESS=unix:path={runtime}/bus", "systemctl", "--user", "restart", "podman.service"]
+        UserSession(USER).systemctl("restart", "podman.service", timeout=60 * SCALE)
     else:
-        cmd = ["bash", str(ROOT / "tests" / "setup-podman.sh"), "restart-rootless"]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=60 * SCALE, cwd="/")
+        subprocess.run(["bash", str(ROOT / "tests" / "setup-podman.sh"), "restart-rootless"], check=True,
+                       capture_output=True, timeout=60 * SCALE, cwd="/")
 
 
 def podman_version(client: podman.PodmanClient) -> tuple[int, ...]:

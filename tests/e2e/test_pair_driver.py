@@ -40,10 +40,10 @@ from tests.e2e.test_pair_lifecycle import (
     inspect,
     leaked,
     logs,
-    probes,
     token_windows,
     volume_bytes,
     wait_log,
+    wait_probe,
 )
 from tests.standin.launch import Launch
 from tests.standin.test_split_podman import RUNTIME_IMAGE, SUPERVISOR_IMAGE, WORKLOAD_IMAGE
@@ -149,8 +149,7 @@ def test_a_sandbox_is_a_pair_from_create_to_delete(split: Podmand, podman_client
                                                                                          box.supervisor}
 
     # the workload: the image's identity, no capability, no network, no environment of the image's
-    wait_until(lambda: probes(box.workload), 60, "the main process's probe")
-    probe = probes(box.workload)[0]
+    probe = wait_probe(box.workload, 60)
     assert probe["uid"] == [IDENTITY] * 3 and probe["gid"] == [IDENTITY] * 3 and probe["caps"] == "0" * 16
     assert workload["HostConfig"]["NetworkMode"] == "none" and not workload["HostConfig"]["Privileged"]
     assert not any(e.startswith("OPENSHELL_") for e in workload["Config"]["Env"] or [])

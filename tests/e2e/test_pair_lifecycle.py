@@ -249,6 +249,20 @@ def probes(workload: str) -> list[dict[str, Any]]:
     return json.loads(out.stdout) if out.returncode == 0 and out.stdout.strip() else []
 
 
+def wait_probe(workload: str, timeout: float) -> dict[str, Any]:
+    """The main process's first probe; at the deadline, what the workload shows instead:
+    the reading's failure, its workspace's files and its log."""
+    def seen() -> str:
+        script = "import glob;[print(p, repr(open(p).read())) for p in glob.glob('/sandbox/probe-*')]"
+        read = podman("exec", "--user", "0:0", workload, "/usr/bin/python3", "-c", script, check=False)
+        listing = podman("exec", "--user", "0:0", workload, "/bin/ls", "-lan", "/sandbox", check=False)
+        return (f"probe files (exit {read.returncode}): {read.stdout}{read.stderr}\n"
+                f"/sandbox (exit {listing.returncode}): {listing.stdout}{listing.stderr}\n"
+                f"state {inspect(workload)['State']}\nlog:\n{logs(workload)[-3000:]}")
+    found: list[dict[str, Any]] = wait_until(lambda: probes(workload), timeout, "the main process's probe", seen)
+    return found[0]
+
+
 def channel_and_supervisor_files(box: Sandbox) -> tuple[dict[str, Any], dict[str, Any]]:
     channel = stats(box.pair.workload_name, "/.openshell/channel", "/.openshell/channel/sandbox",
                     "/.openshell/channel/sandbox/bootstrap.json", "/.openshell/channel/sandbox/server.crt",
@@ -276,8 +290,7 @@ def test_pair_create_stop_start_delete(runtime_bin: Path, launcher: bool) -> Non
         health = podman("exec", supervisor, names.SUPERVISOR_ENTRYPOINT, "health", "--socket",
                         names.SUPERVISOR_HEALTH_SOCKET, check=False)
         assert health.returncode == 0, health.stdout + health.stderr
-        wait_until(lambda: probes(workload), 30, "the main process's probe")
-        probe = probes(workload)[0]
+        probe = wait_probe(workload, 30)
         assert probe["uid"] == [IDENTITY] * 3 and probe["gid"] == [IDENTITY] * 3, probe
         assert probe["caps"] == "0000000000000000", probe
 

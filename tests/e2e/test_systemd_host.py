@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pwd
 import re
 import shutil
 import subprocess
@@ -46,6 +45,7 @@ from tests.e2e.conftest import (
     run_in,
     sandbox,
 )
+from tests.e2e.usersession import UserSession
 from tests.wait import SCALE, wait_until
 
 SYSTEMD = Path("/run/systemd/system").is_dir()  # sd_booted(): what Podman and systemctl check
@@ -54,47 +54,6 @@ pytestmark = pytest.mark.skipif(not SYSTEMD and not IN_LANE,
                                 reason="needs systemd as PID 1: the VM lane (tests/setup-vm.sh) runs these")
 UNITS = ROOT / "containers" / "systemd"
 SIDECAR_IMAGE = "localhost/podmand:latest"  # what containers/systemd/podmand.container names
-
-
-class UserSession:
-    """The test user's systemd manager, driven as that user (``systemctl --user``)."""
-
-    def __init__(self, user: str) -> None:
-        entry = pwd.getpwnam(user)
-        self.user, self.uid, self.home = user, entry.pw_uid, Path(entry.pw_dir)
-        self.runtime = Path(f"/run/user/{self.uid}")
-
-    def run(self, *args: str, check: bool = True, timeout: float = 300,
-            **extra: str) -> subprocess.CompletedProcess[str]:
-        env = [f"HOME={self.home}", "PATH=/usr/bin:/bin", f"XDG_RUNTIME_DIR={self.runtime}",
-               f"DBUS_SESSION_BUS_ADDRESS=unix:path={self.runtime}/bus", *(f"{k}={v}" for k, v in extra.items())]
-        done = subprocess.run(["runuser", "-u", self.user, "--", "env", "-i", *env, *args],
-                              capture_output=True, text=True, timeout=timeout, cwd="/")
-        if check and done.returncode:
-            raise AssertionError(f"{' '.join(args)}: exit {done.returncode}: {done.stdout}{done.stderr}")
-        return done
-
-    def systemctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return self.run("systemctl", "--user", *args, check=check)
-
-    def show(self, unit: str, *props: str) -> dict[str, str]:
-        out = self.systemctl("show", unit, *(f"--property={p}" for p in props)).stdout
-        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-    def journal(self, unit: str) -> str:
-        return self.run("journalctl", "--user", "-u", unit, "--no-pager", "-o", "cat", check=False).stdout
-
-    def install(self, text: str, relative: str) -> Path:
-        """Write a file the user owns under their home, its directories too."""
-        path = self.home / relative
-        for parent in reversed(path.relative_to(self.home).parents):
-            d = self.home / parent
-            if not d.exists():
-                d.mkdir(mode=0o755)
-                shutil.chown(d, self.user, self.user)
-        path.write_text(text)
-        shutil.chown(path, self.user, self.user)
-        return path
 
 
 @pytest.fixture(scope="module")
