@@ -224,20 +224,34 @@ class Observer:
         except (StateDirUnwritable, ValueError) as exc:  # a cache: the next inspect tells it anyway
             log.debug("sandbox %s: fence evidence not kept: %s", sandbox_id, exc)
 
-    def _facts_of(self, info: ContainerInspect) -> Facts:
+    def _facts_of(self, info: ContainerInspect, *, observing: bool = False) -> Facts:
         sandbox_id = info.labels.get(names.SANDBOX_ID, "")
+        state = info.state
         return Facts(
-            health=info.state.health.status if info.state.health else "",
-            oom=info.state.oom_killed,
+            health=state.health.status if state.health else "",
+            oom=snapshots.oom_of_this_run(state.oom_killed, state.finished_at, state.exit_code,
+                                          self._first_oom(sandbox_id, info, keep=observing)),
             unwatched=ended_before(info.state.finished_at, self.watching_since),
             fence=fence.evidence(fence.facts(info), self.files.generation(sandbox_id)),
         )
+
+    def _first_oom(self, sandbox_id: str, info: ContainerInspect, *, keep: bool) -> str:
+        """When Podman's sticky OOM flag was first seen on this container; ``keep`` (the event
+        path) records this look's when none is. Unwritable, the flag is taken as it stands."""
+        if not info.state.oom_killed:
+            return ""
+        try:
+            return self.files.first_oom(sandbox_id, info.id, info.state.finished_at if keep else "")
+        except (StateDirUnwritable, ValueError) as exc:
+            log.debug("sandbox %s: OOM flag's first end not kept: %s", sandbox_id, exc)
+            return ""
 
     def _snapshot(self, info: ContainerInspect, facts: Facts) -> pb.DriverSandbox:
         sandbox_id = info.labels.get(names.SANDBOX_ID, "")
         return snapshots.from_inspect(
             info,
             health=facts.health,
+            oom=facts.oom,
             stopped=self._stopped(sandbox_id, info.id),
             unwatched=facts.unwatched,
             fence=facts.fence,
@@ -262,7 +276,7 @@ class Observer:
             self.index.put(known)
         before = self._facts.get(info.id)
         facts = self._facts[info.id] = dataclasses.replace(
-            self._facts_of(info), announced=before.announced if before else ""
+            self._facts_of(info, observing=True), announced=before.announced if before else ""
         )
         if known is not None and (before is None or before.fence != facts.fence):
             self._keep_fence(sandbox_id, facts.fence)

@@ -21,6 +21,7 @@ from . import proxy
 
 DIR_MODE = 0o711
 LAUNCH = "launch.json"  # the launch bundle, until its pair is made
+OOM_KEPT = 4  # containers per sandbox whose first OOM flag is kept (first_oom)
 FIXES = {  # what to do when writing the state directory fails with this errno
     errno.EROFS: "remount its filesystem read-write",
     errno.ENOSPC: "free space on its filesystem",
@@ -200,6 +201,21 @@ class SandboxFiles:
             return (self.dir(sandbox_id) / "fence").read_bytes()
         except (OSError, ValueError):
             return b""
+
+    def first_oom(self, sandbox_id: str, container_id: str, finished_at: str = "") -> str:
+        """The ``FinishedAt`` Podman's sticky OOM flag was first seen with on this container
+        (snapshots.oom_of_this_run), or "". Given ``finished_at``, it is kept when none is."""
+        try:
+            doc = json.loads(self._read(sandbox_id, "oom") or "{}")
+        except ValueError:
+            doc = {}
+        kept = {k: v for k, v in doc.items() if isinstance(v, str) and v} if isinstance(doc, dict) else {}
+        if container_id in kept or not finished_at:
+            return kept.get(container_id, "")
+        # the sandbox's newest containers only: a pair has two, each recreate makes more
+        newest = [*kept.items()][-(OOM_KEPT - 1):]
+        self._put(sandbox_id, "oom", json.dumps(dict([*newest, (container_id, finished_at)])).encode())
+        return finished_at
 
     def sandbox_ids(self) -> list[str]:
         try:

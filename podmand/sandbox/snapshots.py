@@ -63,6 +63,21 @@ CHECK_STOPPED = Condition("Unknown", "HealthCheckStopped",
                           "Supervisor health check was cut short: its container was being stopped")
 
 
+def oom_of_this_run(flagged: bool, finished_at: str, exit_code: int, first_flagged_at: str) -> bool:
+    """Whether the run that ended at ``finished_at`` was OOM-killed. Podman's ``State.OOMKilled``
+    is set when it handles an exit with conmon's oom file, and nothing clears it: a start resets
+    the exit code, not the flag (libpod/container_internal.go ``handleExitFile``, ``init``, at
+    v4.3.1 and today), so every later end of that container reads as an OOM kill.
+    ``first_flagged_at``: the ``FinishedAt`` the flag was first seen with on this container
+    (podmand keeps it, :meth:`SandboxFiles.first_oom`; "" when unknown). An end after that one
+    is an OOM kill only when its code is a SIGKILL's, which is what the OOM killer sends."""
+    if not flagged:
+        return False
+    if not first_flagged_at or first_flagged_at == finished_at:
+        return True
+    return exit_code == 137
+
+
 def exited_condition(exit_code: int, oom: bool, time: Timestamp | None, *, unwatched: bool = False) -> Condition:
     """As the upstream V2 driver: a SIGKILL/SIGTERM end that StopSandbox did not ask
     for is a runtime restart (the gateway keeps a Stopping sandbox in Stopping on
@@ -184,17 +199,20 @@ def from_inspect(
     info: ContainerInspect,
     *,
     health: str = "",
+    oom: bool | None = None,
     stopped: bool = False,
     unwatched: bool = False,
     fence: pb.DriverFenceEvidence | None = None,
 ) -> pb.DriverSandbox:
-    """``unwatched``: the container ended before podmand was watching (the observer knows)."""
+    """``unwatched``: the container ended before podmand was watching; ``oom``: whether its
+    last run was OOM-killed (:func:`oom_of_this_run`), else Podman's flag as it stands (the
+    observer knows both)."""
     state = info.state
     stopped = stopped and state.status in STOPPED_STATES
     ready = ready_from_state(
         state.status,
         exit_code=state.exit_code,
-        oom=state.oom_killed,
+        oom=state.oom_killed if oom is None else oom,
         health=health if info.config.checked else "",
         stopped=stopped,
         unwatched=unwatched,

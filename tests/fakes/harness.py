@@ -155,10 +155,13 @@ class Containers:
         return 201, {}, {"Id": cid, "Warnings": []}
 
     def end(self, cid: str, exit_code: int, *, oom: bool = False) -> None:
-        """The container's process ended (Podman's view; no event is sent)."""
+        """The container's process ended (Podman's view; no event is sent). Its OOM flag, once
+        set, stays set through every later start and end, as Podman keeps it (snapshots.oom_of_this_run)."""
         state = self.boxes[cid]["State"]
-        now = time.strftime("%Y-%m-%dT%H:%M:%S.123456789Z", time.gmtime())
-        state.update(Status="exited", Running=False, ExitCode=exit_code, OOMKilled=oom, FinishedAt=now)
+        ns = time.time_ns()  # Podman's FinishedAt keeps nanoseconds: no two ends read alike
+        now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9:09d}Z"
+        state.update(Status="exited", Running=False, ExitCode=exit_code, OOMKilled=state["OOMKilled"] or oom,
+                     FinishedAt=now)
 
     def _find(self, key: str) -> dict[str, Any] | None:
         """A container by ID or by name, as Podman resolves either."""

@@ -43,6 +43,22 @@ def test_markers_round_trip(tmp_path: Path) -> None:
     assert files.sandbox_ids() == ["sb-1"]
 
 
+
+def test_an_oom_flags_first_end_is_kept_once_per_container_and_bounded(tmp_path: Path) -> None:
+    files = SandboxFiles(tmp_path)
+    files.setup()
+    assert files.first_oom("sb-1", "c0") == "", "a read keeps nothing"
+    assert files.first_oom("sb-1", "c0", "t1") == "t1"
+    assert files.first_oom("sb-1", "c0", "t2") == "t1", "the first end stays"
+    for n in range(1, 2 * files_module.OOM_KEPT):  # containers a recreate made since
+        files.first_oom("sb-1", f"c{n}", f"t{n}")
+    assert files.first_oom("sb-1", "c0") == "", "only the newest containers are kept"
+    newest = f"c{2 * files_module.OOM_KEPT - 1}"
+    assert files.first_oom("sb-1", newest) == f"t{2 * files_module.OOM_KEPT - 1}"
+    assert len((tmp_path / "sandboxes" / "sb-1" / "oom").read_text().split(",")) == files_module.OOM_KEPT
+    (tmp_path / "sandboxes" / "sb-1" / "oom").write_text("[not a map")
+    assert files.first_oom("sb-1", newest, "t9") == "t9", "a damaged record is written afresh"
+
 @pytest.mark.parametrize(
     ("code", "fix"),
     [

@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 
 from podmand import names
+from podmand.sandbox.snapshots import oom_of_this_run
 from podmand.watch.hub import Hub
 from podmand.watch.inbox import Inbox, PodmanEvent
 from tests.fakes.harness import Rig, labels_for
@@ -55,3 +56,44 @@ def test_an_oomkilled_label_is_not_an_oom_kill() -> None:
         assert await take(stream, 2) == [("platform", "sb-1", exited), ("sandbox", "sb-1", exited)]
 
     run(body)
+
+
+def test_an_oom_kill_is_said_of_its_own_run_only() -> None:
+    """Podman never clears ``State.OOMKilled`` (the fake keeps it as Podman does): after an
+    OOM kill and a start, a plain exit is that exit, a later SIGKILL an OOM kill again, and
+    a podmand restarted in between knows the first end from its state directory."""
+    async def body(rig: Rig, hub: Hub, inbox: Inbox) -> None:
+        cid, stream = await watching_one(rig, hub, inbox, "sb-1")
+
+        async def end(code: int, oom: bool = False) -> str:
+            rig.boxes.end(cid, code, oom=oom)
+            inbox.put(PodmanEvent(podman_event("died", cid, {**labels_for("sb-1"), "containerExitCode": str(code)})))
+            await drain(hub, inbox)
+            [(_, _, reason), _] = await take(stream, 2)
+            rig.boxes.boxes[cid]["State"].update(Status="running", Running=True, ExitCode=0)
+            inbox.put(PodmanEvent(podman_event("start", cid, labels_for("sb-1"))))
+            await drain(hub, inbox)
+            assert await take(stream, 1) == [("sandbox", "sb-1", "ContainerRunning")]
+            return reason
+
+        assert await end(137, oom=True) == "OOMKilled"
+        assert rig.boxes.boxes[cid]["State"]["OOMKilled"], "Podman's flag stays set"
+        assert await end(3) == "ContainerExited"
+        rig.driver.observer._facts.clear()  # what a restarted podmand knows: its state directory
+        assert await end(1) == "ContainerExited"
+        assert await end(137, oom=True) == "OOMKilled"
+        snap = await rig.driver.get("sb-1")
+        assert snap.status.conditions[0].reason == "ContainerRunning"
+
+    run(body)
+
+
+@pytest.mark.parametrize(("first", "finished", "code", "oom"), [
+    ("", "t2", 1, True),      # never seen before: the flag as it stands
+    ("t2", "t2", 1, True),    # the end it was first seen with
+    ("t1", "t2", 1, False),   # a later end, not a SIGKILL: not an OOM kill
+    ("t1", "t2", 137, True),  # a later SIGKILL: the OOM killer's signal
+])
+def test_the_flag_is_read_against_its_first_end(first: str, finished: str, code: int, oom: bool) -> None:
+    assert oom_of_this_run(True, finished, code, first) is oom
+    assert oom_of_this_run(False, finished, code, first) is False
