@@ -21,7 +21,7 @@ VM_ONLY=(test_systemd_host)
 # The VM runs about eight times slower than the host (a sandbox's create about a minute): what
 # only a systemd host can show, the pair's lifecycle (the launcher's form; every other lane runs
 # both), the watch tests that meet journald's events and the socket-activated service's restart,
-# and the supervisor's health check under Podman's own timers. About 10 minutes of tests there,
+# and the supervisor's health check under Podman's own timers. About 13 minutes of tests there,
 # 15 for the lane with its image made afresh.
 VM_LANE=(tests/e2e/test_systemd_host.py
          tests/e2e/test_watch.py::test_out_of_band_kill_reaches_every_watcher

@@ -246,6 +246,8 @@ async def read_restart_metadata(client: PodmanClient, pair: Pair) -> documents.R
                     raise PodmanUnreadable(f"the archive is over {_METADATA_MAX} bytes")
 
     await _step(what, fetch())
+    if not data:  # the copy failed once the answer had begun (Podman logs why)
+        raise PodmanUnavailable(f"{what}: Podman answered an empty archive; its log says why")
     try:
         with tarfile.open(fileobj=io.BytesIO(bytes(data)), mode="r:") as tar:
             member = next((m for m in tar.getmembers() if m.isfile()), None)
@@ -258,13 +260,37 @@ async def read_restart_metadata(client: PodmanClient, pair: Pair) -> documents.R
     return documents.read_restart_metadata(content, names.RESTART_METADATA_PATH)
 
 
+CLEANUP_WAIT = 30.0  # seconds a start waits for Podman's cleanup of a container that ended
+
+
+async def _cleaned_up(client: PodmanClient, name: str) -> None:
+    """Until Podman has cleaned ``name`` up after its end (its state "stopped" becomes
+    "exited"), within CLEANUP_WAIT. Podman's archive calls use a container still mounted from
+    its run as they find it, and the cleanup that follows every end unmounts it under them
+    (``copyToArchive``, ``copyFromArchive``: libpod at v4.3.1 and v5.4.2): a read answers 200
+    and an empty body, and a write can go nowhere. Once cleaned up, the archive call mounts the
+    container itself. Past the bound (a cleanup that never ran leaves the container mounted,
+    and nothing unmounts it) the start goes on."""
+    loop = asyncio.get_running_loop()
+    deadline, pause = loop.time() + CLEANUP_WAIT, 0.05
+    while loop.time() < deadline:
+        info = await _step(f"inspect {name}", client.inspect_container_or_none(name))
+        if info is None or info.state.status != "stopped":
+            return
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
 async def start(client: PodmanClient, pair: Pair, session: Session, generation: str) -> None:
     """Start the pair again for a new launch (contract §4.2): stop the supervisor (and a
-    running workload), read the restart metadata back, re-mint every per-session file
-    from ``session``'s bundle (new TLS; ``auth.json`` replaced, so no token of an earlier
-    launch is left) with ``generation`` recorded, re-check the fence, start both."""
+    running workload), wait for Podman's cleanup of both, read the restart metadata back,
+    re-mint every per-session file from ``session``'s bundle (new TLS; ``auth.json``
+    replaced, so no token of an earlier launch is left) with ``generation`` recorded,
+    re-check the fence, start both."""
     await _halt(client, pair.supervisor_name, pair.stop_timeout)
     await _halt(client, pair.workload_name, 0)
+    for name in (pair.supervisor_name, pair.workload_name):
+        await _cleaned_up(client, name)
     meta = await read_restart_metadata(client, pair)
     identity = meta.workload_identity
     docs = await _mint(client, pair, session, generation, identity, meta.child_env)

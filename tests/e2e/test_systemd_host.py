@@ -46,6 +46,7 @@ from tests.e2e.conftest import (
     sandbox,
 )
 from tests.e2e.usersession import UserSession
+from tests.standin.launch import Launch
 from tests.wait import SCALE, wait_until
 
 SYSTEMD = Path("/run/systemd/system").is_dir()  # sd_booted(): what Podman and systemctl check
@@ -135,6 +136,50 @@ def test_limits_apply_in_the_containers_cgroup(make_podmand: Callable[..., Podma
         assert int(cgroup_file(container, "cpu.weight")) < 100, role  # 250m of shares: below a full core's
     assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
+
+# The main process: killed at the memory limit on its first run, a plain exit 3 on the next.
+OOM_ONCE = ("import os\n"
+            "if os.path.exists('/sandbox/oom-once'): raise SystemExit(3)\n"
+            "open('/sandbox/oom-once', 'w').close()\n"
+            "held = []\n"
+            "while True: held.append(bytearray(1 << 20))\n")
+
+
+def test_an_oom_kill_is_said_of_its_own_run(make_podmand: Callable[..., Podmand],
+                                            podman_client: podman.PodmanClient, cleanup: list[str]) -> None:
+    """The main process killed at the sandbox's memory limit is OOMKilled. Podman keeps the
+    container's State.OOMKilled set through the next start (it never clears it), and that
+    run's plain exit is reported as what it is, on the stream and by GetSandbox."""
+    daemon = make_podmand()
+    watch = daemon.watch()
+    box = sandbox(command=["/usr/bin/python3", "-c", OOM_ONCE])
+    box.spec.template.resources.CopyFrom(pb.DriverResourceRequirements(memory_limit="256Mi"))
+    cleanup.append(box.id)
+    daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
+    cond = watch.wait_reason(box.id, "OOMKilled", 240).status.conditions[0]
+    [workload] = containers_of(podman_client, box.id)
+
+    def state() -> dict[str, Any]:
+        found: dict[str, Any] = podman_client.containers.get(workload.id).attrs["State"]
+        return found
+
+    assert (cond.status, cond.message) == ("False", "Container was killed by the OOM killer"), cond
+    first = state()
+    assert first["OOMKilled"], first
+
+    generation = "g0000000000000002"
+    daemon.stub.StartSandbox(pb.StartSandboxRequest(
+        sandbox_id=box.id, generation_id=generation,
+        launch_authentication=Launch(sandbox_id=box.id, generation=generation).bundle()))
+    wait_until(lambda: state()["StartedAt"] != first["StartedAt"] and state()["Status"] == "exited", 240,
+               "the second run's end", state)
+    second = state()
+    assert second["OOMKilled"] and second["ExitCode"] == 3, f"Podman kept its flag: {second}"
+    cond = watch.wait_reason(box.id, "ContainerExited", 60).status.conditions[0]
+    assert cond.message == "Container exited with code 3", cond
+    got = daemon.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=box.id)).sandbox.status.conditions[0]
+    assert (got.reason, got.message) == ("ContainerExited", "Container exited with code 3"), got
+    assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
 
 @contextlib.contextmanager
 def unit_stopped_after(session: UserSession, unit: str, files: list[Path]) -> Iterator[None]:

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from podmand.errors import FailedPrecondition
-from podmand.libpod import MockTransport, PodmanClient, PodmanError, Request, Response
+from podmand.libpod import MockTransport, PodmanClient, PodmanError, PodmanUnavailable, Request, Response
 from podmand.pair import lifecycle
 from tests.unit.pair.launches import SANDBOX, bundle, identity
 
@@ -189,6 +189,47 @@ def test_a_start_whose_fence_does_not_hold_uploads_and_starts_nothing() -> None:
     assert "GET archive" in podman.seen, "it got as far as the restart metadata"
     assert not [call for call in podman.seen if call.startswith("PUT") or call.endswith("/start")], podman.seen
 
+
+class Uncleaned(Podman):
+    """Podman whose cleanup of the ended pair comes ``looks`` inspects of each container late
+    (its state "stopped" until then); an archive read before it answers 200 and nothing, as
+    Podman's copy whose mount the cleanup took away does."""
+
+    def __init__(self, looks: int) -> None:
+        super().__init__(status="stopped")
+        self.looks = {WORKLOAD: looks, SUPERVISOR: looks}
+
+    def __call__(self, request: Request) -> Response:
+        path = request.target.removeprefix("/v4.0.0/libpod").partition("?")[0]
+        name = path.split("/")[2] if path.startswith("/containers/") else ""
+        if request.method == "GET" and path.endswith("/archive"):
+            self.seen.append(f"GET archive ({'after' if not self.looks[name] else 'before'} the cleanup)")
+            return Response(200, {}, restart_metadata() if not self.looks[name] else b"")
+        if request.method == "GET" and path.endswith("/json") and name in self.looks:
+            self.status = "stopped" if self.looks[name] else "exited"
+            self.looks[name] = max(0, self.looks[name] - 1)
+        return super().__call__(request)
+
+
+def start(podman: Podman) -> None:
+    async def main() -> None:
+        client = PodmanClient(transport=MockTransport(podman))
+        session = lifecycle.Session(bundle=bundle(), host_gateway_ip="127.0.0.1", userns="auto")
+        await lifecycle.start(client, pair(), session, "g2")
+
+    asyncio.run(main())
+
+
+def test_a_start_waits_for_podmans_cleanup_of_the_ended_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen in the VM lane on 5.4.2: a start just after the pair ended read the restart
+    metadata while Podman's cleanup unmounted the supervisor, and got an empty archive."""
+    podman = Uncleaned(looks=3)
+    start(podman)
+    assert "GET archive (after the cleanup)" in podman.seen and "GET archive (before the cleanup)" not in podman.seen
+    assert podman.seen[-1].endswith("/start"), podman.seen
+    monkeypatch.setattr(lifecycle, "CLEANUP_WAIT", 0.2)  # a cleanup that never comes: the start goes on
+    with pytest.raises(PodmanUnavailable, match="Podman answered an empty archive; its log says why"):
+        start(Uncleaned(looks=10**6))
 
 class BrokenPipes(Podman):
     """Podman whose archive extraction dies mid-stream the first ``times`` uploads to the supervisor."""
