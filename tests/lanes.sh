@@ -22,7 +22,7 @@ VM_ONLY=(test_systemd_host)
 # only a systemd host can show, the pair's lifecycle (the launcher's form; every other lane runs
 # both), the watch tests that meet journald's events and the socket-activated service's restart,
 # and the supervisor's health check under Podman's own timers. About 13 minutes of tests there,
-# 15 for the lane with its image made afresh.
+# about 18 for the lane with its image made afresh.
 VM_LANE=(tests/e2e/test_systemd_host.py
          tests/e2e/test_watch.py::test_out_of_band_kill_reaches_every_watcher
          tests/e2e/test_watch.py::test_podman_restart_ends_streams_then_snapshot_is_exact
