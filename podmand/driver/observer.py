@@ -231,7 +231,7 @@ class Observer:
             health=state.health.status if state.health else "",
             oom=snapshots.oom_of_this_run(state.oom_killed, state.finished_at, state.exit_code,
                                           self._first_oom(sandbox_id, info, keep=observing)),
-            unwatched=ended_before(info.state.finished_at, self.watching_since),
+            unwatched=ended_before(state.finished_at, self.watching_since),
             fence=fence.evidence(fence.facts(info), self.files.generation(sandbox_id)),
         )
 

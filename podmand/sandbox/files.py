@@ -212,6 +212,8 @@ class SandboxFiles:
         kept = {k: v for k, v in doc.items() if isinstance(v, str) and v} if isinstance(doc, dict) else {}
         if container_id in kept or not finished_at:
             return kept.get(container_id, "")
+        if not self.dir(sandbox_id).is_dir():  # deleted (or never podmand's): nothing to keep it for
+            return finished_at
         # the sandbox's newest containers only: a pair has two, each recreate makes more
         newest = [*kept.items()][-(OOM_KEPT - 1):]
         self._put(sandbox_id, "oom", json.dumps(dict([*newest, (container_id, finished_at)])).encode())

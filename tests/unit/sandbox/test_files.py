@@ -47,6 +47,8 @@ def test_markers_round_trip(tmp_path: Path) -> None:
 def test_an_oom_flags_first_end_is_kept_once_per_container_and_bounded(tmp_path: Path) -> None:
     files = SandboxFiles(tmp_path)
     files.setup()
+    assert files.first_oom("sb-1", "c0", "t1") == "t1" and not files.dir("sb-1").exists(), "no directory made"
+    files.dir("sb-1").mkdir()
     assert files.first_oom("sb-1", "c0") == "", "a read keeps nothing"
     assert files.first_oom("sb-1", "c0", "t1") == "t1"
     assert files.first_oom("sb-1", "c0", "t2") == "t1", "the first end stays"
