@@ -157,13 +157,13 @@ def test_an_oom_kill_is_said_of_its_own_run(make_podmand: Callable[..., Podmand]
     cleanup.append(box.id)
     daemon.stub.CreateSandbox(pb.CreateSandboxRequest(sandbox=box))
     cond = watch.wait_reason(box.id, "OOMKilled", 240).status.conditions[0]
+    assert (cond.status, cond.message) == ("False", "Container was killed by the OOM killer"), cond
     [workload] = containers_of(podman_client, box.id)
 
     def state() -> dict[str, Any]:
         found: dict[str, Any] = podman_client.containers.get(workload.id).attrs["State"]
         return found
 
-    assert (cond.status, cond.message) == ("False", "Container was killed by the OOM killer"), cond
     first = state()
     assert first["OOMKilled"], first
 
@@ -180,6 +180,7 @@ def test_an_oom_kill_is_said_of_its_own_run(make_podmand: Callable[..., Podmand]
     got = daemon.stub.GetSandbox(pb.GetSandboxRequest(sandbox_id=box.id)).sandbox.status.conditions[0]
     assert (got.reason, got.message) == ("ContainerExited", "Container exited with code 3"), got
     assert daemon.stub.DeleteSandbox(pb.DeleteSandboxRequest(sandbox_id=box.id)).deleted
+
 
 @contextlib.contextmanager
 def unit_stopped_after(session: UserSession, unit: str, files: list[Path]) -> Iterator[None]:

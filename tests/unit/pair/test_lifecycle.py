@@ -231,6 +231,7 @@ def test_a_start_waits_for_podmans_cleanup_of_the_ended_pair(monkeypatch: pytest
     with pytest.raises(PodmanUnavailable, match="Podman answered an empty archive; its log says why"):
         start(Uncleaned(looks=10**6))
 
+
 class BrokenPipes(Podman):
     """Podman whose archive extraction dies mid-stream the first ``times`` uploads to the supervisor."""
 

@@ -43,7 +43,6 @@ def test_markers_round_trip(tmp_path: Path) -> None:
     assert files.sandbox_ids() == ["sb-1"]
 
 
-
 def test_an_oom_flags_first_end_is_kept_once_per_container_and_bounded(tmp_path: Path) -> None:
     files = SandboxFiles(tmp_path)
     files.setup()
@@ -60,6 +59,7 @@ def test_an_oom_flags_first_end_is_kept_once_per_container_and_bounded(tmp_path:
     assert len((tmp_path / "sandboxes" / "sb-1" / "oom").read_text().split(",")) == files_module.OOM_KEPT
     (tmp_path / "sandboxes" / "sb-1" / "oom").write_text("[not a map")
     assert files.first_oom("sb-1", newest, "t9") == "t9", "a damaged record is written afresh"
+
 
 @pytest.mark.parametrize(
     ("code", "fix"),
